@@ -1,0 +1,122 @@
+// The Engine drives the NICs of one process and the in-process fabric
+// between them. It stands for the hardware: NIC work never runs on an
+// application thread.
+//
+// Two modes:
+//  - threaded (default): one engine thread runs all NICs. It spins while there
+//    is work and for `spin_ns` after the last work, then sleeps until a
+//    doorbell, a control request or the next timer/packet deadline.
+//  - manual: nothing runs until the caller calls step()/run_until_idle().
+//    With a FakeClock this is a deterministic simulator: same seed, same
+//    packets, same results.
+//
+// The NIC core is sans-IO: its inputs are doorbells, packets and time, its
+// outputs are packets (to the fabric), completions and DMA into host memory
+// (through HostMemory).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ferry/common/clock.h"
+#include "ferry/common/counter.h"
+#include "ferry/common/parker.h"
+#include "ferry/common/status.h"
+#include "ferry/nic/fabric.h"
+#include "ferry/nic/verbs.h"
+
+namespace ferry::nic {
+
+struct EngineOptions {
+  bool threaded = true;
+  Clock* clock = nullptr;           // SteadyClock when null; FakeClock for simulation
+  int cpu = -1;                     // pin the engine thread to this CPU (-1: no pinning)
+  int fifo_priority = 0;            // SCHED_FIFO priority for the engine thread (0: normal)
+  uint64_t spin_ns = 200'000;       // keep polling this long after the last work
+  size_t fabric_queue_packets = 8192;  // per-NIC inbound queue
+  size_t fabric_buffers = 2048;        // 4 KiB payload buffers in the pool
+  size_t rx_budget = 64;               // packets a NIC handles per engine pass
+  FaultModel faults;
+};
+
+struct EngineStats {
+  uint64_t passes = 0;        // engine loop iterations
+  uint64_t busy_passes = 0;   // iterations that did work
+  uint64_t sleeps = 0;        // times the thread blocked
+  uint64_t wakeups = 0;       // times a poster had to wake it
+  uint64_t thread_cpu_ns = 0; // CPU time of the engine thread (threaded mode)
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options = {});
+  ~Engine();  // stops the thread; NICs and their objects must be destroyed first
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Adds a NIC attached to the fabric. The Nic lives as long as the Engine.
+  Result<Nic*> add_nic(const NicOptions& options = {});
+  Nic* nic(uint32_t address) const;
+
+  bool threaded() const { return options_.threaded; }
+  const Clock& clock() const { return *clock_; }
+  const EngineOptions& options() const { return options_; }
+  Fabric& fabric() { return *fabric_; }
+  EngineStats stats() const;
+
+  // ---- manual mode ----
+  // One pass over every NIC and the fabric. Returns true if anything happened.
+  bool step();
+  // Steps until nothing is left to do; with a FakeClock, advances time to
+  // each next deadline (timers, delayed packets) until none remain or
+  // `max_time_ns` of simulated time passed. kTimedOut if work remained.
+  Status run_until_idle(uint64_t max_time_ns = 60'000'000'000ULL);
+  // Steps (advancing a FakeClock when idle) until pred() is true.
+  Status run_until(const std::function<bool()>& pred, uint64_t max_time_ns = 60'000'000'000ULL);
+
+  // ---- used by the NIC core ----
+  // Runs `fn` on the engine (immediately in manual mode or on the engine
+  // thread, else handed to the engine thread and waited for).
+  void run_control(const std::function<void()>& fn);
+  // Wakes the engine thread if it is asleep (after publishing a doorbell).
+  void notify() { parker_.unpark(); }
+  bool on_engine_thread() const;
+
+ private:
+  void thread_main();
+  Status simulate(const std::function<bool()>* pred, uint64_t max_time_ns);
+  bool pass(uint64_t now);
+  uint64_t next_deadline_ns() const;
+  bool run_commands();
+
+  EngineOptions options_;
+  Clock* clock_;
+  std::unique_ptr<Fabric> fabric_;
+  std::vector<std::unique_ptr<detail::NicCore>> cores_;
+  std::vector<std::unique_ptr<Nic>> nics_;
+
+  // Control commands handed to the engine thread.
+  struct Command {
+    const std::function<void()>* fn;
+    bool done = false;
+  };
+  std::mutex cmd_mu_;
+  std::condition_variable cmd_cv_;
+  std::vector<Command*> commands_;
+  std::atomic<bool> commands_pending_{false};
+
+  Parker parker_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::thread::id engine_thread_id_;
+  Counter passes_, busy_passes_, sleeps_;
+  std::atomic<uint64_t> thread_cpu_ns_{0};
+};
+
+}  // namespace ferry::nic

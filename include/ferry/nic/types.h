@@ -1,0 +1,234 @@
+// Verbs vocabulary of the software RNIC: opcodes, completion statuses, work
+// requests and object attributes. Names follow libibverbs (ibv_wr_opcode,
+// ibv_wc_status, ibv_qp_attr, ...) so that a verbs programmer can read them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace ferry::nic {
+
+class CompletionQueue;
+class CompletionChannel;
+class QueuePair;
+class SharedReceiveQueue;
+
+// Memory-region and QP access flags (ibv_access_flags).
+enum Access : uint32_t {
+  kAccessLocalWrite = 1u << 0,
+  kAccessRemoteWrite = 1u << 1,
+  kAccessRemoteRead = 1u << 2,
+  kAccessRemoteAtomic = 1u << 3,
+};
+constexpr uint32_t kAccessAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+// RC queue-pair states (ibv_qp_state; SQD/SQE are not modeled).
+enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kError };
+std::string_view qp_state_name(QpState s);
+
+// Send-queue work request opcodes. The numeric values are the `opcode` byte of
+// the in-memory WQE (docs/wqe-format.md) and must not change.
+enum class WrOpcode : uint8_t {
+  kRdmaWrite = 0,
+  kRdmaWriteWithImm = 1,
+  kSend = 2,
+  kSendWithImm = 3,
+  kRdmaRead = 4,
+  kAtomicCmpAndSwp = 5,
+  kAtomicFetchAndAdd = 6,
+  kNop = 7,
+  // Cross-channel (CORE-Direct) requests; local to the NIC, no network traffic.
+  kWait = 8,        // stall this queue until cq.completions_total() >= index
+  kSendEnable = 9,  // let a managed send queue execute WQEs below index
+  kRecvEnable = 10, // let a managed receive queue expose WQEs below index
+  // IBTA 1.5 memory placement (see docs/persistence.md once implemented).
+  kFlush = 11,
+};
+constexpr uint8_t kWrOpcodeCount = 12;
+std::string_view wr_opcode_name(WrOpcode op);
+
+// Send flags (ibv_send_flags).
+enum SendFlags : uint8_t {
+  kSendSignaled = 1u << 0,   // produce a CQE on success
+  kSendFence = 1u << 1,      // start only after prior READ/ATOMIC WRs completed
+  kSendSolicited = 1u << 2,  // set the solicited-event bit on the message
+  kSendInline = 1u << 3,     // copy the payload into the WQE at post time
+};
+
+// Work-completion opcodes (ibv_wc_opcode).
+enum class WcOpcode : uint8_t {
+  kSend = 0,
+  kRdmaWrite,
+  kRdmaRead,
+  kCompSwap,
+  kFetchAdd,
+  kNop,
+  kWait,
+  kSendEnable,
+  kRecvEnable,
+  kFlush,
+  kRecv = 128,
+  kRecvRdmaWithImm,
+};
+std::string_view wc_opcode_name(WcOpcode op);
+
+// Work-completion statuses (ibv_wc_status subset).
+enum class WcStatus : uint8_t {
+  kSuccess = 0,
+  kLocLenErr,         // local length error (message larger than the RECV buffers)
+  kLocQpOpErr,        // malformed WQE (unknown opcode, too many SGEs, ...)
+  kLocProtErr,        // local SGE failed lkey/bounds/access checks
+  kWrFlushErr,        // QP in ERROR: request flushed without executing
+  kRemInvReqErr,      // responder NAKed: invalid request (length, alignment, opcode)
+  kRemAccessErr,      // responder NAKed: rkey/bounds/permission violation
+  kRemOpErr,          // responder NAKed: it failed to complete the operation
+  kRetryExcErr,       // transport retry counter exceeded (no ACK)
+  kRnrRetryExcErr,    // RNR retry counter exceeded (no RECV at responder)
+  kGeneralErr,
+};
+std::string_view wc_status_name(WcStatus s);
+
+// One completion (ibv_wc).
+struct WorkCompletion {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  WcOpcode opcode = WcOpcode::kSend;
+  bool has_imm = false;
+  bool solicited = false;
+  uint32_t byte_len = 0;
+  uint32_t imm_data = 0;
+  uint32_t qp_num = 0;      // the local QP this completion belongs to
+  uint32_t src_qp = 0;      // remote QP number that sent the message (receives)
+  uint32_t wqe_index = 0;   // low 16 bits of the absolute WQE index in its queue
+};
+
+// Scatter/gather element (ibv_sge).
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+// Send work request (ibv_send_wr). The sg_list span only needs to live for the
+// duration of the post call.
+struct SendWr {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  uint8_t flags = 0;  // SendFlags
+  std::span<const Sge> sg_list;
+  uint32_t imm_data = 0;
+  // RDMA WRITE/READ/FLUSH target, and ATOMIC target.
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  // ATOMIC operands: compare (CMP_AND_SWP) or add (FETCH_AND_ADD), and swap.
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // WAIT: the CQ and the absolute completion count to wait for.
+  const CompletionQueue* wait_cq = nullptr;
+  // SEND_ENABLE / RECV_ENABLE: the managed queue and the absolute index.
+  const QueuePair* enable_qp = nullptr;
+  // WAIT index or ENABLE index (absolute, since creation).
+  uint64_t index = 0;
+  // FLUSH placement type: false = global visibility, true = persistence.
+  bool flush_persistent = true;
+};
+
+// Receive work request (ibv_recv_wr).
+struct RecvWr {
+  uint64_t wr_id = 0;
+  std::span<const Sge> sg_list;
+};
+
+struct QpCapabilities {
+  uint32_t max_send_wr = 128;     // rounded up to a power of two
+  uint32_t max_recv_wr = 128;     // rounded up to a power of two
+  uint32_t max_send_sge = 1;
+  uint32_t max_recv_sge = 1;
+  uint32_t max_inline_data = 0;
+};
+
+struct QpInitAttr {
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  SharedReceiveQueue* srq = nullptr;  // receives come from the SRQ when set
+  QpCapabilities cap;
+  bool sq_sig_all = false;            // every send WR produces a CQE
+  // Managed queues (mlx5 cd_slave): execute only up to the index that
+  // SEND_ENABLE / RECV_ENABLE requests on another queue of the same NIC set.
+  bool managed_send = false;
+  bool managed_recv = false;
+  // Optional caller-provided ring memory (e.g. a persistent-memory region);
+  // when empty the NIC allocates page-aligned DRAM. Must be 64-byte aligned and
+  // at least the ring size (see QueuePair::send_ring()).
+  std::span<uint8_t> send_ring_memory;
+  std::span<uint8_t> recv_ring_memory;
+};
+
+// QP attribute mask for QueuePair::modify (ibv_qp_attr_mask).
+enum QpAttrMask : uint32_t {
+  kQpState = 1u << 0,
+  kQpAccessFlags = 1u << 1,
+  kQpPathMtu = 1u << 2,
+  kQpDest = 1u << 3,            // dest_nic + dest_qp_num (the address vector)
+  kQpRqPsn = 1u << 4,
+  kQpSqPsn = 1u << 5,
+  kQpMaxDestRdAtomic = 1u << 6,
+  kQpMinRnrTimer = 1u << 7,
+  kQpTimeout = 1u << 8,
+  kQpRetryCnt = 1u << 9,
+  kQpRnrRetry = 1u << 10,
+  kQpMaxRdAtomic = 1u << 11,
+};
+
+struct QpAttr {
+  QpState state = QpState::kReset;
+  uint32_t access_flags = 0;        // remote access the QP allows (Access)
+  uint32_t path_mtu = 4096;         // 256, 512, 1024, 2048 or 4096
+  uint32_t dest_nic = 0;            // address of the remote NIC
+  uint32_t dest_qp_num = 0;
+  uint32_t rq_psn = 0;              // 24-bit
+  uint32_t sq_psn = 0;              // 24-bit
+  uint8_t max_dest_rd_atomic = 16;  // READ/ATOMIC the responder keeps for replay
+  uint8_t min_rnr_timer = 1;        // IBTA 5-bit code: 1 = 10 us ... 0 = 655 ms
+  uint8_t timeout = 14;             // local ACK timeout 4.096 us * 2^timeout; 0 = infinite
+  uint8_t retry_cnt = 7;            // 0..7 transport retries
+  uint8_t rnr_retry = 7;            // 0..7 RNR retries; 7 = infinite
+  uint8_t max_rd_atomic = 16;       // READ/ATOMIC this QP keeps outstanding
+};
+
+struct CqInitAttr {
+  uint32_t cqe = 256;               // capacity, rounded up to a power of two
+  // Count completions only: stores no CQE, never overruns. For queues nobody
+  // polls, whose completions only feed WAIT requests.
+  bool count_only = false;
+  CompletionChannel* channel = nullptr;  // where armed events are delivered
+};
+
+struct SrqInitAttr {
+  uint32_t max_wr = 256;           // rounded up to a power of two
+  uint32_t max_sge = 1;
+  uint32_t srq_limit = 0;          // armed limit; 0 = not armed
+  std::span<uint8_t> ring_memory;  // optional, as for QPs
+};
+
+// Asynchronous events (ibv_async_event subset).
+enum class AsyncEventType : uint8_t {
+  kCqError,           // CQ overrun; the CQ and its QPs are in error
+  kQpFatal,           // QP moved to ERROR because of a CQ error
+  kSrqLimitReached,   // SRQ WQE count dropped below the armed limit (disarms)
+  kQpLastWqeReached,  // SRQ-attached QP in ERROR will consume no more WQEs
+};
+std::string_view async_event_name(AsyncEventType t);
+
+struct AsyncEvent {
+  AsyncEventType type;
+  uint32_t number;  // CQ, QP or SRQ number
+};
+
+// IBTA local ACK timeout: 4.096 us * 2^code; 0 means infinite (returns 0).
+uint64_t ack_timeout_ns(uint8_t code);
+// IBTA RNR NAK timer (5-bit code, IBTA Table 45) in nanoseconds.
+uint64_t rnr_timer_ns(uint8_t code);
+
+}  // namespace ferry::nic

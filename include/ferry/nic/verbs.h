@@ -1,0 +1,270 @@
+// The verbs API of Ferry's software RDMA NIC.
+//
+// Objects mirror libibverbs: a Nic (one per emulated host; ibv_context),
+// ProtectionDomain, MemoryRegion, CompletionChannel, CompletionQueue,
+// SharedReceiveQueue and RC QueuePair. Semantics are those of
+// ../shared/verbs-semantics.md (IBTA Vol. 1 ch. 9-11) and are tested by the
+// conformance suite in tests/nic/.
+//
+// Creation returns owning handles; destroying a handle releases the object.
+// Destroy in dependency order, as with verbs: QPs before the CQs, SRQs and PD
+// they use, MRs before their PD (violations assert).
+//
+// Threads: every object may be created and destroyed from any thread. A given
+// QueuePair's post_send must be called by one thread at a time, likewise its
+// post_recv, a CQ's poll, and an SRQ's post_recv; different objects are
+// independent. The NIC itself runs on the Engine (engine.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "ferry/common/status.h"
+#include "ferry/nic/host_memory.h"
+#include "ferry/nic/types.h"
+
+namespace ferry::nic {
+
+namespace detail {
+class NicCore;
+struct QpCore;
+struct CqCore;
+struct SrqCore;
+struct MrEntry;
+struct ChannelCore;
+}  // namespace detail
+
+class ProtectionDomain {
+ public:
+  ~ProtectionDomain();
+  ProtectionDomain(const ProtectionDomain&) = delete;
+  ProtectionDomain& operator=(const ProtectionDomain&) = delete;
+  uint32_t handle() const { return handle_; }
+
+ private:
+  friend class Nic;
+  ProtectionDomain(detail::NicCore* nic, uint32_t handle) : nic_(nic), handle_(handle) {}
+  detail::NicCore* nic_;
+  uint32_t handle_;
+};
+
+// A registered memory region. The memory is the caller's and must stay
+// mapped until the MemoryRegion is destroyed.
+class MemoryRegion {
+ public:
+  ~MemoryRegion();  // deregisters (ibv_dereg_mr)
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  uint32_t lkey() const { return lkey_; }
+  uint32_t rkey() const { return rkey_; }
+  uint8_t* addr() const { return addr_; }
+  uint64_t iova() const { return reinterpret_cast<uint64_t>(addr_); }
+  size_t length() const { return length_; }
+  uint32_t access() const { return access_; }
+  // An SGE covering [offset, offset+length) of this region (not bounds-checked:
+  // the NIC checks when it executes).
+  Sge sge(size_t offset, uint32_t length) const { return Sge{iova() + offset, length, lkey_}; }
+
+ private:
+  friend class Nic;
+  MemoryRegion(detail::NicCore* nic, uint8_t* addr, size_t length, uint32_t access, uint32_t key)
+      : nic_(nic), addr_(addr), length_(length), access_(access), lkey_(key), rkey_(key) {}
+  detail::NicCore* nic_;
+  uint8_t* addr_;
+  size_t length_;
+  uint32_t access_;
+  uint32_t lkey_;
+  uint32_t rkey_;
+};
+
+// Completion event channel (ibv_comp_channel): an armed CQ posts one event
+// here on its next (solicited) completion.
+class CompletionChannel {
+ public:
+  ~CompletionChannel();
+  CompletionChannel(const CompletionChannel&) = delete;
+  CompletionChannel& operator=(const CompletionChannel&) = delete;
+
+  // A file descriptor that is readable while an event is pending (for
+  // poll/epoll). Owned by the channel.
+  int fd() const;
+  // Waits up to timeout_ms (-1 = forever) for an event and returns its CQ.
+  // kTimedOut if none arrived. The CQ must be re-armed to get another event.
+  Result<CompletionQueue*> get_event(int timeout_ms);
+
+ private:
+  friend class Nic;
+  explicit CompletionChannel(std::unique_ptr<detail::ChannelCore> core);
+  std::unique_ptr<detail::ChannelCore> core_;
+};
+
+class CompletionQueue {
+ public:
+  ~CompletionQueue();
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  // Moves up to out.size() completions into `out`, oldest first; returns the
+  // number moved. kFailedPrecondition if the CQ overran (it is then in
+  // error, as are its QPs) and kInvalidArgument for a count-only CQ.
+  Result<uint32_t> poll(std::span<WorkCompletion> out);
+  // Arms the CQ: its next completion (next solicited one, or any error, if
+  // solicited_only) posts one event to the channel. Poll again after arming
+  // to close the race with completions that arrived before.
+  Status req_notify(bool solicited_only);
+  // Completions produced since creation (absolute; what WAIT compares to).
+  uint64_t completions_total() const;
+  uint32_t number() const;
+  uint32_t capacity() const;
+  bool count_only() const;
+
+ private:
+  friend class Nic;
+  friend class QueuePair;
+  CompletionQueue(detail::NicCore* nic, detail::CqCore* core) : nic_(nic), core_(core) {}
+  detail::NicCore* nic_;
+  detail::CqCore* core_;
+  uint64_t consumer_ = 0;  // app-owned consumer index
+};
+
+class SharedReceiveQueue {
+ public:
+  ~SharedReceiveQueue();
+  SharedReceiveQueue(const SharedReceiveQueue&) = delete;
+  SharedReceiveQueue& operator=(const SharedReceiveQueue&) = delete;
+
+  // Appends receive WQEs (all or none). kResourceExhausted if full,
+  // kInvalidArgument if a WR has too many SGEs.
+  Status post_recv(std::span<const RecvWr> wrs);
+  Status post_recv(const RecvWr& wr) { return post_recv(std::span<const RecvWr>(&wr, 1)); }
+  // Arms the limit: one kSrqLimitReached event when fewer than `limit` WQEs
+  // remain posted. 0 disarms.
+  Status arm_limit(uint32_t limit);
+  uint32_t number() const;
+  uint32_t depth() const;
+  uint32_t stride() const;
+  std::span<uint8_t> ring() const;
+  uint64_t posted() const;    // absolute producer index
+  uint64_t consumed() const;  // absolute consumer index (WQEs taken by the NIC)
+
+ private:
+  friend class Nic;
+  SharedReceiveQueue(detail::NicCore* nic, detail::SrqCore* core) : nic_(nic), core_(core) {}
+  detail::NicCore* nic_;
+  detail::SrqCore* core_;
+};
+
+class QueuePair {
+ public:
+  ~QueuePair();
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+
+  uint32_t qp_num() const;
+  QpState state() const;
+  // ibv_modify_qp: moves the QP along RESET -> INIT -> RTR -> RTS, or to
+  // ERROR/RESET from any state. The attributes each transition requires must
+  // be in `mask` (kInvalidArgument otherwise, naming the missing one).
+  Status modify(const QpAttr& attr, uint32_t mask);
+  QpAttr attributes() const;
+
+  // Writes WQEs into the send ring and rings the doorbell (one doorbell for
+  // the batch). All-or-nothing: kFailedPrecondition in RESET/INIT/RTR,
+  // kInvalidArgument for a malformed WR, kResourceExhausted if the ring lacks
+  // space (slots free in order, when a later signaled WR completes). For a
+  // managed send queue the WQEs are written but run only once enabled.
+  Status post_send(std::span<const SendWr> wrs);
+  Status post_send(const SendWr& wr) { return post_send(std::span<const SendWr>(&wr, 1)); }
+  // Receive WQEs; allowed from INIT on. kInvalidArgument on an SRQ-attached QP.
+  Status post_recv(std::span<const RecvWr> wrs);
+  Status post_recv(const RecvWr& wr) { return post_recv(std::span<const RecvWr>(&wr, 1)); }
+
+  // The work queues in host memory (docs/wqe-format.md). They may be
+  // registered as memory regions; slot i of a ring is at ring + (i % depth) *
+  // stride. The NIC reads a WQE only when it starts executing it.
+  std::span<uint8_t> send_ring() const;
+  uint32_t send_stride() const;
+  uint32_t send_depth() const;
+  std::span<uint8_t> recv_ring() const;
+  uint32_t recv_stride() const;
+  uint32_t recv_depth() const;
+  uint8_t* send_wqe(uint64_t index) const;
+  uint8_t* recv_wqe(uint64_t index) const;
+  uint64_t send_posted() const;  // absolute producer index of the send queue
+  uint64_t recv_posted() const;
+  const QpCapabilities& cap() const;
+  bool managed_send() const;
+  bool managed_recv() const;
+
+ private:
+  friend class Nic;
+  QueuePair(detail::NicCore* nic, detail::QpCore* core) : nic_(nic), core_(core) {}
+  detail::NicCore* nic_;
+  detail::QpCore* core_;
+};
+
+// Counters of one NIC (snapshots; monotonically increasing).
+struct NicCounters {
+  uint64_t tx_packets = 0;
+  uint64_t rx_packets = 0;
+  uint64_t rx_malformed = 0;        // failed header/payload parsing: dropped
+  uint64_t rx_unknown_qp = 0;       // no such QP, or QP not able to receive: dropped
+  uint64_t rx_duplicates = 0;       // duplicate requests seen by responders
+  uint64_t rx_out_of_sequence = 0;  // requests ahead of the expected PSN: dropped
+  uint64_t seq_naks_sent = 0;
+  uint64_t rnr_naks_sent = 0;
+  uint64_t error_naks_sent = 0;
+  uint64_t acks_sent = 0;
+  uint64_t retransmitted_packets = 0;
+  uint64_t ack_timeouts = 0;
+  uint64_t rnr_retries = 0;
+  uint64_t atomic_replays = 0;      // duplicate atomics answered from saved results
+  uint64_t read_replays = 0;        // duplicate READs re-executed
+  uint64_t doorbells = 0;
+  uint64_t wqes_fetched = 0;
+  uint64_t cqes_written = 0;
+};
+
+struct NicOptions {
+  std::string name;                 // for logs and reports
+  HostMemory* memory = nullptr;     // DMA seam; DRAM when null
+  uint32_t max_qps = 4096;
+  uint32_t max_mrs = 65536;
+  uint32_t max_cqs = 4096;
+  uint32_t max_srqs = 1024;
+};
+
+// One emulated host adapter (ibv_context). Created by Engine::add_nic and
+// owned by the Engine.
+class Nic {
+ public:
+  uint32_t address() const;
+  const std::string& name() const;
+
+  Result<std::unique_ptr<ProtectionDomain>> alloc_pd();
+  // Registers [addr, addr+length) with the given Access flags. Remote write
+  // or atomic access requires local write (as in IBTA), else kInvalidArgument.
+  Result<std::unique_ptr<MemoryRegion>> reg_mr(ProtectionDomain& pd, void* addr, size_t length,
+                                               uint32_t access);
+  Result<std::unique_ptr<CompletionChannel>> create_comp_channel();
+  Result<std::unique_ptr<CompletionQueue>> create_cq(const CqInitAttr& attr);
+  Result<std::unique_ptr<SharedReceiveQueue>> create_srq(ProtectionDomain& pd, const SrqInitAttr& attr);
+  Result<std::unique_ptr<QueuePair>> create_qp(ProtectionDomain& pd, const QpInitAttr& attr);
+
+  // Next asynchronous event, if any (ibv_get_async_event, non-blocking).
+  std::optional<AsyncEvent> poll_async_event();
+  NicCounters counters() const;
+
+  detail::NicCore* core() const { return core_; }
+
+ private:
+  friend class Engine;
+  explicit Nic(detail::NicCore* core) : core_(core) {}
+  detail::NicCore* core_;
+};
+
+}  // namespace ferry::nic

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Ferry needs, only those missing.
+# Usage: scripts/install-deps.sh [--check]
+#   --check  list missing packages and exit 1 if any (installs nothing).
+# Runs apt-get as root (or through sudo when available). Idempotent and quiet
+# when everything is present, so `make demo` / `make test` can call it every time.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  clang libclang-rt-14-dev          # libFuzzer and sanitizer runtimes for clang builds
+  libgtest-dev libgmock-dev         # GoogleTest under ctest
+  libcli11-dev                      # CLI parsing for the ferry tool
+  libfmt-dev                        # formatting
+  nlohmann-json3-dev                # JSON output of benchmarks
+  gnuplot-nox                       # plots of benchmark JSON
+  jq                                # JSON -> table for plot scripts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+if [[ "${1:-}" == "--check" ]]; then
+  echo "missing Debian packages: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "ferry: installing missing Debian packages: ${missing[*]}"
+run_root=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    run_root=(sudo)
+  else
+    echo "ferry: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! "${run_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/ferry-apt.log 2>&1; then
+  echo "ferry: apt-get install failed; refreshing package lists and retrying" >&2
+  "${run_root[@]}" apt-get update >>/tmp/ferry-apt.log 2>&1 || true
+  if ! "${run_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >>/tmp/ferry-apt.log 2>&1; then
+    echo "ferry: could not install ${missing[*]}; see /tmp/ferry-apt.log" >&2
+    tail -20 /tmp/ferry-apt.log >&2
+    exit 1
+  fi
+fi

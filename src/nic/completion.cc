@@ -1,0 +1,141 @@
+// Completion queues: the NIC writes CQEs into a ring (owner-byte protocol,
+// docs/wqe-format.md), the application polls them; count-only CQs only
+// count. Armed CQs raise one event on their completion channel.
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "nic_core.h"
+
+namespace ferry::nic {
+namespace detail {
+
+void NicCore::complete(CqCore* cq, const WorkCompletion& wc) {
+  if (cq->error.load(std::memory_order_relaxed)) return;  // an overrun CQ drops completions
+  if (!cq->count_only) {
+    if (cq->produced - cq->consumer.load(std::memory_order_acquire) >= cq->depth) {
+      cq_overrun(cq);
+      return;
+    }
+    Cqe* cqe = &cq->ring[cq->produced & (cq->depth - 1)];
+    cqe->wr_id = wc.wr_id;
+    cqe->byte_len = wc.byte_len;
+    cqe->imm_data = wc.imm_data;
+    cqe->qp_num = wc.qp_num;
+    cqe->src_qp = wc.src_qp;
+    cqe->wqe_index = static_cast<uint16_t>(wc.wqe_index);
+    cqe->opcode = static_cast<uint8_t>(wc.opcode);
+    cqe->status = static_cast<uint8_t>(wc.status);
+    cqe->flags = static_cast<uint8_t>((wc.has_imm ? kCqeFlagImm : 0) | (wc.solicited ? kCqeFlagSolicited : 0));
+    const uint8_t owner = static_cast<uint8_t>(((cq->produced / cq->depth) & 1) + 1);
+    std::atomic_ref<uint8_t>(cqe->owner).store(owner, std::memory_order_release);
+    counters_.cqes_written.inc();
+  }
+  ++cq->produced;
+  cq->total.store(cq->produced, std::memory_order_release);
+  if (cq->waiters != nullptr) wake_waiters(cq);
+  const uint8_t armed = cq->armed.load(std::memory_order_acquire);
+  if (armed != 0 && cq->channel != nullptr) {
+    const bool fire = armed == 1 || wc.solicited || wc.status != WcStatus::kSuccess;
+    if (fire && cq->armed.exchange(0, std::memory_order_acq_rel) != 0) {
+      ChannelCore* ch = cq->channel;
+      {
+        std::lock_guard<std::mutex> lock(ch->mu);
+        ch->events.push_back(cq->handle);
+      }
+      const uint64_t one = 1;
+      ssize_t n = write(ch->event_fd, &one, sizeof(one));
+      (void)n;
+    }
+  }
+}
+
+void NicCore::cq_overrun(CqCore* cq) {
+  cq->error.store(true, std::memory_order_release);
+  push_async_event({AsyncEventType::kCqError, cq->number});
+  // verbs-semantics: the CQ goes to error and the QPs using it too.
+  for (auto& qp : qps_) {
+    if (qp && (qp->send_cq == cq || qp->recv_cq == cq) && qp->state.load(std::memory_order_relaxed) != QpState::kError) {
+      push_async_event({AsyncEventType::kQpFatal, qp->qpn});
+      enter_error(qp.get());
+    }
+  }
+}
+
+}  // namespace detail
+
+Result<uint32_t> CompletionQueue::poll(std::span<WorkCompletion> out) {
+  detail::CqCore* cq = core_;
+  if (cq->count_only) return invalid_argument("poll: CQ " + std::to_string(cq->number) + " is count-only");
+  uint32_t n = 0;
+  while (n < out.size()) {
+    const Cqe* cqe = &cq->ring[consumer_ & (cq->depth - 1)];
+    const uint8_t expected = static_cast<uint8_t>(((consumer_ / cq->depth) & 1) + 1);
+    const uint8_t owner = std::atomic_ref<const uint8_t>(cqe->owner).load(std::memory_order_acquire);
+    if (owner != expected) break;
+    WorkCompletion& wc = out[n];
+    wc.wr_id = cqe->wr_id;
+    wc.byte_len = cqe->byte_len;
+    wc.imm_data = cqe->imm_data;
+    wc.qp_num = cqe->qp_num;
+    wc.src_qp = cqe->src_qp;
+    wc.wqe_index = cqe->wqe_index;
+    wc.opcode = static_cast<WcOpcode>(cqe->opcode);
+    wc.status = static_cast<WcStatus>(cqe->status);
+    wc.has_imm = (cqe->flags & kCqeFlagImm) != 0;
+    wc.solicited = (cqe->flags & kCqeFlagSolicited) != 0;
+    ++consumer_;
+    ++n;
+  }
+  if (n != 0) {
+    cq->consumer.store(consumer_, std::memory_order_release);
+    return n;
+  }
+  if (cq->error.load(std::memory_order_acquire)) {
+    return failed_precondition("poll: CQ " + std::to_string(cq->number) + " overran and is in error");
+  }
+  return 0u;
+}
+
+Status CompletionQueue::req_notify(bool solicited_only) {
+  if (core_->channel == nullptr) return failed_precondition("req_notify: CQ has no completion channel");
+  core_->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  return ok_status();
+}
+
+uint64_t CompletionQueue::completions_total() const { return core_->total.load(std::memory_order_acquire); }
+uint32_t CompletionQueue::number() const { return core_->number; }
+uint32_t CompletionQueue::capacity() const { return core_->depth; }
+bool CompletionQueue::count_only() const { return core_->count_only; }
+
+CompletionChannel::CompletionChannel(std::unique_ptr<detail::ChannelCore> core) : core_(std::move(core)) {}
+CompletionChannel::~CompletionChannel() = default;
+int CompletionChannel::fd() const { return core_->event_fd; }
+
+Result<CompletionQueue*> CompletionChannel::get_event(int timeout_ms) {
+  // The event list is the truth; the eventfd only wakes pollers and is
+  // drained whenever it is seen readable.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(core_->mu);
+      if (!core_->events.empty()) {
+        CompletionQueue* cq = core_->events.front();
+        core_->events.pop_front();
+        return cq;
+      }
+    }
+    pollfd pfd{core_->event_fd, POLLIN, 0};
+    const int rc = ::poll(&pfd, 1, timeout_ms);
+    if (rc == 0) return timed_out("get_event: no completion event within " + std::to_string(timeout_ms) + " ms");
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return internal_error("get_event: poll failed");
+    }
+    uint64_t drained;
+    ssize_t n = read(core_->event_fd, &drained, sizeof(drained));
+    (void)n;
+  }
+}
+
+}  // namespace ferry::nic

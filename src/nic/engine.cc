@@ -1,0 +1,204 @@
+// The engine loop: drives every NIC and the fabric, in a thread of its own or
+// step by step under a caller (deterministic simulation).
+#include "ferry/nic/engine.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "ferry/common/cpu.h"
+#include "nic_core.h"
+
+namespace ferry::nic {
+
+Engine::Engine(const EngineOptions& options)
+    : options_(options), clock_(options.clock ? options.clock : &SteadyClock::instance()) {
+  fabric_ = std::make_unique<Fabric>(options.fabric_queue_packets, options.fabric_buffers, options.faults);
+  if (options_.threaded) {
+    thread_ = std::thread([this] { thread_main(); });
+    engine_thread_id_ = thread_.get_id();
+  }
+}
+
+Engine::~Engine() {
+  if (thread_.joinable()) {
+    stop_.store(true, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    parker_.unpark();
+    thread_.join();
+  }
+}
+
+bool Engine::on_engine_thread() const { return std::this_thread::get_id() == engine_thread_id_; }
+
+Result<Nic*> Engine::add_nic(const NicOptions& options) {
+  Nic* nic = nullptr;
+  run_control([&] {
+    auto core = std::make_unique<detail::NicCore>(this, fabric_.get(), options);
+    nic = new Nic(core.get());
+    core->set_handle(nic);
+    cores_.push_back(std::move(core));
+    nics_.push_back(std::unique_ptr<Nic>(nic));
+  });
+  return nic;
+}
+
+Nic* Engine::nic(uint32_t address) const {
+  Nic* result = nullptr;
+  const_cast<Engine*>(this)->run_control([&] {
+    if (address < nics_.size()) result = nics_[address].get();
+  });
+  return result;
+}
+
+void Engine::run_control(const std::function<void()>& fn) {
+  if (!options_.threaded || !thread_.joinable() || on_engine_thread()) {
+    fn();
+    return;
+  }
+  Command cmd{&fn};
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    commands_.push_back(&cmd);
+    commands_pending_.store(true, std::memory_order_seq_cst);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  parker_.unpark();
+  std::unique_lock<std::mutex> lock(cmd_mu_);
+  cmd_cv_.wait(lock, [&] { return cmd.done; });
+}
+
+bool Engine::run_commands() {
+  if (!commands_pending_.load(std::memory_order_acquire)) return false;
+  std::vector<Command*> batch;
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    batch.swap(commands_);
+    commands_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (Command* cmd : batch) (*cmd->fn)();
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    for (Command* cmd : batch) cmd->done = true;
+  }
+  cmd_cv_.notify_all();
+  return !batch.empty();
+}
+
+bool Engine::pass(uint64_t now) {
+  bool work = run_commands();
+  fabric_->release_due(now);
+  for (auto& core : cores_) work |= core->poll(now);
+  // Deliver until the fabric is quiet (bounded), so a request, its ACK and
+  // the completion can all happen within one pass.
+  for (int round = 0; round < 4; ++round) {
+    bool any = false;
+    for (auto& core : cores_) {
+      const uint32_t address = core->address();
+      if (!fabric_->has_inbound(address)) continue;
+      fabric_->deliver(address, options_.rx_budget, now);
+      core->end_rx_batch(now);
+      any = true;
+    }
+    if (!any) break;
+    work = true;
+  }
+  passes_.inc();
+  if (work) busy_passes_.inc();
+  return work;
+}
+
+uint64_t Engine::next_deadline_ns() const {
+  uint64_t next = fabric_->next_due_ns();
+  for (const auto& core : cores_) next = std::min(next, core->next_timer_ns());
+  return next;
+}
+
+bool Engine::step() { return pass(clock_->now_ns()); }
+
+Status Engine::run_until_idle(uint64_t max_time_ns) { return simulate(nullptr, max_time_ns); }
+
+Status Engine::run_until(const std::function<bool()>& pred, uint64_t max_time_ns) {
+  return simulate(&pred, max_time_ns);
+}
+
+Status Engine::simulate(const std::function<bool()>* pred, uint64_t max_time_ns) {
+  FERRY_ASSERT(!options_.threaded, "run_until is for manual (unthreaded) engines");
+  auto* fake = dynamic_cast<FakeClock*>(clock_);
+  const uint64_t start = clock_->now_ns();
+  for (;;) {
+    if (pred != nullptr && (*pred)()) return ok_status();
+    const uint64_t now = clock_->now_ns();
+    if (pass(now)) continue;
+    bool busy = !fabric_->idle();
+    for (const auto& core : cores_) busy |= core->busy();
+    if (busy) continue;
+    const uint64_t deadline = next_deadline_ns();
+    if (deadline == UINT64_MAX) {
+      // Nothing will ever happen again on its own.
+      if (pred == nullptr || (*pred)()) return ok_status();
+      return timed_out("engine idle before the condition held");
+    }
+    if (deadline - std::min(deadline, start) > max_time_ns) {
+      return timed_out("simulated time limit reached with work pending");
+    }
+    if (fake != nullptr) {
+      fake->advance_to(deadline);
+    } else if (clock_->now_ns() - start > max_time_ns) {
+      return timed_out("time limit reached with work pending");
+    }
+  }
+}
+
+void Engine::thread_main() {
+  if (options_.cpu >= 0) (void)pin_current_thread(options_.cpu);
+  if (options_.fifo_priority > 0) (void)set_current_thread_fifo(options_.fifo_priority);
+  uint64_t idle_since = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const uint64_t now = clock_->now_ns();
+    if (pass(now)) {
+      idle_since = 0;
+      continue;
+    }
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < options_.spin_ns) {
+      cpu_relax();
+      continue;
+    }
+    // Sleep until a doorbell, a control command, or the next deadline.
+    parker_.prepare_park();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    bool busy = commands_pending_.load(std::memory_order_relaxed) || !fabric_->idle() ||
+                stop_.load(std::memory_order_relaxed);
+    for (const auto& core : cores_) busy |= core->busy();
+    const uint64_t deadline = next_deadline_ns();
+    const uint64_t now2 = clock_->now_ns();
+    if (busy || (deadline != UINT64_MAX && deadline <= now2)) {
+      parker_.cancel_park();
+      continue;
+    }
+    sleeps_.inc();
+    parker_.park(deadline == UINT64_MAX ? 0 : deadline - now2);
+    idle_since = 0;
+  }
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.passes = passes_.get();
+  s.busy_passes = busy_passes_.get();
+  s.sleeps = sleeps_.get();
+  s.wakeups = parker_.wakeups();
+  if (thread_.joinable()) {
+    clockid_t cid;
+    if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &cid) == 0) {
+      timespec ts{};
+      clock_gettime(cid, &ts);
+      s.thread_cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+    }
+  }
+  return s;
+}
+
+}  // namespace ferry::nic

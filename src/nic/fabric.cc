@@ -1,0 +1,217 @@
+// In-process fabric with a seeded fault model (see fabric.h).
+#include "ferry/nic/fabric.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "nic_core.h"
+
+namespace ferry::nic {
+
+namespace {
+size_t round_pow2(size_t v) {
+  size_t r = 2;
+  while (r < v) r <<= 1;
+  return r;
+}
+// Min-heap on (due_ns, seq): std heap functions build max-heaps, so invert.
+bool later(const Packet& a, const Packet& b) { return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq; }
+}  // namespace
+
+Fabric::Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults)
+    : inbound_capacity_(round_pow2(std::max<size_t>(inbound_capacity, 16))),
+      request_high_water_(inbound_capacity_ * 3 / 4),
+      delayed_capacity_(inbound_capacity_),
+      faults_(faults),
+      rng_(faults.seed) {
+  buffer_memory_.resize(buffer_count * kBufferBytes);
+  free_buffers_.reserve(buffer_count);
+  for (size_t i = buffer_count; i > 0; --i) free_buffers_.push_back(static_cast<int32_t>(i - 1));
+  delayed_.reserve(delayed_capacity_);
+}
+
+uint32_t Fabric::attach(detail::NicCore* nic) {
+  nics_.push_back(nic);
+  queues_.emplace_back();
+  queues_.back().ring.resize(inbound_capacity_);
+  return static_cast<uint32_t>(nics_.size() - 1);
+}
+
+void Fabric::set_faults(const FaultModel& faults) {
+  faults_ = faults;
+  rng_.reseed(faults.seed);
+}
+
+bool Fabric::request_space(uint32_t dst) const {
+  return dst >= queues_.size() || queues_[dst].size < request_high_water_;
+}
+
+uint8_t* Fabric::alloc_buffer(int32_t* index) {
+  if (free_buffers_.empty()) return nullptr;
+  *index = free_buffers_.back();
+  free_buffers_.pop_back();
+  return buffer_memory_.data() + static_cast<size_t>(*index) * kBufferBytes;
+}
+
+void Fabric::free_buffer(int32_t index) { free_buffers_.push_back(index); }
+
+void Fabric::release(Packet& p) {
+  if (p.buffer >= 0) {
+    free_buffer(p.buffer);
+    p.buffer = -1;
+  }
+}
+
+bool Fabric::push_inbound(Packet& p) {
+  Queue& q = queues_[p.dst_nic];
+  if (q.size == q.ring.size()) {
+    counters_.dropped_overflow.inc();
+    release(p);
+    return false;
+  }
+  q.ring[(q.head + q.size) & (q.ring.size() - 1)] = p;
+  ++q.size;
+  return true;
+}
+
+bool Fabric::transmit(Packet& p, bool is_request, uint64_t now_ns) {
+  if (p.dst_nic >= queues_.size()) {
+    counters_.dropped_fault.inc();  // unroutable: lost on the wire
+    release(p);
+    return true;
+  }
+  if (is_request && queues_[p.dst_nic].size >= request_high_water_) {
+    counters_.request_backpressure.inc();
+    return false;
+  }
+  counters_.transmitted.inc();
+  if (tap_ && tap_(p)) {
+    release(p);
+    return true;
+  }
+  if (!faults_.enabled()) {
+    push_inbound(p);
+    return true;
+  }
+  if (rng_.chance(faults_.drop)) {
+    counters_.dropped_fault.inc();
+    release(p);
+    return true;
+  }
+  auto enqueue = [&](Packet& pkt) {
+    if (rng_.chance(faults_.delay) && faults_.delay_max_ns > 0 && delayed_.size() < delayed_capacity_) {
+      counters_.delayed_fault.inc();
+      pkt.due_ns = now_ns + rng_.between(1, faults_.delay_max_ns);
+      pkt.seq = seq_++;
+      delayed_.push_back(pkt);
+      std::push_heap(delayed_.begin(), delayed_.end(), later);
+    } else {
+      push_inbound(pkt);
+    }
+  };
+  if (rng_.chance(faults_.duplicate)) {
+    Packet copy = p;
+    copy.buffer = -1;
+    bool ok = true;
+    if (p.buffer >= 0) {
+      // The copy needs its own buffer: each delivery releases one.
+      uint8_t* mem = alloc_buffer(&copy.buffer);
+      if (mem != nullptr) {
+        std::memcpy(mem, p.payload, p.payload_len);
+        copy.payload = mem;
+      } else {
+        ok = false;
+      }
+    }
+    if (ok) {
+      counters_.duplicated_fault.inc();
+      enqueue(copy);
+    }
+  }
+  enqueue(p);
+  return true;
+}
+
+void Fabric::inject(const Packet& p) {
+  Packet copy = p;
+  copy.buffer = -1;
+  push_inbound(copy);
+}
+
+void Fabric::release_due(uint64_t now_ns) {
+  while (!delayed_.empty() && delayed_.front().due_ns <= now_ns) {
+    std::pop_heap(delayed_.begin(), delayed_.end(), later);
+    Packet p = delayed_.back();
+    delayed_.pop_back();
+    if (p.dst_nic == UINT32_MAX) continue;  // dropped by a failed materialize
+    push_inbound(p);
+  }
+}
+
+size_t Fabric::deliver(uint32_t address, size_t budget, uint64_t now_ns) {
+  Queue& q = queues_[address];
+  size_t n = 0;
+  while (n < budget && q.size != 0) {
+    Packet p = q.ring[q.head];
+    q.head = (q.head + 1) & (q.ring.size() - 1);
+    --q.size;
+    ++n;
+    if (p.dst_nic == UINT32_MAX) continue;  // dropped by a failed materialize
+    counters_.delivered.inc();
+    nics_[address]->on_packet(p, now_ns);
+    release(p);
+  }
+  return n;
+}
+
+uint64_t Fabric::next_due_ns() const { return delayed_.empty() ? UINT64_MAX : delayed_.front().due_ns; }
+
+bool Fabric::idle() const {
+  if (!delayed_.empty()) return false;
+  for (const Queue& q : queues_) {
+    if (q.size != 0) return false;
+  }
+  return true;
+}
+
+bool Fabric::materialize(Packet& p) {
+  if (p.buffer >= 0 || p.payload_len == 0 || p.dst_nic == UINT32_MAX) return true;
+  int32_t index = -1;
+  uint8_t* mem = alloc_buffer(&index);
+  if (mem == nullptr) {
+    counters_.materialize_failed.inc();
+    return false;
+  }
+  std::memcpy(mem, p.payload, p.payload_len);
+  p.payload = mem;
+  p.buffer = index;
+  counters_.materialized.inc();
+  return true;
+}
+
+template <typename Pred>
+void Fabric::materialize_if(Pred pred) {
+  auto visit = [&](Packet& p) {
+    if (p.buffer < 0 && p.payload_len != 0 && p.dst_nic != UINT32_MAX && pred(p) && !materialize(p)) {
+      p.dst_nic = UINT32_MAX;  // cannot keep its bytes: the packet is lost
+    }
+  };
+  for (Queue& q : queues_) {
+    for (size_t i = 0; i < q.size; ++i) visit(q.ring[(q.head + i) & (q.ring.size() - 1)]);
+  }
+  for (Packet& p : delayed_) visit(p);
+}
+
+void Fabric::materialize_range(const uint8_t* base, size_t len) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(base);
+  materialize_if([&](const Packet& p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p.payload);
+    return a >= lo && a - lo < len;
+  });
+}
+
+void Fabric::materialize_from(uint32_t nic, uint32_t qpn) {
+  materialize_if([&](const Packet& p) { return p.src_nic == nic && p.src_qpn == qpn; });
+}
+
+}  // namespace ferry::nic

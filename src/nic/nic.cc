@@ -1,0 +1,440 @@
+// Object management of the software RNIC: PDs, MRs, CQs, SRQs and QPs (the
+// control path). Every table mutation runs on the engine through
+// Engine::run_control, so the data path reads the tables without locks.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "nic_core.h"
+
+namespace ferry::nic {
+namespace detail {
+
+AlignedBuffer::AlignedBuffer(size_t bytes) {
+  size = (bytes + 4095) & ~size_t{4095};
+  if (size == 0) size = 4096;
+  ptr = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
+  FERRY_ASSERT(ptr != nullptr, "out of memory allocating ", size, " bytes");
+  std::memset(ptr, 0, size);
+}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(ptr);
+    ptr = o.ptr;
+    size = o.size;
+    o.ptr = nullptr;
+    o.size = 0;
+  }
+  return *this;
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(ptr); }
+
+ChannelCore::ChannelCore() {
+  event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  FERRY_ASSERT(event_fd >= 0, "eventfd failed");
+}
+ChannelCore::~ChannelCore() {
+  if (event_fd >= 0) close(event_fd);
+}
+
+static uint32_t round_pow2(uint32_t v, uint32_t min_value) {
+  uint32_t r = min_value;
+  while (r < v) r <<= 1;
+  return r;
+}
+
+NicCore::NicCore(Engine* engine, Fabric* fabric, const NicOptions& options)
+    : engine_(engine),
+      fabric_(fabric),
+      options_(options),
+      memory_(options.memory ? options.memory : &DramHostMemory::instance()),
+      doorbells_(round_pow2(options.max_qps, 2)) {
+  const uint32_t max_qps = round_pow2(std::max(options.max_qps, 2u), 2);
+  qp_index_bits_ = static_cast<uint32_t>(__builtin_ctz(max_qps));
+  FERRY_ASSERT(qp_index_bits_ <= 16, "max_qps too large for 24-bit QP numbers with a generation");
+  qps_.resize(max_qps);
+  mrs_.resize(std::max(options.max_mrs, 2u));
+  cqs_.resize(std::max(options.max_cqs, 2u));
+  srqs_.resize(std::max(options.max_srqs, 2u));
+  pd_refs_.push_back(0);  // PD handle 0 is never used
+  address_ = fabric_->attach(this);
+  if (options_.name.empty()) options_.name = "nic" + std::to_string(address_);
+}
+
+NicCore::~NicCore() = default;
+
+QpCore* NicCore::find_qp(uint32_t qpn) const {
+  QpCore* qp = qps_[qpn & ((1u << qp_index_bits_) - 1)].get();
+  return (qp != nullptr && qp->qpn == qpn) ? qp : nullptr;
+}
+
+CqCore* NicCore::find_cq(uint32_t number) const {
+  return number < cqs_.size() ? cqs_[number].get() : nullptr;
+}
+
+const MrEntry* NicCore::find_mr(uint32_t key) const {
+  const uint32_t index = key >> 8;
+  if (index >= mrs_.size()) return nullptr;
+  const MrEntry& mr = mrs_[index];
+  return (mr.valid && mr.key == key) ? &mr : nullptr;
+}
+
+uint32_t NicCore::alloc_pd() {
+  const uint32_t handle = next_pd_++;
+  pd_refs_.push_back(0);
+  return handle;
+}
+
+void NicCore::dealloc_pd(uint32_t handle) {
+  FERRY_ASSERT(handle < pd_refs_.size() && pd_refs_[handle] == 0,
+               "protection domain destroyed while MRs, QPs or SRQs still use it");
+}
+
+Result<uint32_t> NicCore::reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access) {
+  if (addr == nullptr && length != 0) return invalid_argument("reg_mr: null address");
+  if (access & ~kAccessAll) return invalid_argument("reg_mr: unknown access flags");
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) {
+    return invalid_argument("reg_mr: remote write/atomic access requires local write (IBTA)");
+  }
+  if (reinterpret_cast<uintptr_t>(addr) + length < reinterpret_cast<uintptr_t>(addr)) {
+    return invalid_argument("reg_mr: range wraps the address space");
+  }
+  for (uint32_t tries = 0; tries < mrs_.size(); ++tries) {
+    uint32_t index = next_mr_index_;
+    next_mr_index_ = next_mr_index_ + 1 >= mrs_.size() ? 1 : next_mr_index_ + 1;
+    MrEntry& e = mrs_[index];
+    if (e.valid) continue;
+    // The low byte varies on reuse so a stale key does not match a new region.
+    const uint8_t variant = next_mr_variant_++;
+    if (next_mr_variant_ == 0) next_mr_variant_ = 1;
+    e.key = (index << 8) | variant;
+    e.pd = pd;
+    e.base = addr;
+    e.length = length;
+    e.access = access;
+    e.valid = true;
+    ++pd_refs_[pd];
+    return e.key;
+  }
+  return resource_exhausted("reg_mr: memory-region table full (max_mrs)");
+}
+
+void NicCore::dereg_mr(uint32_t key) {
+  MrEntry& e = mrs_[key >> 8];
+  FERRY_ASSERT(e.valid && e.key == key, "dereg of unknown MR");
+  // Packets still in flight may borrow this memory; copy them before it goes.
+  fabric_->materialize_range(e.base, e.length);
+  --pd_refs_[e.pd];
+  e.valid = false;
+}
+
+Result<CqCore*> NicCore::create_cq(const CqInitAttr& attr, ChannelCore* channel) {
+  if (!attr.count_only && (attr.cqe == 0 || attr.cqe > (1u << 22))) {
+    return invalid_argument("create_cq: cqe must be in 1..4194304");
+  }
+  for (uint32_t n = 1; n < cqs_.size(); ++n) {
+    if (cqs_[n]) continue;
+    auto cq = std::make_unique<CqCore>();
+    cq->number = n;
+    cq->count_only = attr.count_only;
+    cq->channel = channel;
+    if (!attr.count_only) {
+      cq->depth = round_pow2(attr.cqe, 2);
+      cq->ring_memory = AlignedBuffer(static_cast<size_t>(cq->depth) * sizeof(Cqe));
+      cq->ring = reinterpret_cast<Cqe*>(cq->ring_memory.ptr);
+    }
+    CqCore* raw = cq.get();
+    cqs_[n] = std::move(cq);
+    return raw;
+  }
+  return resource_exhausted("create_cq: CQ table full (max_cqs)");
+}
+
+void NicCore::destroy_cq(CqCore* cq) {
+  FERRY_ASSERT(cq->users == 0, "CQ destroyed while QPs still use it");
+  cqs_[cq->number].reset();
+}
+
+Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr) {
+  if (attr.max_wr == 0 || attr.max_wr > (1u << 20)) return invalid_argument("create_srq: max_wr must be in 1..1048576");
+  if (attr.max_sge > kMaxRecvSge) return invalid_argument("create_srq: max_sge above " + std::to_string(kMaxRecvSge));
+  for (uint32_t n = 1; n < srqs_.size(); ++n) {
+    if (srqs_[n]) continue;
+    auto srq = std::make_unique<SrqCore>();
+    srq->number = n;
+    srq->pd = pd;
+    srq->depth = round_pow2(attr.max_wr, 2);
+    srq->max_sge = std::max(attr.max_sge, 1u);
+    srq->stride = recv_wqe_stride(srq->max_sge);
+    const size_t bytes = static_cast<size_t>(srq->depth) * srq->stride;
+    if (!attr.ring_memory.empty()) {
+      if (attr.ring_memory.size() < bytes || reinterpret_cast<uintptr_t>(attr.ring_memory.data()) % 64 != 0) {
+        return invalid_argument("create_srq: ring_memory must be 64-byte aligned and hold " + std::to_string(bytes) +
+                                " bytes");
+      }
+      srq->ring = attr.ring_memory.data();
+    } else {
+      srq->ring_memory = AlignedBuffer(bytes);
+      srq->ring = srq->ring_memory.ptr;
+    }
+    srq->limit.store(attr.srq_limit, std::memory_order_relaxed);
+    ++pd_refs_[pd];
+    SrqCore* raw = srq.get();
+    srqs_[n] = std::move(srq);
+    return raw;
+  }
+  return resource_exhausted("create_srq: SRQ table full (max_srqs)");
+}
+
+void NicCore::destroy_srq(SrqCore* srq) {
+  FERRY_ASSERT(srq->users == 0, "SRQ destroyed while QPs are attached");
+  fabric_->materialize_range(srq->ring, static_cast<size_t>(srq->depth) * srq->stride);
+  --pd_refs_[srq->pd];
+  srqs_[srq->number].reset();
+}
+
+Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* send_cq, CqCore* recv_cq,
+                                   SrqCore* srq) {
+  const QpCapabilities& cap = attr.cap;
+  if (cap.max_send_wr == 0 || cap.max_send_wr > (1u << 16)) return invalid_argument("create_qp: max_send_wr must be in 1..65536");
+  if (cap.max_recv_wr > (1u << 16)) return invalid_argument("create_qp: max_recv_wr above 65536");
+  if (cap.max_send_sge > kMaxSendSge) return invalid_argument("create_qp: max_send_sge above " + std::to_string(kMaxSendSge));
+  if (cap.max_recv_sge > kMaxRecvSge) return invalid_argument("create_qp: max_recv_sge above " + std::to_string(kMaxRecvSge));
+  if (cap.max_inline_data > kMaxInlineData) return invalid_argument("create_qp: max_inline_data above " + std::to_string(kMaxInlineData));
+  if (attr.srq != nullptr && attr.managed_recv) return invalid_argument("create_qp: a managed receive queue cannot use an SRQ");
+
+  const uint32_t slots = 1u << qp_index_bits_;
+  for (uint32_t i = 0; i < slots; ++i) {
+    // Index 0 would make QP number 0 possible; skip it.
+    const uint32_t index = i;
+    if (index == 0 || qps_[index]) continue;
+    auto qp = std::make_unique<QpCore>();
+    const uint32_t generation = next_qp_generation_++ & ((1u << (24 - qp_index_bits_)) - 1);
+    if (next_qp_generation_ >= (1u << (24 - qp_index_bits_))) next_qp_generation_ = 1;
+    qp->qpn = (generation << qp_index_bits_) | index;
+    qp->nic = this;
+    qp->pd = pd;
+    qp->send_cq = send_cq;
+    qp->recv_cq = recv_cq;
+    qp->srq = srq;
+    qp->cap = cap;
+    qp->cap.max_send_sge = std::max(cap.max_send_sge, 1u);
+    qp->cap.max_recv_sge = std::max(cap.max_recv_sge, 1u);
+    qp->sq_sig_all = attr.sq_sig_all;
+    qp->managed_send = attr.managed_send;
+    qp->managed_recv = attr.managed_recv;
+    qp->sq_depth = round_pow2(cap.max_send_wr, 2);
+    qp->sq_stride = send_wqe_stride(qp->cap.max_send_sge, cap.max_inline_data);
+    qp->cap.max_send_wr = qp->sq_depth;
+    qp->cap.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 0);
+    const size_t sq_bytes = static_cast<size_t>(qp->sq_depth) * qp->sq_stride;
+    if (!attr.send_ring_memory.empty()) {
+      if (attr.send_ring_memory.size() < sq_bytes || reinterpret_cast<uintptr_t>(attr.send_ring_memory.data()) % 64 != 0) {
+        return invalid_argument("create_qp: send_ring_memory must be 64-byte aligned and hold " +
+                                std::to_string(sq_bytes) + " bytes");
+      }
+      qp->sq_ring = attr.send_ring_memory.data();
+    } else {
+      qp->sq_memory = AlignedBuffer(sq_bytes);
+      qp->sq_ring = qp->sq_memory.ptr;
+    }
+    if (qp->srq == nullptr) {
+      qp->rq_depth = round_pow2(std::max(cap.max_recv_wr, 1u), 2);
+      qp->rq_stride = recv_wqe_stride(qp->cap.max_recv_sge);
+      qp->cap.max_recv_wr = qp->rq_depth;
+      const size_t rq_bytes = static_cast<size_t>(qp->rq_depth) * qp->rq_stride;
+      if (!attr.recv_ring_memory.empty()) {
+        if (attr.recv_ring_memory.size() < rq_bytes || reinterpret_cast<uintptr_t>(attr.recv_ring_memory.data()) % 64 != 0) {
+          return invalid_argument("create_qp: recv_ring_memory must be 64-byte aligned and hold " +
+                                  std::to_string(rq_bytes) + " bytes");
+        }
+        qp->rq_ring = attr.recv_ring_memory.data();
+      } else {
+        qp->rq_memory = AlignedBuffer(rq_bytes);
+        qp->rq_ring = qp->rq_memory.ptr;
+      }
+    }
+    qp->slots.resize(qp->sq_depth);
+    qp->slot_sges.resize(static_cast<size_t>(qp->sq_depth) * qp->cap.max_send_sge);
+    ++qp->send_cq->users;
+    ++qp->recv_cq->users;
+    if (qp->srq) ++qp->srq->users;
+    ++pd_refs_[pd];
+    QpCore* raw = qp.get();
+    qps_[index] = std::move(qp);
+    return raw;
+  }
+  return resource_exhausted("create_qp: QP table full (max_qps)");
+}
+
+void NicCore::destroy_qp(QpCore* qp) {
+  // Packets in flight may borrow inline data from this QP's ring.
+  fabric_->materialize_from(address_, qp->qpn);
+  if (qp->waiting_cq) {
+    // Unlink from the CQ's WAIT list.
+    for (auto& cq : cqs_) {
+      if (!cq) continue;
+      QpCore** link = &cq->waiters;
+      while (*link) {
+        if (*link == qp) {
+          *link = qp->wait_next;
+          break;
+        }
+        link = &(*link)->wait_next;
+      }
+    }
+  }
+  // Unlink from engine work lists.
+  for (QpCore** link = &ready_head_; *link;) {
+    if (*link == qp) {
+      *link = qp->ready_next;
+      if (ready_tail_ == qp) {
+        ready_tail_ = nullptr;
+        for (QpCore* p = ready_head_; p; p = p->ready_next) ready_tail_ = p;
+      }
+      break;
+    }
+    link = &(*link)->ready_next;
+  }
+  for (QpCore** link = &ack_head_; *link; link = &(*link)->ack_next) {
+    if (*link == qp) {
+      *link = qp->ack_next;
+      break;
+    }
+  }
+  timer_qps_.erase(std::remove(timer_qps_.begin(), timer_qps_.end(), qp), timer_qps_.end());
+  flush_qps_.erase(std::remove(flush_qps_.begin(), flush_qps_.end(), qp), flush_qps_.end());
+  --qp->send_cq->users;
+  --qp->recv_cq->users;
+  if (qp->srq) --qp->srq->users;
+  --pd_refs_[qp->pd];
+  qps_[qp->qpn & ((1u << qp_index_bits_) - 1)].reset();
+}
+
+void NicCore::push_async_event(AsyncEvent ev) {
+  std::lock_guard<std::mutex> lock(async_mu_);
+  if (async_events_.size() < 4096) async_events_.push_back(ev);
+}
+
+std::optional<AsyncEvent> NicCore::pop_async_event() {
+  std::lock_guard<std::mutex> lock(async_mu_);
+  if (async_events_.empty()) return std::nullopt;
+  AsyncEvent ev = async_events_.front();
+  async_events_.pop_front();
+  return ev;
+}
+
+NicCounters NicCore::counters() const {
+  NicCounters c;
+  c.tx_packets = counters_.tx_packets;
+  c.rx_packets = counters_.rx_packets;
+  c.rx_malformed = counters_.rx_malformed;
+  c.rx_unknown_qp = counters_.rx_unknown_qp;
+  c.rx_duplicates = counters_.rx_duplicates;
+  c.rx_out_of_sequence = counters_.rx_out_of_sequence;
+  c.seq_naks_sent = counters_.seq_naks_sent;
+  c.rnr_naks_sent = counters_.rnr_naks_sent;
+  c.error_naks_sent = counters_.error_naks_sent;
+  c.acks_sent = counters_.acks_sent;
+  c.retransmitted_packets = counters_.retransmitted_packets;
+  c.ack_timeouts = counters_.ack_timeouts;
+  c.rnr_retries = counters_.rnr_retries;
+  c.atomic_replays = counters_.atomic_replays;
+  c.read_replays = counters_.read_replays;
+  c.doorbells = counters_.doorbells;
+  c.wqes_fetched = counters_.wqes_fetched;
+  c.cqes_written = counters_.cqes_written;
+  return c;
+}
+
+}  // namespace detail
+
+// ---- public handles ----------------------------------------------------------
+
+uint32_t Nic::address() const { return core_->address(); }
+const std::string& Nic::name() const { return core_->name(); }
+
+Result<std::unique_ptr<ProtectionDomain>> Nic::alloc_pd() {
+  uint32_t handle = 0;
+  core_->engine()->run_control([&] { handle = core_->alloc_pd(); });
+  return std::unique_ptr<ProtectionDomain>(new ProtectionDomain(core_, handle));
+}
+
+ProtectionDomain::~ProtectionDomain() {
+  nic_->engine()->run_control([&] { nic_->dealloc_pd(handle_); });
+}
+
+Result<std::unique_ptr<MemoryRegion>> Nic::reg_mr(ProtectionDomain& pd, void* addr, size_t length, uint32_t access) {
+  if (pd.nic_ != core_) return invalid_argument("reg_mr: protection domain belongs to another NIC");
+  Result<uint32_t> key = invalid_argument("unset");
+  core_->engine()->run_control([&] { key = core_->reg_mr(pd.handle(), static_cast<uint8_t*>(addr), length, access); });
+  if (!key.ok()) return key.status();
+  return std::unique_ptr<MemoryRegion>(new MemoryRegion(core_, static_cast<uint8_t*>(addr), length, access, key.value()));
+}
+
+MemoryRegion::~MemoryRegion() {
+  nic_->engine()->run_control([&] { nic_->dereg_mr(lkey_); });
+}
+
+Result<std::unique_ptr<CompletionChannel>> Nic::create_comp_channel() {
+  return std::unique_ptr<CompletionChannel>(new CompletionChannel(std::make_unique<detail::ChannelCore>()));
+}
+
+Result<std::unique_ptr<CompletionQueue>> Nic::create_cq(const CqInitAttr& attr) {
+  Result<detail::CqCore*> cq = invalid_argument("unset");
+  detail::ChannelCore* channel = attr.channel ? attr.channel->core_.get() : nullptr;
+  core_->engine()->run_control([&] { cq = core_->create_cq(attr, channel); });
+  if (!cq.ok()) return cq.status();
+  auto handle = std::unique_ptr<CompletionQueue>(new CompletionQueue(core_, cq.value()));
+  cq.value()->handle = handle.get();
+  return handle;
+}
+
+CompletionQueue::~CompletionQueue() {
+  nic_->engine()->run_control([&] { nic_->destroy_cq(core_); });
+}
+
+Result<std::unique_ptr<SharedReceiveQueue>> Nic::create_srq(ProtectionDomain& pd, const SrqInitAttr& attr) {
+  if (pd.nic_ != core_) return invalid_argument("create_srq: protection domain belongs to another NIC");
+  Result<detail::SrqCore*> srq = invalid_argument("unset");
+  core_->engine()->run_control([&] { srq = core_->create_srq(pd.handle(), attr); });
+  if (!srq.ok()) return srq.status();
+  auto handle = std::unique_ptr<SharedReceiveQueue>(new SharedReceiveQueue(core_, srq.value()));
+  srq.value()->handle = handle.get();
+  return handle;
+}
+
+SharedReceiveQueue::~SharedReceiveQueue() {
+  nic_->engine()->run_control([&] { nic_->destroy_srq(core_); });
+}
+
+Result<std::unique_ptr<QueuePair>> Nic::create_qp(ProtectionDomain& pd, const QpInitAttr& attr) {
+  if (pd.nic_ != core_) return invalid_argument("create_qp: protection domain belongs to another NIC");
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) return invalid_argument("create_qp: send_cq and recv_cq are required");
+  if ((attr.send_cq && attr.send_cq->nic_ != core_) || (attr.recv_cq && attr.recv_cq->nic_ != core_) ||
+      (attr.srq && attr.srq->nic_ != core_)) {
+    return invalid_argument("create_qp: CQ or SRQ belongs to another NIC");
+  }
+  Result<detail::QpCore*> qp = invalid_argument("unset");
+  detail::SrqCore* srq = attr.srq ? attr.srq->core_ : nullptr;
+  core_->engine()->run_control(
+      [&] { qp = core_->create_qp(pd.handle(), attr, attr.send_cq->core_, attr.recv_cq->core_, srq); });
+  if (!qp.ok()) return qp.status();
+  auto handle = std::unique_ptr<QueuePair>(new QueuePair(core_, qp.value()));
+  qp.value()->handle = handle.get();
+  return handle;
+}
+
+QueuePair::~QueuePair() {
+  nic_->engine()->run_control([&] { nic_->destroy_qp(core_); });
+}
+
+std::optional<AsyncEvent> Nic::poll_async_event() { return core_->pop_async_event(); }
+NicCounters Nic::counters() const { return core_->counters(); }
+
+}  // namespace ferry::nic

@@ -1,0 +1,378 @@
+// Engine-side state of the software RNIC (internal header).
+//
+// Ownership: a NicCore owns every object core (QP, CQ, SRQ, MR, channel) in
+// tables indexed by number/key. Public handles (verbs.h) point into them.
+//
+// Threads: fields marked "engine" are touched only by the engine thread (or by
+// control commands, which the engine runs on its own thread). Fields marked
+// "app" belong to the application thread that posts/polls that object. Shared
+// fields are atomics with the ordering stated beside them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/common/counter.h"
+#include "ferry/common/mpsc_queue.h"
+#include "ferry/nic/engine.h"
+#include "ferry/nic/fabric.h"
+#include "ferry/nic/verbs.h"
+#include "ferry/nic/wire.h"
+#include "ferry/nic/wqe.h"
+
+namespace ferry::nic::detail {
+
+class NicCore;
+
+// Page-aligned zeroed memory for rings the NIC allocates.
+struct AlignedBuffer {
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes);
+  AlignedBuffer(AlignedBuffer&& o) noexcept : ptr(o.ptr), size(o.size) {
+    o.ptr = nullptr;
+    o.size = 0;
+  }
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  ~AlignedBuffer();
+  uint8_t* ptr = nullptr;
+  size_t size = 0;
+};
+
+struct MrEntry {
+  uint32_t key = 0;  // lkey == rkey: index << 8 | variant
+  uint32_t pd = 0;
+  uint8_t* base = nullptr;
+  uint64_t length = 0;
+  uint32_t access = 0;
+  bool valid = false;
+};
+
+struct ChannelCore {
+  ChannelCore();
+  ~ChannelCore();
+  int event_fd = -1;
+  std::mutex mu;
+  std::deque<CompletionQueue*> events;  // guarded by mu
+};
+
+struct CqCore {
+  uint32_t number = 0;
+  bool count_only = false;
+  uint32_t depth = 0;
+  AlignedBuffer ring_memory;
+  Cqe* ring = nullptr;
+  ChannelCore* channel = nullptr;
+  CompletionQueue* handle = nullptr;
+  uint32_t users = 0;              // engine: QPs using this CQ
+
+  uint64_t produced = 0;           // engine: CQEs written (or counted)
+  std::atomic<uint64_t> total{0};  // engine stores (release) after each completion; anyone reads
+  std::atomic<uint64_t> consumer{0};  // app stores (release) in poll; engine reads (acquire) for overrun
+  std::atomic<bool> error{false};     // engine sets on overrun; app reads
+  std::atomic<uint8_t> armed{0};      // app sets (1 any, 2 solicited only); engine clears when firing
+  struct QpCore* waiters = nullptr;   // engine: QPs stalled in WAIT on this CQ (intrusive list)
+};
+
+struct SrqCore {
+  uint32_t number = 0;
+  uint32_t pd = 0;
+  uint32_t depth = 0;
+  uint32_t stride = 0;
+  uint32_t max_sge = 0;
+  AlignedBuffer ring_memory;
+  uint8_t* ring = nullptr;
+  SharedReceiveQueue* handle = nullptr;
+  uint32_t users = 0;                   // engine: QPs attached
+
+  uint64_t app_producer = 0;            // app
+  std::atomic<uint64_t> producer{0};    // app stores (release) after writing WQEs; engine reads (acquire)
+  std::atomic<uint64_t> consumer{0};    // engine stores (release) when taking a WQE; app reads (acquire)
+  std::atomic<uint32_t> limit{0};       // app arms; engine clears when the event fires
+};
+
+// A resolved local buffer segment (after lkey/bounds/access checks).
+struct LocalSeg {
+  uint8_t* ptr = nullptr;
+  uint32_t length = 0;
+};
+
+// Requester state of one started WQE, at slot (index % depth).
+struct SendSlot {
+  WrOpcode opcode = WrOpcode::kNop;
+  uint8_t flags = 0;
+  bool local = false;       // WAIT/ENABLE/NOP: no packets
+  bool done = false;        // acknowledged / executed / failed; awaiting in-order completion
+  bool rd_atomic = false;   // READ/ATOMIC/FLUSH: counts toward max_rd_atomic
+  bool inline_data = false;
+  WcStatus status = WcStatus::kSuccess;
+  uint8_t nsge = 0;
+  uint32_t imm_data = 0;
+  uint64_t wr_id = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t aux = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  uint32_t first_psn = 0;
+  uint32_t npkts = 0;       // PSNs occupied (READ: response packets)
+  uint32_t length = 0;      // message bytes
+  uint32_t resp_pkts = 0;   // READ: response packets received
+  uint32_t resp_bytes = 0;  // READ: response bytes placed
+  const uint8_t* inline_ptr = nullptr;  // inside the ring slot
+};
+
+// Responder state of the RECV the current inbound message fills.
+struct RecvContext {
+  bool active = false;
+  WcStatus status = WcStatus::kSuccess;  // kLocProtErr if its SGEs failed checks
+  uint64_t wr_id = 0;
+  uint32_t wqe_index = 0;
+  uint32_t offset = 0;    // bytes placed so far
+  uint32_t capacity = 0;  // sum of SGE lengths
+  uint8_t nsge = 0;
+  LocalSeg sges[kMaxRecvSge];
+};
+
+struct AtomicRecord {
+  bool valid = false;
+  uint32_t psn = 0;
+  uint64_t original = 0;
+};
+
+struct QpCore {
+  // ---- identity and configuration (immutable after create) ----
+  NicCore* nic = nullptr;
+  uint32_t qpn = 0;
+  uint32_t pd = 0;
+  CqCore* send_cq = nullptr;
+  CqCore* recv_cq = nullptr;
+  SrqCore* srq = nullptr;
+  QpCapabilities cap;
+  bool sq_sig_all = false;
+  bool managed_send = false;
+  bool managed_recv = false;
+  QueuePair* handle = nullptr;
+  AlignedBuffer sq_memory, rq_memory;
+  uint8_t* sq_ring = nullptr;
+  uint32_t sq_depth = 0, sq_stride = 0;
+  uint8_t* rq_ring = nullptr;
+  uint32_t rq_depth = 0, rq_stride = 0;
+
+  // ---- shared between the application and the engine ----
+  std::atomic<QpState> state{QpState::kReset};  // engine stores (seq_cst); app loads in post
+  alignas(64) std::atomic<uint64_t> sq_doorbell{0};  // app stores (release) after writing WQEs
+  std::atomic<bool> doorbell_queued{false};  // RMW (acq_rel) by app when queueing, by engine when popping
+  std::atomic<uint64_t> rq_producer{0};      // app stores (seq_cst) after writing RECV WQEs
+  alignas(64) std::atomic<uint64_t> sq_freed{0};  // engine stores (release): slots below are reusable
+  std::atomic<uint64_t> rq_consumer{0};           // engine stores (release): RECVs taken
+
+  // ---- application side ----
+  alignas(64) uint64_t app_sq_producer = 0;
+  uint64_t app_rq_producer = 0;
+
+  // ---- engine side: attributes ----
+  alignas(64) QpAttr attr;
+  uint32_t mtu = 4096;
+
+  // ---- engine side: requester ----
+  uint64_t sq_limit = 0;     // doorbell value last read
+  uint64_t sq_enable = 0;    // managed: WQEs below this may run
+  uint64_t sq_next = 0;      // next WQE to start (fetch)
+  uint64_t sq_done = 0;      // next WQE to complete, in order
+  uint64_t sq_unacked = 0;   // first started WQE not yet done
+  uint64_t tx_wqe = 0;       // transmit cursor: WQE
+  uint32_t tx_pkt = 0;       // transmit cursor: packet within it
+  uint32_t psn_next = 0;     // next PSN to assign
+  uint32_t psn_high = 0;     // one past the highest PSN ever transmitted (retransmit accounting)
+  uint32_t una_psn = 0;      // oldest PSN still needing an ACK or response (== psn_next when none)
+  uint32_t rd_atomic_out = 0;
+  uint8_t retries_left = 7;
+  uint8_t rnr_retries_left = 7;
+  uint64_t retry_deadline_ns = 0;  // 0 = disarmed
+  uint64_t rnr_until_ns = 0;       // 0 = not waiting
+  std::vector<SendSlot> slots;
+  std::vector<LocalSeg> slot_sges;  // sq_depth * max(1, max_send_sge)
+  bool in_ready = false;
+  QpCore* ready_next = nullptr;
+  bool waiting_cq = false;
+  QpCore* wait_next = nullptr;
+  bool in_timer_list = false;
+  bool flush_needed = false;  // ERROR: posted WRs remain to be flushed
+
+  // ---- engine side: responder ----
+  uint32_t epsn = 0;
+  uint32_t msn = 0;
+  bool nak_outstanding = false;  // a sequence/RNR NAK went out; stay quiet until epsn arrives
+  enum class InMsg : uint8_t { kNone, kSend, kWrite } in_msg = InMsg::kNone;
+  RecvContext recv;
+  uint8_t* write_ptr = nullptr;
+  uint32_t write_remaining = 0;
+  uint32_t write_length = 0;
+  bool ack_pending = false;
+  uint32_t ack_psn = 0;
+  bool in_ack_list = false;
+  QpCore* ack_next = nullptr;
+  std::vector<AtomicRecord> atomic_records;  // max_dest_rd_atomic entries, ring
+  uint32_t atomic_next = 0;
+  uint64_t rq_consumed = 0;  // engine copy of rq_consumer
+  uint64_t rq_enable = 0;    // managed receive: RECVs below this are visible
+
+  SendSlot& slot(uint64_t index) { return slots[index & (sq_depth - 1)]; }
+  LocalSeg* sges_of(uint64_t index) {
+    const uint32_t per = cap.max_send_sge ? cap.max_send_sge : 1;
+    return &slot_sges[(index & (sq_depth - 1)) * per];
+  }
+  uint8_t* send_slot_ptr(uint64_t index) const { return sq_ring + (index & (sq_depth - 1)) * sq_stride; }
+  uint8_t* recv_slot_ptr(uint64_t index) const { return rq_ring + (index & (rq_depth - 1)) * rq_stride; }
+};
+
+// Mutable counters of a NIC (engine writes, anyone reads).
+struct NicCounterSet {
+  Counter tx_packets, rx_packets, rx_malformed, rx_unknown_qp, rx_duplicates, rx_out_of_sequence;
+  Counter seq_naks_sent, rnr_naks_sent, error_naks_sent, acks_sent, retransmitted_packets;
+  Counter ack_timeouts, rnr_retries, atomic_replays, read_replays, doorbells, wqes_fetched, cqes_written;
+};
+
+class NicCore {
+ public:
+  NicCore(Engine* engine, Fabric* fabric, const NicOptions& options);
+  ~NicCore();
+
+  uint32_t address() const { return address_; }
+  const std::string& name() const { return options_.name; }
+  Engine* engine() const { return engine_; }
+  Nic* handle() const { return handle_; }
+  void set_handle(Nic* nic) { handle_ = nic; }
+
+  // ---- engine entry points (engine thread) ----
+  void on_packet(const Packet& packet, uint64_t now);
+  void end_rx_batch(uint64_t now);
+  bool poll(uint64_t now);
+  uint64_t next_timer_ns() const { return next_timer_ns_; }
+  bool busy() const;  // has transmit/flush work or armed timers
+
+  // ---- application-thread entry points ----
+  void ring_doorbell(QpCore* qp);
+
+  // ---- control (runs on the engine through Engine::run_control) ----
+  uint32_t alloc_pd();
+  void dealloc_pd(uint32_t handle);
+  Result<uint32_t> reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access);
+  void dereg_mr(uint32_t key);
+  Result<CqCore*> create_cq(const CqInitAttr& attr, ChannelCore* channel);
+  void destroy_cq(CqCore* cq);
+  Result<SrqCore*> create_srq(uint32_t pd, const SrqInitAttr& attr);
+  void destroy_srq(SrqCore* srq);
+  Result<QpCore*> create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* send_cq, CqCore* recv_cq, SrqCore* srq);
+  void destroy_qp(QpCore* qp);
+  Status modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask);
+  void push_async_event(AsyncEvent ev);
+  std::optional<AsyncEvent> pop_async_event();
+  NicCounters counters() const;
+
+  // Lookups (engine).
+  QpCore* find_qp(uint32_t qpn) const;
+  CqCore* find_cq(uint32_t number) const;
+  const MrEntry* find_mr(uint32_t key) const;
+
+ private:
+  // requester.cc
+  enum class TxResult : uint8_t { kIdle, kBlocked, kBudget, kBackpressure };
+  enum class StartResult : uint8_t { kStarted, kIdle, kBlocked, kFailed };
+  StartResult start_next_wqe(QpCore* qp);
+  TxResult transmit_some(QpCore* qp, uint64_t now, uint32_t budget, bool* did);
+  bool send_request_packet(QpCore* qp, uint64_t wqe_index, uint64_t now);
+  bool resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& wqe, uint64_t index, bool need_write);
+  void make_ready(QpCore* qp);
+  bool run_ready(uint64_t now);
+  // requester_ack.cc
+  void on_response(QpCore* qp, const wire::Headers& h, const uint8_t* payload, uint32_t len, uint64_t now);
+  bool process_ack(QpCore* qp, uint32_t psn, uint64_t now);
+  void after_progress(QpCore* qp, uint64_t now);
+  void update_una(QpCore* qp, uint32_t acked_through, bool have_ack);
+  void on_nak(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now);
+  void go_back_to(QpCore* qp, uint32_t psn);
+  void advance_send_completions(QpCore* qp);
+  void arm_retry_timer(QpCore* qp, uint64_t now);
+  void arm_timer_at(QpCore* qp, uint64_t deadline);
+  bool run_timers(uint64_t now);
+  void on_qp_timer(QpCore* qp, uint64_t now);
+  void fail_wqe_at_psn(QpCore* qp, uint32_t psn, WcStatus status);
+  // responder.cc
+  void on_request(QpCore* qp, const wire::Headers& h, const uint8_t* payload, uint32_t len, uint64_t now);
+  void on_duplicate_request(QpCore* qp, const wire::Headers& h, uint64_t now);
+  bool take_recv(QpCore* qp);
+  bool place_recv_payload(QpCore* qp, const uint8_t* payload, uint32_t len);
+  void complete_recv(QpCore* qp, WcOpcode opcode, uint32_t byte_len, bool has_imm, uint32_t imm, bool solicited);
+  const MrEntry* check_remote_access(QpCore* qp, uint64_t va, uint32_t rkey, uint64_t len, uint32_t access,
+                                     uint8_t** host);
+  void schedule_ack(QpCore* qp, uint32_t psn);
+  void send_ack(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now);
+  void responder_fail(QpCore* qp, uint32_t psn, wire::NakCode code, uint64_t now);
+  // responder_read_atomic.cc
+  void execute_read(QpCore* qp, const wire::Headers& h, bool duplicate, uint64_t now);
+  void execute_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
+  void replay_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
+  void execute_flush(QpCore* qp, const wire::Headers& h, uint64_t now);
+  void send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now);
+  // qp_error.cc
+  void enter_error(QpCore* qp);
+  bool flush_qp(QpCore* qp);
+  void reset_qp_state(QpCore* qp);
+  // cross_channel.cc
+  enum class CrossChannelResult : uint8_t { kDone, kBlocked, kBad };
+  CrossChannelResult execute_wait(QpCore* qp, const DecodedSendWqe& wqe);
+  CrossChannelResult execute_enable(QpCore* qp, const DecodedSendWqe& wqe);
+  void wake_waiters(CqCore* cq);
+  // completion.cc
+  void complete(CqCore* cq, const WorkCompletion& wc);
+  void cq_overrun(CqCore* cq);
+  // transmit helpers
+  bool transmit(Packet& p, bool is_request, uint64_t now);
+  void fill_packet(Packet& p, QpCore* qp, const wire::Headers& h);
+
+  Engine* engine_;
+  Fabric* fabric_;
+  NicOptions options_;
+  HostMemory* memory_;
+  uint32_t address_ = 0;
+  Nic* handle_ = nullptr;
+
+  // Object tables (engine; control commands modify them on the engine thread).
+  std::vector<std::unique_ptr<QpCore>> qps_;  // index = qpn & (max_qps - 1)
+  uint32_t qp_index_bits_ = 12;
+  uint32_t next_qp_generation_ = 1;
+  std::vector<MrEntry> mrs_;                  // index = key >> 8
+  uint32_t next_mr_index_ = 1;
+  uint8_t next_mr_variant_ = 1;
+  std::vector<std::unique_ptr<CqCore>> cqs_;  // index = number
+  std::vector<std::unique_ptr<SrqCore>> srqs_;
+  uint32_t next_pd_ = 1;
+  std::vector<uint32_t> pd_refs_;
+
+  // Doorbells: qpn of each QP with new work, at most once each (doorbell_queued).
+  MpscQueue<uint32_t> doorbells_;
+  // Engine work lists.
+  QpCore* ready_head_ = nullptr;
+  QpCore* ready_tail_ = nullptr;
+  QpCore* ack_head_ = nullptr;
+  std::vector<QpCore*> timer_qps_;
+  uint64_t next_timer_ns_ = UINT64_MAX;
+  std::vector<QpCore*> flush_qps_;
+
+  std::mutex async_mu_;
+  std::deque<AsyncEvent> async_events_;  // guarded by async_mu_
+
+  NicCounterSet counters_;
+  uint32_t tx_burst_ = 16;
+  uint32_t window_packets_ = 1024;
+  static constexpr uint32_t kAckReqInterval = 16;
+};
+
+}  // namespace ferry::nic::detail

@@ -1,0 +1,185 @@
+// Application side of the work queues: post_send / post_recv write WQEs into
+// the rings in host memory and ring the doorbell. Nothing here executes a
+// request; the NIC fetches each WQE when it starts it (requester.cc).
+#include <string>
+
+#include "nic_core.h"
+
+namespace ferry::nic {
+
+using detail::QpCore;
+using detail::SrqCore;
+
+namespace detail {
+
+void NicCore::ring_doorbell(QpCore* qp) {
+  // acq_rel RMW pairs with the engine's exchange(false) before it reads the
+  // doorbell record: either the engine sees our new producer index, or we see
+  // the flag cleared and queue the QP again.
+  if (!qp->doorbell_queued.exchange(true, std::memory_order_acq_rel)) {
+    const bool pushed = doorbells_.push(qp->qpn);
+    FERRY_ASSERT(pushed, "doorbell queue overflow (each QP is queued at most once)");
+    engine_->notify();
+  }
+}
+
+}  // namespace detail
+
+static bool opcode_carries_payload(WrOpcode op) {
+  return op == WrOpcode::kSend || op == WrOpcode::kSendWithImm || op == WrOpcode::kRdmaWrite ||
+         op == WrOpcode::kRdmaWriteWithImm;
+}
+
+Status QueuePair::post_send(std::span<const SendWr> wrs) {
+  QpCore* qp = core_;
+  const QpState st = qp->state.load(std::memory_order_seq_cst);
+  if (st != QpState::kRts && st != QpState::kError) {
+    return failed_precondition("post_send: QP " + std::to_string(qp->qpn) + " is in " +
+                               std::string(qp_state_name(st)) + "; sends need RTS");
+  }
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    const SendWr& wr = wrs[i];
+    const std::string where = "post_send: WR " + std::to_string(i) + ": ";
+    if (static_cast<uint8_t>(wr.opcode) >= kWrOpcodeCount) return invalid_argument(where + "unknown opcode");
+    if (wr.flags & ~(kSendSignaled | kSendFence | kSendSolicited | kSendInline)) {
+      return invalid_argument(where + "unknown send flags");
+    }
+    if (wr.flags & kSendInline) {
+      if (!opcode_carries_payload(wr.opcode)) return invalid_argument(where + "inline data only for SEND/WRITE");
+      size_t total = 0;
+      for (const Sge& sge : wr.sg_list) total += sge.length;
+      if (total > qp->cap.max_inline_data) {
+        return invalid_argument(where + "inline payload of " + std::to_string(total) + " bytes exceeds max_inline_data " +
+                                std::to_string(qp->cap.max_inline_data));
+      }
+    } else if (wr.sg_list.size() > qp->cap.max_send_sge) {
+      return invalid_argument(where + std::to_string(wr.sg_list.size()) + " SGEs exceed max_send_sge " +
+                              std::to_string(qp->cap.max_send_sge));
+    }
+    if (wr.opcode == WrOpcode::kWait) {
+      if (wr.wait_cq == nullptr || wr.wait_cq->nic_ != nic_) return invalid_argument(where + "WAIT needs a CQ of this NIC");
+    }
+    if (wr.opcode == WrOpcode::kSendEnable || wr.opcode == WrOpcode::kRecvEnable) {
+      if (wr.enable_qp == nullptr || wr.enable_qp->nic_ != nic_) {
+        return invalid_argument(where + "ENABLE needs a QP of this NIC");
+      }
+    }
+  }
+  const uint64_t in_use = qp->app_sq_producer - qp->sq_freed.load(std::memory_order_acquire);
+  if (in_use + wrs.size() > qp->sq_depth) {
+    return resource_exhausted("post_send: send queue full (" + std::to_string(in_use) + " of " +
+                              std::to_string(qp->sq_depth) + " slots in use; unsignaled WRs free only when a later "
+                              "signaled WR completes)");
+  }
+  for (const SendWr& wr : wrs) {
+    uint8_t* slot = qp->send_slot_ptr(qp->app_sq_producer);
+    std::memset(slot, 0, qp->sq_stride);
+    const uint32_t cq_number = wr.opcode == WrOpcode::kWait ? wr.wait_cq->core_->number : 0;
+    const uint32_t qp_number =
+        (wr.opcode == WrOpcode::kSendEnable || wr.opcode == WrOpcode::kRecvEnable) ? wr.enable_qp->core_->qpn : 0;
+    encode_send_wqe(wr, cq_number, qp_number, std::span<uint8_t>(slot, qp->sq_stride));
+    ++qp->app_sq_producer;
+  }
+  qp->sq_doorbell.store(qp->app_sq_producer, std::memory_order_release);
+  nic_->ring_doorbell(qp);
+  return ok_status();
+}
+
+Status QueuePair::post_recv(std::span<const RecvWr> wrs) {
+  QpCore* qp = core_;
+  if (qp->srq != nullptr) return invalid_argument("post_recv: QP is attached to an SRQ; post to the SRQ");
+  const QpState st = qp->state.load(std::memory_order_seq_cst);
+  if (st == QpState::kReset) return failed_precondition("post_recv: QP in RESET; RECVs may be posted from INIT on");
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    if (wrs[i].sg_list.size() > qp->cap.max_recv_sge) {
+      return invalid_argument("post_recv: WR " + std::to_string(i) + " has " + std::to_string(wrs[i].sg_list.size()) +
+                              " SGEs, max_recv_sge is " + std::to_string(qp->cap.max_recv_sge));
+    }
+  }
+  const uint64_t in_use = qp->app_rq_producer - qp->rq_consumer.load(std::memory_order_acquire);
+  if (in_use + wrs.size() > qp->rq_depth) return resource_exhausted("post_recv: receive queue full");
+  for (const RecvWr& wr : wrs) {
+    uint8_t* slot = qp->recv_slot_ptr(qp->app_rq_producer);
+    std::memset(slot, 0, qp->rq_stride);
+    encode_recv_wqe(wr, std::span<uint8_t>(slot, qp->rq_stride));
+    ++qp->app_rq_producer;
+  }
+  // seq_cst store then seq_cst load of state: pairs with the engine entering
+  // ERROR (store state, then read rq_producer) so that a RECV posted while the
+  // QP goes to ERROR is flushed by one side or the other.
+  qp->rq_producer.store(qp->app_rq_producer, std::memory_order_seq_cst);
+  if (qp->state.load(std::memory_order_seq_cst) == QpState::kError) nic_->ring_doorbell(qp);
+  return ok_status();
+}
+
+Status SharedReceiveQueue::post_recv(std::span<const RecvWr> wrs) {
+  SrqCore* srq = core_;
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    if (wrs[i].sg_list.size() > srq->max_sge) {
+      return invalid_argument("srq post_recv: WR " + std::to_string(i) + " exceeds max_sge " + std::to_string(srq->max_sge));
+    }
+  }
+  const uint64_t in_use = srq->app_producer - srq->consumer.load(std::memory_order_acquire);
+  if (in_use + wrs.size() > srq->depth) return resource_exhausted("srq post_recv: shared receive queue full");
+  for (const RecvWr& wr : wrs) {
+    uint8_t* slot = srq->ring + (srq->app_producer & (srq->depth - 1)) * srq->stride;
+    std::memset(slot, 0, srq->stride);
+    encode_recv_wqe(wr, std::span<uint8_t>(slot, srq->stride));
+    ++srq->app_producer;
+  }
+  srq->producer.store(srq->app_producer, std::memory_order_release);
+  return ok_status();
+}
+
+Status SharedReceiveQueue::arm_limit(uint32_t limit) {
+  if (limit > core_->depth) return invalid_argument("srq arm_limit: limit above the queue depth");
+  core_->limit.store(limit, std::memory_order_release);
+  return ok_status();
+}
+
+uint32_t SharedReceiveQueue::number() const { return core_->number; }
+uint32_t SharedReceiveQueue::depth() const { return core_->depth; }
+uint32_t SharedReceiveQueue::stride() const { return core_->stride; }
+std::span<uint8_t> SharedReceiveQueue::ring() const {
+  return {core_->ring, static_cast<size_t>(core_->depth) * core_->stride};
+}
+uint64_t SharedReceiveQueue::posted() const { return core_->app_producer; }
+uint64_t SharedReceiveQueue::consumed() const { return core_->consumer.load(std::memory_order_acquire); }
+
+uint32_t QueuePair::qp_num() const { return core_->qpn; }
+QpState QueuePair::state() const { return core_->state.load(std::memory_order_acquire); }
+
+Status QueuePair::modify(const QpAttr& attr, uint32_t mask) {
+  Status status;
+  nic_->engine()->run_control([&] { status = nic_->modify_qp(core_, attr, mask); });
+  return status;
+}
+
+QpAttr QueuePair::attributes() const {
+  QpAttr attr;
+  nic_->engine()->run_control([&] {
+    attr = core_->attr;
+    attr.state = core_->state.load(std::memory_order_relaxed);
+  });
+  return attr;
+}
+
+std::span<uint8_t> QueuePair::send_ring() const {
+  return {core_->sq_ring, static_cast<size_t>(core_->sq_depth) * core_->sq_stride};
+}
+uint32_t QueuePair::send_stride() const { return core_->sq_stride; }
+uint32_t QueuePair::send_depth() const { return core_->sq_depth; }
+std::span<uint8_t> QueuePair::recv_ring() const {
+  return {core_->rq_ring, static_cast<size_t>(core_->rq_depth) * core_->rq_stride};
+}
+uint32_t QueuePair::recv_stride() const { return core_->rq_stride; }
+uint32_t QueuePair::recv_depth() const { return core_->rq_depth; }
+uint8_t* QueuePair::send_wqe(uint64_t index) const { return core_->send_slot_ptr(index); }
+uint8_t* QueuePair::recv_wqe(uint64_t index) const { return core_->rq_ring ? core_->recv_slot_ptr(index) : nullptr; }
+uint64_t QueuePair::send_posted() const { return core_->app_sq_producer; }
+uint64_t QueuePair::recv_posted() const { return core_->app_rq_producer; }
+const QpCapabilities& QueuePair::cap() const { return core_->cap; }
+bool QueuePair::managed_send() const { return core_->managed_send; }
+bool QueuePair::managed_recv() const { return core_->managed_recv; }
+
+}  // namespace ferry::nic

@@ -1,0 +1,334 @@
+// Responder: PSN checking (in order, exactly once), SEND and WRITE
+// execution, RECV/SRQ consumption, coalesced ACKs and error NAKs.
+#include <algorithm>
+
+#include "nic_core.h"
+
+namespace ferry::nic::detail {
+
+using wire::Headers;
+using wire::psn_add;
+using wire::psn_diff;
+
+void NicCore::schedule_ack(QpCore* qp, uint32_t psn) {
+  if (!qp->ack_pending || psn_diff(psn, qp->ack_psn) > 0) qp->ack_psn = psn;
+  qp->ack_pending = true;
+  if (!qp->in_ack_list) {
+    qp->in_ack_list = true;
+    qp->ack_next = ack_head_;
+    ack_head_ = qp;
+  }
+}
+
+void NicCore::end_rx_batch(uint64_t now) {
+  // Coalesced ACKs: one per QP per batch of received packets.
+  while (ack_head_ != nullptr) {
+    QpCore* qp = ack_head_;
+    ack_head_ = qp->ack_next;
+    qp->in_ack_list = false;
+    qp->ack_next = nullptr;
+    if (qp->ack_pending) send_ack(qp, qp->ack_psn, wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit), now);
+  }
+}
+
+void NicCore::send_ack(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now) {
+  Packet p;
+  Headers h;
+  h.bth.opcode = wire::kAcknowledge;
+  h.bth.dest_qp = qp->attr.dest_qp_num;
+  h.bth.psn = psn;
+  h.aeth.syndrome = syndrome;
+  h.aeth.msn = qp->msn;
+  fill_packet(p, qp, h);
+  transmit(p, false, now);
+  if (wire::syndrome_type(syndrome) == wire::kAckTypeAck) counters_.acks_sent.inc();
+  // Any response for PSN p also acknowledges a pending coalesced ACK <= p.
+  if (qp->ack_pending && psn_diff(psn, qp->ack_psn) >= 0) qp->ack_pending = false;
+}
+
+void NicCore::responder_fail(QpCore* qp, uint32_t psn, wire::NakCode code, uint64_t now) {
+  send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeNak, code), now);
+  counters_.error_naks_sent.inc();
+  enter_error(qp);
+}
+
+const MrEntry* NicCore::check_remote_access(QpCore* qp, uint64_t va, uint32_t rkey, uint64_t len, uint32_t access,
+                                            uint8_t** host) {
+  if (!(qp->attr.access_flags & access)) return nullptr;  // the QP does not allow this remote access
+  const MrEntry* mr = find_mr(rkey);
+  if (mr == nullptr || mr->pd != qp->pd || !(mr->access & access)) return nullptr;
+  const uint64_t base = reinterpret_cast<uint64_t>(mr->base);
+  if (va < base || len > mr->length || va - base > mr->length - len) return nullptr;
+  *host = mr->base + (va - base);
+  return mr;
+}
+
+bool NicCore::take_recv(QpCore* qp) {
+  RecvContext& r = qp->recv;
+  const uint8_t* slot;
+  uint32_t stride;
+  uint32_t max_sge;
+  uint32_t pd;
+  uint64_t index;
+  if (qp->srq != nullptr) {
+    SrqCore* srq = qp->srq;
+    const uint64_t producer = srq->producer.load(std::memory_order_acquire);
+    index = srq->consumer.load(std::memory_order_relaxed);  // engine is the only writer
+    if (index >= producer) return false;
+    slot = srq->ring + (index & (srq->depth - 1)) * srq->stride;
+    stride = srq->stride;
+    max_sge = srq->max_sge;
+    pd = srq->pd;
+    srq->consumer.store(index + 1, std::memory_order_release);
+    const uint32_t limit = srq->limit.load(std::memory_order_acquire);
+    if (limit != 0 && producer - (index + 1) < limit && srq->limit.exchange(0, std::memory_order_acq_rel) != 0) {
+      push_async_event({AsyncEventType::kSrqLimitReached, srq->number});
+    }
+  } else {
+    const uint64_t producer = qp->rq_producer.load(std::memory_order_acquire);
+    const uint64_t limit = qp->managed_recv ? std::min(producer, qp->rq_enable) : producer;
+    if (qp->rq_consumed >= limit) return false;
+    index = qp->rq_consumed;
+    slot = qp->recv_slot_ptr(index);
+    stride = qp->rq_stride;
+    max_sge = qp->cap.max_recv_sge;
+    pd = qp->pd;
+    ++qp->rq_consumed;
+    qp->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
+  }
+  // The RECV WQE is read now, when a message starts to use it.
+  DecodedRecvWqe wqe;
+  const WqeError err = decode_recv_wqe(std::span<const uint8_t>(slot, stride), max_sge, &wqe);
+  r.active = true;
+  r.wr_id = wqe.wr_id;
+  r.wqe_index = static_cast<uint32_t>(index & 0xFFFF);
+  r.offset = 0;
+  r.capacity = 0;
+  r.nsge = 0;
+  r.status = WcStatus::kSuccess;
+  if (err != WqeError::kNone) {
+    r.status = WcStatus::kLocQpOpErr;
+    return true;
+  }
+  uint64_t capacity = 0;
+  for (uint16_t i = 0; i < wqe.num_sge; ++i) {
+    const WqeDataSeg seg = load_data_seg(wqe.sges + static_cast<size_t>(i) * sizeof(WqeDataSeg));
+    if (seg.length == 0) continue;
+    const MrEntry* mr = find_mr(seg.lkey);
+    const uint64_t base = mr ? reinterpret_cast<uint64_t>(mr->base) : 0;
+    if (mr == nullptr || mr->pd != pd || !(mr->access & kAccessLocalWrite) || seg.addr < base ||
+        seg.length > mr->length || seg.addr - base > mr->length - seg.length) {
+      r.status = WcStatus::kLocProtErr;
+      return true;
+    }
+    r.sges[r.nsge++] = LocalSeg{mr->base + (seg.addr - base), seg.length};
+    capacity += seg.length;
+  }
+  r.capacity = static_cast<uint32_t>(std::min<uint64_t>(capacity, UINT32_MAX));
+  return true;
+}
+
+bool NicCore::place_recv_payload(QpCore* qp, const uint8_t* payload, uint32_t len) {
+  RecvContext& r = qp->recv;
+  if (len > r.capacity - r.offset) return false;
+  uint32_t offset = r.offset;
+  uint32_t placed = 0;
+  for (uint8_t i = 0; i < r.nsge && placed < len; ++i) {
+    if (offset >= r.sges[i].length) {
+      offset -= r.sges[i].length;
+      continue;
+    }
+    const uint32_t n = std::min(r.sges[i].length - offset, len - placed);
+    memory_->dma_write(qp->qpn, r.sges[i].ptr + offset, payload + placed, n);
+    placed += n;
+    offset = 0;
+  }
+  r.offset += len;
+  return true;
+}
+
+void NicCore::complete_recv(QpCore* qp, WcOpcode opcode, uint32_t byte_len, bool has_imm, uint32_t imm,
+                            bool solicited) {
+  WorkCompletion wc;
+  wc.wr_id = qp->recv.wr_id;
+  wc.status = qp->recv.status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.has_imm = has_imm;
+  wc.imm_data = imm;
+  wc.solicited = solicited;
+  wc.qp_num = qp->qpn;
+  wc.src_qp = qp->attr.dest_qp_num;
+  wc.wqe_index = qp->recv.wqe_index;
+  qp->recv.active = false;
+  complete(qp->recv_cq, wc);
+}
+
+void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, uint32_t len, uint64_t now) {
+  const uint32_t psn = h.bth.psn;
+  const int32_t d = psn_diff(psn, qp->epsn);
+  if (d < 0) {
+    counters_.rx_duplicates.inc();
+    on_duplicate_request(qp, h, now);
+    return;
+  }
+  if (d > 0) {
+    // A gap: NAK once, then drop until the expected PSN arrives.
+    counters_.rx_out_of_sequence.inc();
+    if (!qp->nak_outstanding) {
+      send_ack(qp, qp->epsn, wire::make_syndrome(wire::kAckTypeNak, wire::kNakPsnSequenceError), now);
+      counters_.seq_naks_sent.inc();
+      qp->nak_outstanding = true;
+    }
+    return;
+  }
+
+  const uint8_t op = h.bth.opcode;
+  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  bool in_sequence;
+  switch (qp->in_msg) {
+    case QpCore::InMsg::kSend:
+      in_sequence = op == wire::kSendMiddle || op == wire::kSendLast || op == wire::kSendLastImm;
+      break;
+    case QpCore::InMsg::kWrite:
+      in_sequence = op == wire::kWriteMiddle || op == wire::kWriteLast || op == wire::kWriteLastImm;
+      break;
+    default:
+      in_sequence = info.first;
+      break;
+  }
+  if (!in_sequence || len > qp->mtu) {
+    responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+    return;
+  }
+
+  switch (op) {
+    case wire::kSendFirst:
+    case wire::kSendMiddle:
+    case wire::kSendLast:
+    case wire::kSendLastImm:
+    case wire::kSendOnly:
+    case wire::kSendOnlyImm: {
+      if (info.first && !take_recv(qp)) {
+        send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeRnrNak, qp->attr.min_rnr_timer), now);
+        counters_.rnr_naks_sent.inc();
+        qp->nak_outstanding = true;
+        return;
+      }
+      if (!info.last && len != qp->mtu) {
+        responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+        return;
+      }
+      if (qp->recv.status != WcStatus::kSuccess) {
+        // The RECV's own buffers failed local checks.
+        responder_fail(qp, psn, wire::kNakRemoteOperationalError, now);
+        return;
+      }
+      if (!place_recv_payload(qp, payload, len)) {
+        qp->recv.status = WcStatus::kLocLenErr;  // message longer than the RECV buffers
+        responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+        return;
+      }
+      if (info.last) {
+        complete_recv(qp, WcOpcode::kRecv, qp->recv.offset, op == wire::kSendLastImm || op == wire::kSendOnlyImm,
+                      h.imm, h.bth.solicited);
+        qp->msn = psn_add(qp->msn, 1);
+        qp->in_msg = QpCore::InMsg::kNone;
+      } else {
+        qp->in_msg = QpCore::InMsg::kSend;
+      }
+      break;
+    }
+    case wire::kWriteFirst:
+    case wire::kWriteMiddle:
+    case wire::kWriteLast:
+    case wire::kWriteLastImm:
+    case wire::kWriteOnly:
+    case wire::kWriteOnlyImm: {
+      if (info.first) {
+        const uint32_t dma_len = h.reth.dma_length;
+        uint8_t* host = nullptr;
+        // A zero-length WRITE touches no memory and needs no valid rkey.
+        if (dma_len != 0 &&
+            check_remote_access(qp, h.reth.va, h.reth.rkey, dma_len, kAccessRemoteWrite, &host) == nullptr) {
+          responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
+          return;
+        }
+        const bool shape_ok = info.last ? len == dma_len : (len == qp->mtu && dma_len > qp->mtu);
+        if (!shape_ok) {
+          responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+          return;
+        }
+        qp->write_ptr = host;
+        qp->write_remaining = dma_len;
+        qp->write_length = dma_len;
+      } else {
+        const bool shape_ok = info.last ? len == qp->write_remaining : (len == qp->mtu && len < qp->write_remaining);
+        if (!shape_ok) {
+          responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+          return;
+        }
+      }
+      const bool with_imm = op == wire::kWriteLastImm || op == wire::kWriteOnlyImm;
+      if (with_imm) {
+        // The immediate consumes a RECV; without one the last packet is RNR-NAKed.
+        if (!take_recv(qp)) {
+          send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeRnrNak, qp->attr.min_rnr_timer), now);
+          counters_.rnr_naks_sent.inc();
+          qp->nak_outstanding = true;
+          qp->in_msg = info.first ? QpCore::InMsg::kNone : QpCore::InMsg::kWrite;
+          return;
+        }
+        if (qp->recv.status != WcStatus::kSuccess) {
+          responder_fail(qp, psn, wire::kNakRemoteOperationalError, now);
+          return;
+        }
+      }
+      if (len != 0) memory_->dma_write(qp->qpn, qp->write_ptr, payload, len);
+      qp->write_ptr += len;
+      qp->write_remaining -= len;
+      if (info.last) {
+        if (with_imm) complete_recv(qp, WcOpcode::kRecvRdmaWithImm, qp->write_length, true, h.imm, h.bth.solicited);
+        qp->msn = psn_add(qp->msn, 1);
+        qp->in_msg = QpCore::InMsg::kNone;
+      } else {
+        qp->in_msg = QpCore::InMsg::kWrite;
+      }
+      break;
+    }
+    case wire::kReadRequest:
+      execute_read(qp, h, false, now);
+      return;
+    case wire::kCompareSwap:
+    case wire::kFetchAdd:
+      execute_atomic(qp, h, now);
+      return;
+    case wire::kFlush:
+      execute_flush(qp, h, now);
+      return;
+    default:
+      responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+      return;
+  }
+  qp->epsn = psn_add(qp->epsn, 1);
+  qp->nak_outstanding = false;
+  if (h.bth.ack_req) schedule_ack(qp, psn);
+}
+
+void NicCore::on_duplicate_request(QpCore* qp, const Headers& h, uint64_t now) {
+  switch (h.bth.opcode) {
+    case wire::kReadRequest:
+      execute_read(qp, h, true, now);  // READs are re-executed
+      return;
+    case wire::kCompareSwap:
+    case wire::kFetchAdd:
+      replay_atomic(qp, h, now);  // atomics replay their saved result
+      return;
+    default:
+      // SEND/WRITE/FLUSH: already executed; re-acknowledge the latest PSN.
+      schedule_ack(qp, psn_add(qp->epsn, wire::kPsnMask));
+      return;
+  }
+}
+
+}  // namespace ferry::nic::detail

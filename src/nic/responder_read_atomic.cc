@@ -1,0 +1,125 @@
+// Responder: RDMA READ (responses first/middle/last/only; duplicates
+// re-executed), ATOMIC CMP_AND_SWP / FETCH_AND_ADD (results saved so a
+// duplicate replays the original value instead of executing twice), FLUSH.
+#include <algorithm>
+
+#include "nic_core.h"
+
+namespace ferry::nic::detail {
+
+using wire::Headers;
+using wire::psn_add;
+using wire::psn_diff;
+
+void NicCore::execute_read(QpCore* qp, const Headers& h, bool duplicate, uint64_t now) {
+  const uint32_t psn = h.bth.psn;
+  const uint32_t len = h.reth.dma_length;
+  uint8_t* host = nullptr;
+  // A 0-byte READ is legal and needs no valid rkey.
+  if (len != 0 && check_remote_access(qp, h.reth.va, h.reth.rkey, len, kAccessRemoteRead, &host) == nullptr) {
+    if (duplicate) return;  // a duplicate cannot turn into a new error
+    responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
+    return;
+  }
+  const uint32_t npkts = len == 0 ? 1 : (len + qp->mtu - 1) / qp->mtu;
+  if (duplicate) {
+    // Must lie inside what was already executed.
+    if (psn_diff(psn_add(psn, npkts), qp->epsn) > 0) return;
+    counters_.read_replays.inc();
+  } else {
+    qp->epsn = psn_add(psn, npkts);
+    qp->msn = psn_add(qp->msn, 1);
+    qp->nak_outstanding = false;
+  }
+  // PCIe ordering: the READ is served after every earlier write of this QP
+  // was placed (the idiom gFLUSH and persistent ACKs rely on).
+  memory_->order_before_read(qp->qpn);
+  for (uint32_t i = 0; i < npkts; ++i) {
+    Packet p;
+    Headers r;
+    const bool first = i == 0;
+    const bool last = i + 1 == npkts;
+    r.bth.opcode = first && last ? wire::kReadResponseOnly
+                   : first       ? wire::kReadResponseFirst
+                   : last        ? wire::kReadResponseLast
+                                 : wire::kReadResponseMiddle;
+    r.bth.dest_qp = qp->attr.dest_qp_num;
+    r.bth.psn = psn_add(psn, i);
+    r.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
+    r.aeth.msn = qp->msn;
+    const uint32_t offset = i * qp->mtu;
+    const uint32_t n = len == 0 ? 0 : std::min(qp->mtu, len - offset);
+    r.bth.pad_count = wire::pad_for(n);
+    p.payload = n ? host + offset : nullptr;
+    p.payload_len = n;
+    fill_packet(p, qp, r);
+    transmit(p, false, now);
+  }
+  if (qp->ack_pending && psn_diff(psn_add(psn, npkts - 1), qp->ack_psn) >= 0) qp->ack_pending = false;
+}
+
+void NicCore::send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now) {
+  Packet p;
+  Headers r;
+  r.bth.opcode = wire::kAtomicAcknowledge;
+  r.bth.dest_qp = qp->attr.dest_qp_num;
+  r.bth.psn = psn;
+  r.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
+  r.aeth.msn = qp->msn;
+  r.atomic_ack_orig = original;
+  fill_packet(p, qp, r);
+  transmit(p, false, now);
+}
+
+void NicCore::execute_atomic(QpCore* qp, const Headers& h, uint64_t now) {
+  const uint32_t psn = h.bth.psn;
+  if (h.atomic.va & 7) {
+    responder_fail(qp, psn, wire::kNakInvalidRequest, now);  // misaligned target
+    return;
+  }
+  uint8_t* host = nullptr;
+  if (check_remote_access(qp, h.atomic.va, h.atomic.rkey, 8, kAccessRemoteAtomic, &host) == nullptr) {
+    responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
+    return;
+  }
+  uint64_t* word = reinterpret_cast<uint64_t*>(host);
+  const uint64_t original = h.bth.opcode == wire::kCompareSwap
+                                ? memory_->atomic_compare_swap(qp->qpn, word, h.atomic.compare, h.atomic.swap_add)
+                                : memory_->atomic_fetch_add(qp->qpn, word, h.atomic.swap_add);
+  AtomicRecord& rec = qp->atomic_records[qp->atomic_next++ % qp->atomic_records.size()];
+  rec = AtomicRecord{true, psn, original};
+  qp->epsn = psn_add(psn, 1);
+  qp->msn = psn_add(qp->msn, 1);
+  qp->nak_outstanding = false;
+  send_atomic_ack(qp, psn, original, now);
+  if (qp->ack_pending && psn_diff(psn, qp->ack_psn) >= 0) qp->ack_pending = false;
+}
+
+void NicCore::replay_atomic(QpCore* qp, const Headers& h, uint64_t now) {
+  for (const AtomicRecord& rec : qp->atomic_records) {
+    if (rec.valid && rec.psn == h.bth.psn) {
+      counters_.atomic_replays.inc();
+      send_atomic_ack(qp, rec.psn, rec.original, now);
+      return;
+    }
+  }
+  // Older than the saved window (max_dest_rd_atomic): cannot be answered.
+}
+
+void NicCore::execute_flush(QpCore* qp, const Headers& h, uint64_t now) {
+  const uint32_t psn = h.bth.psn;
+  uint8_t* host = nullptr;
+  if (h.reth.dma_length != 0 &&
+      check_remote_access(qp, h.reth.va, h.reth.rkey, h.reth.dma_length, kAccessRemoteWrite, &host) == nullptr) {
+    responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
+    return;
+  }
+  // Completes after every earlier write of this QP has been placed.
+  memory_->order_before_read(qp->qpn);
+  qp->epsn = psn_add(psn, 1);
+  qp->msn = psn_add(qp->msn, 1);
+  qp->nak_outstanding = false;
+  send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit), now);
+}
+
+}  // namespace ferry::nic::detail
