@@ -129,6 +129,7 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
     s.done = true;
     ++qp->sq_next;
     counters_.wqes_fetched.inc();
+    advance_send_completions(qp);  // completes now unless an earlier WQE is outstanding
     return StartResult::kStarted;
   }
 

@@ -54,6 +54,7 @@ class NicTest : public ::testing::Test {
 
   ~NicTest() override {
     qps_.clear();
+    srqs_.clear();
     for (auto& h : hosts_) {
       h->mr.reset();
       h->cq.reset();
@@ -79,6 +80,13 @@ class NicTest : public ::testing::Test {
   CompletionQueue& add_cq(Host& h, const CqInitAttr& attr = {}) {
     extra_cqs_.push_back(h.nic->create_cq(attr).value());
     return *extra_cqs_.back();
+  }
+
+  SharedReceiveQueue& add_srq(Host& h, const SrqInitAttr& attr = {}) {
+    auto srq = h.nic->create_srq(*h.pd, attr);
+    EXPECT_TRUE(srq.ok()) << srq.status().to_string();
+    srqs_.push_back(std::move(srq).value());
+    return *srqs_.back();
   }
 
   QueuePair& add_qp(Host& h, QpInitAttr attr = {}) {
@@ -157,6 +165,7 @@ class NicTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
   std::vector<std::unique_ptr<Host>> hosts_;
   std::vector<std::unique_ptr<CompletionQueue>> extra_cqs_;
+  std::vector<std::unique_ptr<SharedReceiveQueue>> srqs_;
   std::vector<std::unique_ptr<QueuePair>> qps_;
 };
 
