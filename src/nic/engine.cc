@@ -131,7 +131,7 @@ Status Engine::simulate(const std::function<bool()>* pred, uint64_t max_time_ns)
     if (pred != nullptr && (*pred)()) return ok_status();
     const uint64_t now = clock_->now_ns();
     if (pass(now)) continue;
-    bool busy = !fabric_->idle();
+    bool busy = fabric_->has_queued();
     for (const auto& core : cores_) busy |= core->busy();
     if (busy) continue;
     const uint64_t deadline = next_deadline_ns();
@@ -169,7 +169,7 @@ void Engine::thread_main() {
     // Sleep until a doorbell, a control command, or the next deadline.
     parker_.prepare_park();
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    bool busy = commands_pending_.load(std::memory_order_relaxed) || !fabric_->idle() ||
+    bool busy = commands_pending_.load(std::memory_order_relaxed) || fabric_->has_queued() ||
                 stop_.load(std::memory_order_relaxed);
     for (const auto& core : cores_) busy |= core->busy();
     const uint64_t deadline = next_deadline_ns();

@@ -166,12 +166,11 @@ size_t Fabric::deliver(uint32_t address, size_t budget, uint64_t now_ns) {
 
 uint64_t Fabric::next_due_ns() const { return delayed_.empty() ? UINT64_MAX : delayed_.front().due_ns; }
 
-bool Fabric::idle() const {
-  if (!delayed_.empty()) return false;
+bool Fabric::has_queued() const {
   for (const Queue& q : queues_) {
-    if (q.size != 0) return false;
+    if (q.size != 0) return true;
   }
-  return true;
+  return false;
 }
 
 bool Fabric::materialize(Packet& p) {

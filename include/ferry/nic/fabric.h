@@ -106,7 +106,9 @@ class Fabric {
   bool has_inbound(uint32_t address) const { return queues_[address].size != 0; }
   // Earliest due time of a delayed packet, or UINT64_MAX.
   uint64_t next_due_ns() const;
-  bool idle() const;
+  // True if some NIC has a packet waiting in its inbound queue (delayed
+  // packets are not counted: they become deliverable at next_due_ns()).
+  bool has_queued() const;
 
   // Copies borrowed payloads that point into [base, base+len) into fabric
   // buffers. Control path (MR deregistration, QP destruction).
