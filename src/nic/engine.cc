@@ -24,7 +24,6 @@ Engine::Engine(const EngineOptions& options)
 Engine::~Engine() {
   if (thread_.joinable()) {
     stop_.store(true, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     parker_.unpark();
     thread_.join();
   }
@@ -63,7 +62,6 @@ void Engine::run_control(const std::function<void()>& fn) {
     commands_.push_back(&cmd);
     commands_pending_.store(true, std::memory_order_seq_cst);
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   parker_.unpark();
   std::unique_lock<std::mutex> lock(cmd_mu_);
   cmd_cv_.wait(lock, [&] { return cmd.done; });
@@ -168,9 +166,9 @@ void Engine::thread_main() {
     }
     // Sleep until a doorbell, a control command, or the next deadline.
     parker_.prepare_park();
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    bool busy = commands_pending_.load(std::memory_order_relaxed) || fabric_->has_queued() ||
-                stop_.load(std::memory_order_relaxed);
+    // seq_cst re-checks: see Parker for the handshake.
+    bool busy = commands_pending_.load(std::memory_order_seq_cst) || fabric_->has_queued() ||
+                stop_.load(std::memory_order_seq_cst);
     for (const auto& core : cores_) busy |= core->busy();
     const uint64_t deadline = next_deadline_ns();
     const uint64_t now2 = clock_->now_ns();

@@ -1,6 +1,9 @@
 // Bounded multi-producer single-consumer queue of trivially copyable values
 // (Vyukov's bounded queue with per-cell sequence numbers). Lock-free; push
 // fails when full. Producers: any thread. Consumer: one thread.
+// The publishing store of push() and the load of maybe_nonempty() are seq_cst
+// so that the queue can take part in a Dekker-style sleep/wake handshake
+// (see Parker).
 #pragma once
 
 #include <atomic>
@@ -35,7 +38,7 @@ class MpscQueue {
       if (diff == 0) {
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           cell.value = value;
-          cell.seq.store(pos + 1, std::memory_order_release);
+          cell.seq.store(pos + 1, std::memory_order_seq_cst);
           return true;
         }
       } else if (diff < 0) {
@@ -59,7 +62,7 @@ class MpscQueue {
 
   // Consumer only: true if a pop would (probably) succeed.
   bool maybe_nonempty() const {
-    return cells_[head_ & mask_].seq.load(std::memory_order_acquire) == head_ + 1;
+    return cells_[head_ & mask_].seq.load(std::memory_order_seq_cst) == head_ + 1;
   }
 
  private:

@@ -1,11 +1,12 @@
 // Parker: lets one thread sleep until another unparks it or a deadline passes,
 // without a syscall on the unpark side unless the sleeper is actually asleep.
 //
-// Protocol (Dekker style, all seq_cst): the sleeper calls prepare_park(), then
-// re-checks its work sources, then park_until(); a waker first publishes its
-// work, then calls unpark(). Either the sleeper sees the work or the waker sees
-// the sleeper's flag and issues the futex wake. Only one thread may park on a
-// given Parker; any thread may unpark it.
+// Protocol (Dekker style): the sleeper calls prepare_park(), then re-checks
+// its work sources with seq_cst loads, then park(); a waker first publishes
+// its work with a seq_cst store, then calls unpark(). All four accesses sit in
+// the single seq_cst order, so either the sleeper sees the work or the waker
+// sees the sleeper's flag and issues the futex wake. Only one thread may park
+// on a given Parker; any thread may unpark it.
 #pragma once
 
 #include <atomic>
@@ -22,10 +23,7 @@ class Parker {
   void park(uint64_t timeout_ns);
   // Wakes the parked thread if it is parked; cheap (one load) if it is not.
   void unpark() {
-    // The fence orders the caller's earlier (release) publication of work
-    // before this load, completing the Dekker handshake with prepare_park().
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (state_.load(std::memory_order_relaxed) == kParked) wake();
+    if (state_.load(std::memory_order_seq_cst) == kParked) wake();
   }
   bool parked() const { return state_.load(std::memory_order_relaxed) == kParked; }
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }

@@ -1,0 +1,322 @@
+// The threaded engine with application threads: doorbells, CQ polling,
+// completion channels, control commands and NIC atomics racing CPU atomics.
+// These are the places where threads share state; they also run under TSan.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "ferry/nic/connect.h"
+#include "ferry/nic/engine.h"
+#include "nic_test_util.h"
+
+namespace ferry::nic::testing {
+namespace {
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kOps = 2'000;
+#else
+constexpr int kOps = 20'000;
+#endif
+
+struct Side {
+  Nic* nic;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> cq;
+  AlignedBytes mem;
+  std::unique_ptr<MemoryRegion> mr;
+  std::unique_ptr<QueuePair> qp;
+  uint64_t va(size_t off) const { return mr->iova() + off; }
+};
+
+class ThreadedTest : public ::testing::Test {
+ protected:
+  explicit ThreadedTest(uint64_t spin_ns = 200'000) {
+    EngineOptions o;
+    o.threaded = true;
+    o.spin_ns = spin_ns;
+    engine_ = std::make_unique<Engine>(o);
+  }
+  ~ThreadedTest() override {
+    for (auto& s : sides_) {
+      s->qp.reset();
+      s->mr.reset();
+      s->cq.reset();
+      s->pd.reset();
+    }
+  }
+  Side& side(CompletionChannel* channel = nullptr) {
+    auto s = std::make_unique<Side>();
+    s->nic = engine_->add_nic().value();
+    s->pd = s->nic->alloc_pd().value();
+    CqInitAttr attr;
+    attr.cqe = 4096;
+    attr.channel = channel;
+    s->cq = s->nic->create_cq(attr).value();
+    s->mem = aligned_bytes(1 << 20);
+    s->mr = s->nic->reg_mr(*s->pd, s->mem.get(), 1 << 20, kAccessAll).value();
+    QpInitAttr qattr;
+    qattr.send_cq = s->cq.get();
+    qattr.recv_cq = s->cq.get();
+    qattr.cap.max_send_wr = 256;
+    qattr.cap.max_recv_wr = 256;
+    s->qp = s->nic->create_qp(*s->pd, qattr).value();
+    sides_.push_back(std::move(s));
+    return *sides_.back();
+  }
+  void connect(Side& a, Side& b) { ASSERT_TRUE(connect_qps(*a.qp, *a.nic, *b.qp, *b.nic).ok()); }
+
+  // Busy-polls one completion (the engine runs on its own thread).
+  static WorkCompletion poll_one(CompletionQueue& cq) {
+    WorkCompletion wc{};
+    for (;;) {
+      auto n = cq.poll(std::span<WorkCompletion>(&wc, 1));
+      EXPECT_TRUE(n.ok());
+      if (!n.ok() || n.value() == 1) return wc;
+      std::this_thread::yield();
+    }
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::vector<std::unique_ptr<Side>> sides_;
+};
+
+TEST_F(ThreadedTest, ApplicationThreadDrivesWritesThroughTheEngineThread) {
+  Side& a = side();
+  Side& b = side();
+  connect(a, b);
+  constexpr int kWindow = 16;
+  int posted = 0, done = 0;
+  while (done < kOps) {
+    while (posted < kOps && posted - done < kWindow) {
+      const uint64_t value = static_cast<uint64_t>(posted) * 3 + 1;
+      std::memcpy(a.mem.get() + (posted % kWindow) * 8, &value, 8);
+      const Sge sge = a.mr->sge((posted % kWindow) * 8, 8);
+      SendWr wr;
+      wr.wr_id = posted;
+      wr.opcode = WrOpcode::kRdmaWrite;
+      wr.flags = kSendSignaled;
+      wr.sg_list = std::span<const Sge>(&sge, 1);
+      wr.remote_addr = b.va((posted % 1024) * 8);
+      wr.rkey = b.mr->rkey();
+      ASSERT_TRUE(a.qp->post_send(wr).ok());
+      ++posted;
+    }
+    const WorkCompletion wc = poll_one(*a.cq);
+    ASSERT_EQ(wc.status, WcStatus::kSuccess);
+    ASSERT_EQ(wc.wr_id, static_cast<uint64_t>(done));
+    // The completion makes the remote bytes visible to this thread.
+    uint64_t seen;
+    std::memcpy(&seen, b.mem.get() + (done % 1024) * 8, 8);
+    ASSERT_EQ(seen, static_cast<uint64_t>(done) * 3 + 1);
+    ++done;
+  }
+}
+
+TEST_F(ThreadedTest, TwoApplicationThreadsExchangeSendsConcurrently) {
+  Side& a = side();
+  Side& b = side();
+  connect(a, b);
+  auto run_side = [&](Side& self, uint8_t tag) {
+    constexpr int kSlots = 128;
+    for (int i = 0; i < kSlots; ++i) {
+      const Sge rs = self.mr->sge(65536 + i * 64, 64);
+      EXPECT_TRUE(self.qp->post_recv(RecvWr{static_cast<uint64_t>(i), std::span<const Sge>(&rs, 1)}).ok());
+    }
+    int sent = 0, send_done = 0, received = 0;
+    const int n = kOps / 4;
+    while (send_done < n || received < n) {
+      while (sent < n && sent - send_done < 16) {
+        self.mem[(sent % 16) * 64] = tag;
+        std::memcpy(self.mem.get() + (sent % 16) * 64 + 1, &sent, 4);
+        const Sge sge = self.mr->sge((sent % 16) * 64, 5);
+        SendWr wr;
+        wr.wr_id = 1u << 31 | sent;
+        wr.opcode = WrOpcode::kSend;
+        wr.flags = kSendSignaled;
+        wr.sg_list = std::span<const Sge>(&sge, 1);
+        EXPECT_TRUE(self.qp->post_send(wr).ok());
+        ++sent;
+      }
+      WorkCompletion wcs[16];
+      auto got = self.cq->poll(wcs);
+      ASSERT_TRUE(got.ok());
+      for (uint32_t k = 0; k < got.value(); ++k) {
+        ASSERT_EQ(wcs[k].status, WcStatus::kSuccess);
+        if (wcs[k].opcode == WcOpcode::kSend) {
+          ++send_done;
+          continue;
+        }
+        const uint8_t* buf = self.mem.get() + 65536 + wcs[k].wr_id * 64;
+        int seq;
+        std::memcpy(&seq, buf + 1, 4);
+        EXPECT_EQ(buf[0], tag == 'a' ? 'b' : 'a');
+        EXPECT_EQ(seq, received);
+        ++received;
+        const Sge rs = self.mr->sge(65536 + wcs[k].wr_id * 64, 64);
+        EXPECT_TRUE(self.qp->post_recv(RecvWr{wcs[k].wr_id, std::span<const Sge>(&rs, 1)}).ok());
+      }
+      if (got.value() == 0) std::this_thread::yield();
+    }
+  };
+  std::thread ta([&] { run_side(a, 'a'); });
+  std::thread tb([&] { run_side(b, 'b'); });
+  ta.join();
+  tb.join();
+}
+
+TEST_F(ThreadedTest, NicAtomicsStayAtomicAgainstCpuAtomicsOnTheSameWord) {
+  Side& a = side();
+  Side& b = side();
+  connect(a, b);
+  uint64_t* word = reinterpret_cast<uint64_t*>(b.mem.get());
+  std::atomic_ref<uint64_t>(*word).store(0);
+  const int n = kOps / 2;
+  // A CPU thread on host b increments the same word with CPU atomics (half
+  // of them as CAS loops) while the NIC executes remote FETCH_AND_ADDs.
+  std::thread cpu([&] {
+    for (int i = 0; i < n; ++i) {
+      std::atomic_ref<uint64_t> ref(*word);
+      if (i & 1) {
+        ref.fetch_add(1);
+      } else {
+        uint64_t cur = ref.load();
+        while (!ref.compare_exchange_weak(cur, cur + 1)) {
+        }
+      }
+    }
+  });
+  std::vector<uint64_t> originals;
+  int posted = 0, done = 0;
+  while (done < n) {
+    while (posted < n && posted - done < 16) {
+      const Sge sge = a.mr->sge((posted % 16) * 8, 8);
+      SendWr wr;
+      wr.wr_id = posted;
+      wr.opcode = WrOpcode::kAtomicFetchAndAdd;
+      wr.flags = kSendSignaled;
+      wr.sg_list = std::span<const Sge>(&sge, 1);
+      wr.remote_addr = b.va(0);
+      wr.rkey = b.mr->rkey();
+      wr.compare_add = 1;
+      ASSERT_TRUE(a.qp->post_send(wr).ok());
+      ++posted;
+    }
+    const WorkCompletion wc = poll_one(*a.cq);
+    ASSERT_EQ(wc.status, WcStatus::kSuccess);
+    uint64_t original;
+    std::memcpy(&original, a.mem.get() + (wc.wr_id % 16) * 8, 8);
+    originals.push_back(original);
+    ++done;
+  }
+  cpu.join();
+  EXPECT_EQ(std::atomic_ref<uint64_t>(*word).load(), static_cast<uint64_t>(2 * n)) << "no increment was lost";
+  std::sort(originals.begin(), originals.end());
+  EXPECT_EQ(std::adjacent_find(originals.begin(), originals.end()), originals.end())
+      << "two NIC atomics observed the same value";
+}
+
+TEST_F(ThreadedTest, BlockedConsumerIsWokenByACompletionEvent) {
+  Side& a = side();
+  Side& b = side();
+  auto channel = b.nic->create_comp_channel().value();
+  // b gets a CQ bound to the channel, used by a new QP toward a.
+  CqInitAttr attr;
+  attr.channel = channel.get();
+  auto cq = b.nic->create_cq(attr).value();
+  QpInitAttr qattr;
+  qattr.send_cq = cq.get();
+  qattr.recv_cq = cq.get();
+  auto qb = b.nic->create_qp(*b.pd, qattr).value();
+  ASSERT_TRUE(connect_qps(*a.qp, *a.nic, *qb, *b.nic).ok());
+  const Sge rs = b.mr->sge(0, 64);
+  ASSERT_TRUE(qb->post_recv(RecvWr{9, std::span<const Sge>(&rs, 1)}).ok());
+  ASSERT_TRUE(cq->req_notify(false).ok());
+  std::atomic<bool> woke{false};
+  std::thread consumer([&] {
+    auto ev = channel->get_event(-1);  // blocks, no spinning
+    EXPECT_TRUE(ev.ok());
+    EXPECT_EQ(ev.value(), cq.get());
+    woke.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(woke.load());
+  SendWr wr;
+  wr.opcode = WrOpcode::kSend;
+  ASSERT_TRUE(a.qp->post_send(wr).ok());
+  consumer.join();
+  EXPECT_TRUE(woke.load());
+  WorkCompletion wc;
+  auto n = cq->poll(std::span<WorkCompletion>(&wc, 1));
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(n.value(), 1u);
+  EXPECT_EQ(wc.wr_id, 9u);
+  qb.reset();
+  cq.reset();
+}
+
+class SleepyEngineTest : public ThreadedTest {
+ protected:
+  SleepyEngineTest() : ThreadedTest(/*spin_ns=*/2'000) {}
+};
+
+TEST_F(SleepyEngineTest, IdleEngineSleepsAndADoorbellWakesIt) {
+  Side& a = side();
+  Side& b = side();
+  connect(a, b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const EngineStats idle = engine_->stats();
+  EXPECT_GT(idle.sleeps, 0u) << "the engine blocks instead of burning a core";
+  // Asleep means not looping: no engine passes while nothing happens.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LT(engine_->stats().passes - idle.passes, 10u);
+  for (int i = 0; i < 20; ++i) {
+    const Sge sge = a.mr->sge(0, 8);
+    SendWr wr;
+    wr.opcode = WrOpcode::kRdmaWrite;
+    wr.flags = kSendSignaled;
+    wr.sg_list = std::span<const Sge>(&sge, 1);
+    wr.remote_addr = b.va(0);
+    wr.rkey = b.mr->rkey();
+    ASSERT_TRUE(a.qp->post_send(wr).ok());
+    EXPECT_EQ(poll_one(*a.cq).status, WcStatus::kSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // let it fall asleep again
+  }
+  EXPECT_GT(engine_->stats().wakeups, idle.wakeups) << "posts woke the sleeping engine";
+}
+
+TEST_F(ThreadedTest, ControlPathFromAnotherThreadWhileTrafficRuns) {
+  Side& a = side();
+  Side& b = side();
+  connect(a, b);
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop.load()) {
+      auto mr = b.nic->reg_mr(*b.pd, b.mem.get() + 4096, 4096, kAccessAll);
+      EXPECT_TRUE(mr.ok());
+      QpInitAttr qattr;
+      qattr.send_cq = b.cq.get();
+      qattr.recv_cq = b.cq.get();
+      auto qp = b.nic->create_qp(*b.pd, qattr);
+      EXPECT_TRUE(qp.ok());
+    }
+  });
+  for (int i = 0; i < kOps / 10; ++i) {
+    const Sge sge = a.mr->sge(0, 64);
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = WrOpcode::kRdmaWrite;
+    wr.flags = kSendSignaled;
+    wr.sg_list = std::span<const Sge>(&sge, 1);
+    wr.remote_addr = b.va(0);
+    wr.rkey = b.mr->rkey();
+    ASSERT_TRUE(a.qp->post_send(wr).ok());
+    ASSERT_EQ(poll_one(*a.cq).status, WcStatus::kSuccess);
+  }
+  stop.store(true);
+  churn.join();
+}
+
+}  // namespace
+}  // namespace ferry::nic::testing
