@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora for the fuzz targets in tests/fuzz/corpus/<target>/.
+
+The seeds are a few well-formed inputs per target (plus a handful of
+near-misses) so that libFuzzer starts from the interesting parts of the input
+space. Layouts: IBTA BTH/RETH/AETH/AtomicETH/ImmDt/FETH in network byte order
+(include/ferry/nic/wire.h) and the WQE slot layout (include/ferry/nic/wqe.h).
+
+Usage: python3 tests/fuzz/make_corpus.py   (from anywhere; rewrites the seeds)
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# RC opcodes.
+SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = range(0, 6)
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = range(6, 12)
+READ_REQUEST, READ_RESP_FIRST, READ_RESP_MIDDLE, READ_RESP_LAST, READ_RESP_ONLY = range(12, 17)
+ACK, ATOMIC_ACK, CMP_SWAP, FETCH_ADD, FLUSH = 0x11, 0x12, 0x13, 0x14, 0x1C
+
+
+def pad_for(n):
+    return (4 - n % 4) % 4
+
+
+def bth(opcode, psn, dest_qp=0, pad=0, se=False, ack_req=False, pkey=0xFFFF):
+    b1 = (0x80 if se else 0) | 0x40 | (pad << 4)
+    return struct.pack(">BBHB", opcode, b1, pkey, 0) + dest_qp.to_bytes(3, "big") + \
+        struct.pack(">B", 0x80 if ack_req else 0) + psn.to_bytes(3, "big")
+
+
+def reth(va, rkey, length):
+    return struct.pack(">QII", va, rkey, length)
+
+
+def aeth(syndrome, msn):
+    return struct.pack(">B", syndrome) + msn.to_bytes(3, "big")
+
+
+def atomic_eth(va, rkey, swap_add, compare):
+    return struct.pack(">QIQQ", va, rkey, swap_add, compare)
+
+
+def imm(v):
+    return struct.pack(">I", v)
+
+
+def feth(selectivity, placement):
+    return struct.pack(">I", (selectivity << 4) | placement)
+
+
+def packet(opcode, psn, ext=b"", payload=b"", **kw):
+    pad = pad_for(len(payload))
+    return bth(opcode, psn, pad=pad, **kw) + ext + payload + bytes(pad)
+
+
+def write_corpus(target, seeds):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+
+def pattern(n, seed=1):
+    return bytes((seed + 7 * i) & 0xFF for i in range(n))
+
+
+# ---- packet_parser_fuzz: contiguous packets ---------------------------------------
+parser_seeds = {
+    "write_only_257": packet(WRITE_ONLY, 0xABCDEF, reth(0x0102030405060708, 0x11223344, 257),
+                             pattern(257), dest_qp=0x123456, se=True, ack_req=True),
+    "write_only_imm_4": packet(WRITE_ONLY_IMM, 1, reth(0x1000, 0x100, 4) + imm(0xCAFEBABE), pattern(4)),
+    "write_first_256": packet(WRITE_FIRST, 2, reth(0x2000, 0x200, 600), pattern(256)),
+    "write_middle_256": packet(WRITE_MIDDLE, 3, b"", pattern(256)),
+    "write_last_imm_88": packet(WRITE_LAST_IMM, 4, imm(7), pattern(88), ack_req=True),
+    "send_only_imm_5": packet(SEND_ONLY_IMM, 5, imm(0x1234), pattern(5), se=True),
+    "send_first_256": packet(SEND_FIRST, 6, b"", pattern(256)),
+    "send_last_3": packet(SEND_LAST, 7, b"", pattern(3)),
+    "read_request": packet(READ_REQUEST, 8, reth(0x3000, 0x300, 3000), ack_req=True),
+    "read_response_first": packet(READ_RESP_FIRST, 9, aeth(0x1F, 2), pattern(256)),
+    "read_response_middle": packet(READ_RESP_MIDDLE, 10, b"", pattern(256)),
+    "read_response_last_1": packet(READ_RESP_LAST, 11, aeth(0x1F, 3), pattern(1)),
+    "read_response_only_0": packet(READ_RESP_ONLY, 12, aeth(0x1F, 4)),
+    "ack": packet(ACK, 0x100, aeth(0x1F, 0xABCD), dest_qp=7),
+    "nak_access": packet(ACK, 0x100, aeth(0x62, 0xABCD), dest_qp=7),
+    "rnr_nak": packet(ACK, 0x100, aeth(0x2E, 1)),
+    "atomic_ack": packet(ATOMIC_ACK, 0xFFFFFF, aeth(0x1F, 3) + struct.pack(">Q", 0x0123456789ABCDEF)),
+    "compare_swap": packet(CMP_SWAP, 0, atomic_eth(0x1122334455667788, 0xDEADBEEF, 0xA1A2A3A4A5A6A7A8,
+                                                   0xB1B2B3B4B5B6B7B8), dest_qp=0xFFFFFF, ack_req=True),
+    "fetch_add": packet(FETCH_ADD, 13, atomic_eth(0x4000, 0x400, 1, 0), ack_req=True),
+    "flush": packet(FLUSH, 14, feth(1, 2) + reth(0xAABBCCDD00112233, 0x01020304, 0x40), ack_req=True),
+    "send_only_4096": packet(SEND_ONLY, 15, b"", pattern(4096)),
+    # Near misses.
+    "truncated_reth": packet(WRITE_ONLY, 16, reth(0x1000, 1, 8), pattern(8))[:20],
+    "bad_opcode": bytes([0x15]) + bytes(11),
+    "bad_tver": bytes([SEND_ONLY, 0x41]) + bytes(10),
+    "bad_pad": bth(SEND_ONLY, 17, pad=0) + pattern(5),
+    "payload_on_read": packet(READ_REQUEST, 18, reth(0, 0, 0)) + bytes(4),
+}
+write_corpus("packet_parser_fuzz", parser_seeds)
+
+
+# ---- wqe_decode_fuzz: [send stride code][max_sge][max_inline lo][hi][recv stride code][recv max_sge] slot
+def send_wqe(opcode, flags=0, num_ds=0, imm_data=0, wr_id=0, remote_addr=0, rkey=0, aux=0, compare_add=0,
+             swap=0, data=b""):
+    return struct.pack("<BBHIQQIIQQ", opcode, flags, num_ds, imm_data, wr_id, remote_addr, rkey, aux,
+                       compare_add, swap) + data
+
+
+def data_seg(addr, length, lkey):
+    return struct.pack("<QII", addr, length, lkey)
+
+
+def recv_wqe(wr_id, sges):
+    return struct.pack("<QHHI", wr_id, len(sges), 0, 0) + b"".join(data_seg(*s) for s in sges)
+
+
+def config(send_code, max_sge, max_inline, recv_code, recv_max):
+    return struct.pack("<BBHBB", send_code, max_sge, max_inline, recv_code, recv_max)
+
+
+SIGNALED, FENCE, SOLICITED, INLINE = 1, 2, 4, 8
+wqe_seeds = {
+    "write_1sge": config(0, 1, 0, 1, 2) + send_wqe(0, SIGNALED, 1, 0, 1, 0x7000, 0x42,
+                                                   data=data_seg(0x1000, 64, 0x101)),
+    "send_3sge": config(1, 3, 0, 2, 3) + send_wqe(2, SIGNALED | SOLICITED, 3, 0, 2,
+                                                  data=data_seg(0x1000, 1, 1) + data_seg(0x2000, 2, 2)
+                                                  + data_seg(0x3000, 3, 3)),
+    "inline_100": config(2, 1, 100, 0, 1) + send_wqe(3, INLINE | SIGNALED, 100, 0x55, 3, data=pattern(100)),
+    "cas": config(0, 1, 0, 0, 1) + send_wqe(5, SIGNALED | FENCE, 1, 0, 4, 0x8000, 0x43, 0, 5, 6,
+                                            data=data_seg(0x4000, 8, 0x104)),
+    "wait": config(0, 1, 0, 0, 1) + send_wqe(8, SIGNALED, 0, 0, 5, 12345, 3),
+    "send_enable": config(0, 1, 0, 0, 1) + send_wqe(9, 0, 0, 0, 6, 7, 0x000345),
+    "flush": config(0, 1, 0, 0, 1) + send_wqe(11, SIGNALED, 0, 0, 7, 0x9000, 0x44, 1, 4096),
+    "recv_2sge": config(0, 30, 976, 1, 2) + recv_wqe(99, [(0xA000, 10, 0x11), (0xB000, 20, 0x22)]),
+    "max_stride": config(4, 30, 976, 4, 31) + send_wqe(0, INLINE, 976, data=pattern(976)),
+}
+write_corpus("wqe_decode_fuzz", wqe_seeds)
+
+
+# ---- nic_rx_fuzz: [mode] then [ctl][len lo][len hi][bytes] records ------------------------
+# ctl bits: 0 DestQP:=qb, 1 wrong source, 2 P_Key:=default, 3 PSN:=expected+int8(byte 11),
+#           4 pad:=payload's, 5 VA/rkey:=B's MR (VA taken modulo 64 KiB), 6 run first, 7 raw split.
+STEER = 0x01 | 0x04 | 0x08 | 0x10 | 0x20   # a packet the responder accepts
+STEER_RESPONSE = 0x01 | 0x04 | 0x10        # keep the PSN as written (qb's requester PSNs)
+MTU_256, MTU_1024, MTU_4096 = 0x00, 0x20, 0x40
+
+
+def record(ctl, pkt):
+    return struct.pack("<BH", ctl, len(pkt)) + pkt
+
+
+def rx(mode, *records):
+    return bytes([mode]) + b"".join(records)
+
+
+# With ctl bit 3 the PSN byte 11 is the offset from the PSN qb expects next.
+nic_seeds = {
+    "write_only": rx(MTU_256, record(STEER, packet(WRITE_ONLY, 0, reth(0x100, 0, 64), pattern(64),
+                                                   ack_req=True))),
+    "write_multi": rx(MTU_256,
+                      record(STEER, packet(WRITE_FIRST, 0, reth(0x1000, 0, 600), pattern(256))),
+                      record(STEER, packet(WRITE_MIDDLE, 1, b"", pattern(256))),
+                      record(STEER, packet(WRITE_LAST_IMM, 2, imm(9), pattern(88), ack_req=True))),
+    "send_multi": rx(MTU_256,
+                     record(STEER, packet(SEND_FIRST, 0, b"", pattern(256))),
+                     record(STEER, packet(SEND_MIDDLE, 1, b"", pattern(256))),
+                     record(STEER, packet(SEND_LAST_IMM, 2, imm(5), pattern(10), se=True, ack_req=True)),
+                     record(STEER, packet(SEND_ONLY, 3, b"", pattern(200), ack_req=True))),
+    "read_atomic_flush": rx(MTU_1024,
+                            record(STEER, packet(READ_REQUEST, 0, reth(0x2000, 0, 3000), ack_req=True)),
+                            record(STEER, packet(CMP_SWAP, 3, atomic_eth(0x3000, 0, 5, 0x3C3C3C3C3C3C3C3C),
+                                                 ack_req=True)),
+                            record(STEER, packet(FETCH_ADD, 4, atomic_eth(0x3008, 0, 1, 0), ack_req=True)),
+                            record(STEER, packet(FLUSH, 5, feth(0, 2) + reth(0x2000, 0, 64), ack_req=True)),
+                            record(STEER, packet(CMP_SWAP, 3, atomic_eth(0x3000, 0, 5, 0), ack_req=True)),
+                            record(STEER, packet(READ_REQUEST, 0, reth(0x2000, 0, 3000), ack_req=True))),
+    "sequence_gap": rx(MTU_4096,
+                       record(STEER, packet(SEND_ONLY, 2, b"", pattern(8))),
+                       record(STEER, packet(SEND_ONLY, 0, b"", pattern(8), ack_req=True)),
+                       record(STEER, packet(SEND_ONLY, 1, b"", pattern(8), ack_req=True))),
+    "responses_to_qb": rx(0x1F | MTU_4096,
+                          record(STEER_RESPONSE, packet(ACK, 0x20, aeth(0x1F, 1))),
+                          record(STEER_RESPONSE, packet(READ_RESP_FIRST, 0x21, aeth(0x1F, 1), pattern(4096))),
+                          record(STEER_RESPONSE, packet(READ_RESP_LAST, 0x22, aeth(0x1F, 2), pattern(904))),
+                          record(STEER_RESPONSE, packet(ATOMIC_ACK, 0x23, aeth(0x1F, 3) + struct.pack(">Q", 42))),
+                          record(STEER_RESPONSE, packet(ACK, 0x24, aeth(0x60, 3))),
+                          record(STEER_RESPONSE, packet(ACK, 0x25, aeth(0x21, 3)))),
+    "naks_to_qb": rx(0x03 | MTU_1024,
+                     record(STEER_RESPONSE, packet(ACK, 0x21, aeth(0x2E, 0))),
+                     record(STEER_RESPONSE | 0x40, packet(ACK, 0x21, aeth(0x62, 0)))),
+    "junk": rx(MTU_256,
+               record(0x00, bytes([0x15]) + bytes(30)),
+               record(STEER | 0x02, packet(SEND_ONLY, 0, b"", pattern(4))),
+               record(STEER | 0x80, packet(WRITE_ONLY, 0, reth(0, 0, 40), pattern(40))),
+               record(STEER & ~0x04, packet(SEND_ONLY, 0, b"", pattern(4), pkey=0x7FFF))),
+}
+write_corpus("nic_rx_fuzz", nic_seeds)
+
+if __name__ == "__main__":
+    for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz"):
+        print(t, len(os.listdir(os.path.join(HERE, "corpus", t))), "seeds")
