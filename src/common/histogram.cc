@@ -52,7 +52,8 @@ void Histogram::reset() { *this = Histogram(); }
 
 uint64_t Histogram::percentile(double q) const {
   if (count_ == 0) return 0;
-  q = std::clamp(q, 0.0, 1.0);
+  if (!(q >= 0.0)) q = 0.0;  // also catches NaN
+  q = std::min(q, 1.0);
   uint64_t rank = static_cast<uint64_t>(std::ceil(q * static_cast<double>(count_)));
   rank = std::clamp<uint64_t>(rank, 1, count_);
   uint64_t seen = 0;

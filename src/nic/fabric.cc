@@ -175,6 +175,7 @@ bool Fabric::has_queued() const {
 
 bool Fabric::materialize(Packet& p) {
   if (p.buffer >= 0 || p.payload_len == 0 || p.dst_nic == UINT32_MAX) return true;
+  if (p.payload_len > kBufferBytes) return false;  // cannot be a legal packet anyway
   int32_t index = -1;
   uint8_t* mem = alloc_buffer(&index);
   if (mem == nullptr) {

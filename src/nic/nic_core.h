@@ -30,6 +30,9 @@ namespace ferry::nic::detail {
 
 class NicCore;
 
+// IBTA: the largest message (and RDMA length) is 2^31 bytes.
+constexpr uint32_t kMaxMessageBytes = 1u << 31;
+
 // Page-aligned zeroed memory for rings the NIC allocates.
 struct AlignedBuffer {
   AlignedBuffer() = default;
@@ -71,12 +74,16 @@ struct CqCore {
   CompletionQueue* handle = nullptr;
   uint32_t users = 0;              // engine: QPs using this CQ
 
-  uint64_t produced = 0;           // engine: CQEs written (or counted)
-  std::atomic<uint64_t> total{0};  // engine stores (release) after each completion; anyone reads
-  std::atomic<uint64_t> consumer{0};  // app stores (release) in poll; engine reads (acquire) for overrun
   std::atomic<bool> error{false};     // engine sets on overrun; app reads
   std::atomic<uint8_t> armed{0};      // app sets (1 any, 2 solicited only); engine clears when firing
-  struct QpCore* waiters = nullptr;   // engine: QPs stalled in WAIT on this CQ (intrusive list)
+
+  // Engine-written line.
+  alignas(64) uint64_t produced = 0;   // engine: CQEs written (or counted)
+  uint64_t consumer_cache = 0;         // engine: last consumer index read; re-read only when full
+  struct QpCore* waiters = nullptr;    // engine: QPs stalled in WAIT on this CQ (intrusive list)
+  std::atomic<uint64_t> total{0};      // engine stores (release) after each completion; anyone reads
+  // Application-written line.
+  alignas(64) std::atomic<uint64_t> consumer{0};  // app stores (release) in poll; engine reads (acquire) when full
 };
 
 struct SrqCore {
@@ -91,6 +98,7 @@ struct SrqCore {
   uint32_t users = 0;                   // engine: QPs attached
 
   uint64_t app_producer = 0;            // app
+  uint64_t app_consumer_cache = 0;      // app: last consumer read; re-read only when full
   std::atomic<uint64_t> producer{0};    // app stores (release) after writing WQEs; engine reads (acquire)
   std::atomic<uint64_t> consumer{0};    // engine stores (release) when taking a WQE; app reads (acquire)
   std::atomic<uint32_t> limit{0};       // app arms; engine clears when the event fires
@@ -165,16 +173,26 @@ struct QpCore {
   uint32_t rq_depth = 0, rq_stride = 0;
 
   // ---- shared between the application and the engine ----
-  std::atomic<QpState> state{QpState::kReset};  // engine stores (seq_cst); app loads in post
-  alignas(64) std::atomic<uint64_t> sq_doorbell{0};  // app stores (release) after writing WQEs
-  std::atomic<bool> doorbell_queued{false};  // RMW (acq_rel) by app when queueing, by engine when popping
-  std::atomic<uint64_t> rq_producer{0};      // app stores (seq_cst) after writing RECV WQEs
+  // Read-mostly line.
+  alignas(64) std::atomic<QpState> state{QpState::kReset};  // engine stores (seq_cst); app loads in post
+  // Engine stores (seq_cst) true while it polls sq_doorbell itself; the app
+  // loads it (seq_cst) after publishing a doorbell and rings the doorbell
+  // queue only when it is false (the io_uring SQPOLL NEED_WAKEUP handshake).
+  std::atomic<bool> engine_watching{false};
+  // App-written line: the doorbell record.
+  alignas(64) std::atomic<uint64_t> sq_doorbell{0};  // app stores (seq_cst) after writing WQEs
+  std::atomic<uint64_t> rq_producer{0};              // app stores (seq_cst) after writing RECV WQEs
+  // Both sides RMW (acq_rel): app when queueing the QP, engine when popping it.
+  alignas(64) std::atomic<bool> doorbell_queued{false};
+  // Engine-written line.
   alignas(64) std::atomic<uint64_t> sq_freed{0};  // engine stores (release): slots below are reusable
   std::atomic<uint64_t> rq_consumer{0};           // engine stores (release): RECVs taken
 
   // ---- application side ----
   alignas(64) uint64_t app_sq_producer = 0;
   uint64_t app_rq_producer = 0;
+  uint64_t app_sq_freed_cache = 0;     // last sq_freed read; re-read only when the ring looks full
+  uint64_t app_rq_consumer_cache = 0;  // last rq_consumer read; likewise
 
   // ---- engine side: attributes ----
   alignas(64) QpAttr attr;
@@ -204,6 +222,8 @@ struct QpCore {
   QpCore* wait_next = nullptr;
   bool in_timer_list = false;
   bool flush_needed = false;  // ERROR: posted WRs remain to be flushed
+  bool in_watch_list = false;
+  uint64_t watch_last_ns = 0;  // last doorbell activity seen while watched
 
   // ---- engine side: responder ----
   uint32_t epsn = 0;
@@ -259,6 +279,14 @@ class NicCore {
 
   // ---- application-thread entry points ----
   void ring_doorbell(QpCore* qp);
+  // After publishing sq_doorbell (seq_cst): rings the doorbell queue unless
+  // the engine is watching this QP.
+  void notify_posted(QpCore* qp) {
+    if (!qp->engine_watching.load(std::memory_order_seq_cst)) ring_doorbell(qp);
+  }
+  // Stops polling every watched doorbell record (before the engine sleeps).
+  // Returns true if a post slipped in meanwhile (then do not sleep).
+  bool unwatch_all();
 
   // ---- control (runs on the engine through Engine::run_control) ----
   uint32_t alloc_pd();
@@ -365,6 +393,12 @@ class NicCore {
   std::vector<QpCore*> timer_qps_;
   uint64_t next_timer_ns_ = UINT64_MAX;
   std::vector<QpCore*> flush_qps_;
+  std::vector<QpCore*> watched_;  // QPs whose doorbell record the engine polls directly
+  bool poll_watched(uint64_t now);
+  void watch(QpCore* qp, uint64_t now);
+  bool unwatch(QpCore* qp);
+  void on_doorbell(QpCore* qp, uint64_t doorbell);
+  uint64_t watch_ns_ = 100'000;
 
   std::mutex async_mu_;
   std::deque<AsyncEvent> async_events_;  // guarded by async_mu_

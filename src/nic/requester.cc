@@ -59,19 +59,15 @@ bool NicCore::resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& 
     segs[s.nsge++] = LocalSeg{mr->base + (seg.addr - base), seg.length};
     total += seg.length;
   }
-  if (total > (1ULL << 31)) return false;
+  if (total > kMaxMessageBytes) return false;
   s.length = static_cast<uint32_t>(total);
   return true;
 }
 
 NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
-  uint64_t limit;
-  if (qp->managed_send) {
-    limit = qp->sq_enable;
-  } else {
-    if (qp->sq_next >= qp->sq_limit) qp->sq_limit = qp->sq_doorbell.load(std::memory_order_acquire);
-    limit = qp->sq_limit;
-  }
+  // sq_limit moves only on doorbells (queued or watched); the record itself
+  // is not re-read here, which would cost a contended cache line per WQE.
+  const uint64_t limit = qp->managed_send ? qp->sq_enable : qp->sq_limit;
   if (qp->sq_next >= limit) return StartResult::kIdle;
   // The slot still holds an earlier WQE that has not completed.
   if (qp->sq_next - qp->sq_done >= qp->sq_depth) return StartResult::kBlocked;
@@ -149,7 +145,8 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
                             op == WrOpcode::kAtomicFetchAndAdd;
     if (!resolve_local_sges(qp, s, wqe, index, need_write)) return fail(WcStatus::kLocProtErr);
   }
-  if ((op == WrOpcode::kAtomicCmpAndSwp || op == WrOpcode::kAtomicFetchAndAdd) && s.length != 8) {
+  // An atomic returns 8 bytes into exactly one 8-byte local SGE.
+  if ((op == WrOpcode::kAtomicCmpAndSwp || op == WrOpcode::kAtomicFetchAndAdd) && (s.nsge != 1 || s.length != 8)) {
     return fail(WcStatus::kLocLenErr);
   }
 

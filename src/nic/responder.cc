@@ -248,6 +248,10 @@ void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, u
       if (info.first) {
         const uint32_t dma_len = h.reth.dma_length;
         uint8_t* host = nullptr;
+        if (dma_len > kMaxMessageBytes) {
+          responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+          return;
+        }
         // A zero-length WRITE touches no memory and needs no valid rkey.
         if (dma_len != 0 &&
             check_remote_access(qp, h.reth.va, h.reth.rkey, dma_len, kAccessRemoteWrite, &host) == nullptr) {

@@ -15,6 +15,10 @@ void NicCore::execute_read(QpCore* qp, const Headers& h, bool duplicate, uint64_
   const uint32_t psn = h.bth.psn;
   const uint32_t len = h.reth.dma_length;
   uint8_t* host = nullptr;
+  if (len > kMaxMessageBytes) {  // IBTA: messages are at most 2^31 bytes
+    if (!duplicate) responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+    return;
+  }
   // A 0-byte READ is legal and needs no valid rkey.
   if (len != 0 && check_remote_access(qp, h.reth.va, h.reth.rkey, len, kAccessRemoteRead, &host) == nullptr) {
     if (duplicate) return;  // a duplicate cannot turn into a new error

@@ -71,6 +71,7 @@ void encode_send_wqe(const SendWr& wr, uint32_t wait_cq_number, uint32_t enable_
       remote.remote_addr = wr.remote_addr;
       remote.rkey = wr.rkey;
       remote.aux = wr.flush_persistent ? 1 : 0;
+      atomic.compare_add = wr.flush_length;
       break;
     default:
       remote.remote_addr = wr.remote_addr;
@@ -100,6 +101,7 @@ void encode_send_wqe(const SendWr& wr, uint32_t wait_cq_number, uint32_t enable_
 }
 
 WqeError decode_recv_wqe(std::span<const uint8_t> slot, uint32_t max_sge, DecodedRecvWqe* out) {
+  if (slot.size() < sizeof(RecvWqeHeader)) return WqeError::kTooManySge;
   RecvWqeHeader hdr;
   std::memcpy(&hdr, slot.data(), sizeof(hdr));
   out->wr_id = hdr.wr_id;

@@ -120,6 +120,52 @@ TEST_F(ErrorsTest, AtomicWithLocalBufferNotEightBytesIsLocalLengthError) {
   EXPECT_EQ(next_completion(*pr.a->cq).status, WcStatus::kLocLenErr);
 }
 
+// Regression: the 8-byte atomic result used to be written at the first SGE
+// whatever its length, overrunning a 4-byte SGE (found by review of the fuzz
+// helper). An atomic needs exactly one 8-byte SGE.
+TEST_F(ErrorsTest, AtomicResultSplitAcrossTwoSgesIsLocalLengthError) {
+  QpInitAttr attr;
+  attr.cap.max_send_sge = 2;
+  auto pr = make_pair(attr);
+  std::memset(pr.a->at(100), 0xAB, 8);
+  const Sge sges[2] = {pr.a->sge(100, 4), pr.a->sge(200, 4)};
+  SendWr wr;
+  wr.opcode = WrOpcode::kAtomicFetchAndAdd;
+  wr.flags = kSendSignaled;
+  wr.sg_list = sges;
+  wr.remote_addr = pr.b->va(0);
+  wr.rkey = pr.b->mr->rkey();
+  ASSERT_TRUE(pr.qa->post_send(wr).ok());
+  EXPECT_EQ(next_completion(*pr.a->cq).status, WcStatus::kLocLenErr);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(*pr.a->at(100 + i), 0xAB) << "nothing written past the 4-byte SGE";
+}
+
+TEST_F(ErrorsTest, FlushOfAnUnregisteredRangeIsRemoteAccessError) {
+  auto pr = make_pair();
+  SendWr wr;
+  wr.opcode = WrOpcode::kFlush;
+  wr.flags = kSendSignaled;
+  wr.remote_addr = pr.b->va(0);
+  wr.rkey = 0xdead00;
+  wr.flush_length = 4096;
+  ASSERT_TRUE(pr.qa->post_send(wr).ok());
+  EXPECT_EQ(next_completion(*pr.a->cq).status, WcStatus::kRemAccessErr);
+}
+
+TEST_F(ErrorsTest, FlushOfARegisteredRangeCompletes) {
+  auto pr = make_pair();
+  SendWr wr;
+  wr.opcode = WrOpcode::kFlush;
+  wr.flags = kSendSignaled;
+  wr.remote_addr = pr.b->va(0);
+  wr.rkey = pr.b->mr->rkey();
+  wr.flush_length = 4096;
+  ASSERT_TRUE(pr.qa->post_send(wr).ok());
+  const WorkCompletion wc = next_completion(*pr.a->cq);
+  EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(wc.opcode, WcOpcode::kFlush);
+}
+
 TEST_F(ErrorsTest, BadLocalLkeyIsLocalProtectionErrorAndNothingIsSent) {
   auto pr = make_pair();
   const uint64_t tx_before = pr.a->nic->counters().tx_packets;

@@ -343,6 +343,20 @@ TEST_F(ProtocolTest, MiddlePacketWithoutFirstIsAnInvalidRequest) {
   EXPECT_EQ(qp_->state(), QpState::kError);
 }
 
+// Regression: the response count of a READ near 2^32 bytes wrapped to 0, so
+// the responder answered nothing at all. Messages above 2^31 are invalid.
+TEST_F(ProtocolTest, ReadLongerThanTheLargestMessageIsAnInvalidRequest) {
+  Headers read;
+  read.bth.opcode = wire::kReadRequest;
+  read.bth.psn = kPsn;
+  read.reth = wire::Reth{dut_->va(0), dut_->mr->rkey(), 0xFFFFFFFF};
+  inject(read);
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::syndrome_type(out[0].h.aeth.syndrome), wire::kAckTypeNak);
+  EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakInvalidRequest);
+}
+
 TEST_F(ProtocolTest, WriteFirstShorterThanTheMtuIsAnInvalidRequest) {
   Headers first = write_only(kPsn, dut_->va(0), dut_->mr->rkey(), 1000);
   first.bth.opcode = wire::kWriteFirst;

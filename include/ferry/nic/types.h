@@ -130,7 +130,10 @@ struct SendWr {
   const QueuePair* enable_qp = nullptr;
   // WAIT index or ENABLE index (absolute, since creation).
   uint64_t index = 0;
-  // FLUSH placement type: false = global visibility, true = persistence.
+  // FLUSH: bytes to flush from remote_addr (carried in the WQE's atomic
+  // segment), and the placement type: false = global visibility, true =
+  // persistence.
+  uint32_t flush_length = 0;
   bool flush_persistent = true;
 };
 

@@ -176,9 +176,11 @@ inline uint8_t pad_for(size_t payload_len) { return static_cast<uint8_t>((4 - (p
 
 // 24-bit PSN arithmetic, modulo 2^24 with a half window.
 inline uint32_t psn_add(uint32_t psn, uint32_t n) { return (psn + n) & kPsnMask; }
-// Signed distance a - b in (-2^23, 2^23].
+// Signed distance a - b in (-2^23, 2^23]: exactly half the space counts as
+// ahead, so two PSNs are never each "before" the other.
 inline int32_t psn_diff(uint32_t a, uint32_t b) {
-  return static_cast<int32_t>(((a - b) & kPsnMask) << 8) >> 8;
+  const int32_t d = static_cast<int32_t>((a - b) & kPsnMask);
+  return d > (1 << 23) ? d - (1 << 24) : d;
 }
 inline bool psn_before(uint32_t a, uint32_t b) { return psn_diff(a, b) < 0; }
 
