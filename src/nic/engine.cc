@@ -164,7 +164,11 @@ void Engine::thread_main() {
       cpu_relax();
       continue;
     }
-    // Sleep until a doorbell, a control command, or the next deadline.
+    // Sleep until a doorbell, a control command, or the next deadline. Stop
+    // watching doorbell records first, so that posts ring the queue again.
+    bool slipped_in = false;
+    for (auto& core : cores_) slipped_in |= core->unwatch_all();
+    if (slipped_in) continue;
     parker_.prepare_park();
     // seq_cst re-checks: see Parker for the handshake.
     bool busy = commands_pending_.load(std::memory_order_seq_cst) || fabric_->has_queued() ||

@@ -63,6 +63,7 @@ NicCore::NicCore(Engine* engine, Fabric* fabric, const NicOptions& options)
   srqs_.resize(std::max(options.max_srqs, 2u));
   pd_refs_.push_back(0);  // PD handle 0 is never used
   address_ = fabric_->attach(this);
+  watch_ns_ = engine_->options().doorbell_watch_ns;
   if (options_.name.empty()) options_.name = "nic" + std::to_string(address_);
 }
 
@@ -309,6 +310,7 @@ void NicCore::destroy_qp(QpCore* qp) {
   }
   timer_qps_.erase(std::remove(timer_qps_.begin(), timer_qps_.end(), qp), timer_qps_.end());
   flush_qps_.erase(std::remove(flush_qps_.begin(), flush_qps_.end(), qp), flush_qps_.end());
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), qp), watched_.end());
   --qp->send_cq->users;
   --qp->recv_cq->users;
   if (qp->srq) --qp->srq->users;

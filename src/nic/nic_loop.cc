@@ -34,24 +34,81 @@ void NicCore::on_packet(const Packet& packet, uint64_t now) {
   }
 }
 
+void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
+  counters_.doorbells.inc();
+  qp->sq_limit = doorbell;
+  const QpState st = qp->state.load(std::memory_order_relaxed);
+  if (st == QpState::kError) {
+    flush_qp(qp);
+  } else if (st == QpState::kRts && !qp->managed_send) {
+    make_ready(qp);
+  }
+}
+
+// Doorbells, two ways (the io_uring SQPOLL scheme): a QP that rang recently
+// is watched -- the engine reads its doorbell record every pass and the
+// application skips the doorbell queue; after a quiet spell the engine stops
+// watching and the application goes back to queueing the QP number.
+void NicCore::watch(QpCore* qp, uint64_t now) {
+  qp->watch_last_ns = now;
+  if (qp->in_watch_list) return;
+  qp->in_watch_list = true;
+  qp->engine_watching.store(true, std::memory_order_seq_cst);
+  watched_.push_back(qp);
+}
+
+bool NicCore::unwatch(QpCore* qp) {
+  qp->in_watch_list = false;
+  qp->engine_watching.store(false, std::memory_order_seq_cst);
+  // A post that saw engine_watching == true published its doorbell before
+  // the store above in the seq_cst order, so this load sees it.
+  const uint64_t doorbell = qp->sq_doorbell.load(std::memory_order_seq_cst);
+  if (doorbell == qp->sq_limit) return false;
+  on_doorbell(qp, doorbell);
+  return true;
+}
+
+bool NicCore::poll_watched(uint64_t now) {
+  bool work = false;
+  size_t i = 0;
+  while (i < watched_.size()) {
+    QpCore* qp = watched_[i];
+    const uint64_t doorbell = qp->sq_doorbell.load(std::memory_order_acquire);
+    if (doorbell != qp->sq_limit) {
+      on_doorbell(qp, doorbell);
+      qp->watch_last_ns = now;
+      work = true;
+    } else if (now - qp->watch_last_ns > watch_ns_) {
+      watched_[i] = watched_.back();
+      watched_.pop_back();
+      work |= unwatch(qp);
+      continue;
+    }
+    ++i;
+  }
+  return work;
+}
+
+bool NicCore::unwatch_all() {
+  bool found = false;
+  for (QpCore* qp : watched_) found |= unwatch(qp);
+  watched_.clear();
+  return found;
+}
+
 bool NicCore::poll(uint64_t now) {
   bool work = false;
   uint32_t qpn;
   while (doorbells_.pop(&qpn)) {
     work = true;
-    counters_.doorbells.inc();
     QpCore* qp = find_qp(qpn);
     if (qp == nullptr) continue;
     // Clear the flag before reading the doorbell record (see ring_doorbell).
     qp->doorbell_queued.exchange(false, std::memory_order_acq_rel);
-    qp->sq_limit = qp->sq_doorbell.load(std::memory_order_acquire);
-    const QpState st = qp->state.load(std::memory_order_relaxed);
-    if (st == QpState::kError) {
-      flush_qp(qp);
-    } else if (st == QpState::kRts && !qp->managed_send) {
-      make_ready(qp);
-    }
+    on_doorbell(qp, qp->sq_doorbell.load(std::memory_order_acquire));
+    if (qp->state.load(std::memory_order_relaxed) == QpState::kRts) watch(qp, now);
   }
+  if (!watched_.empty()) work |= poll_watched(now);
   if (now >= next_timer_ns_) work |= run_timers(now);
   if (!flush_qps_.empty()) {
     // flush_qp may add QPs (a CQ overrun moves others to ERROR): drain by index.

@@ -65,7 +65,11 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
       }
     }
   }
-  const uint64_t in_use = qp->app_sq_producer - qp->sq_freed.load(std::memory_order_acquire);
+  uint64_t in_use = qp->app_sq_producer - qp->app_sq_freed_cache;
+  if (in_use + wrs.size() > qp->sq_depth) {
+    qp->app_sq_freed_cache = qp->sq_freed.load(std::memory_order_acquire);
+    in_use = qp->app_sq_producer - qp->app_sq_freed_cache;
+  }
   if (in_use + wrs.size() > qp->sq_depth) {
     return resource_exhausted("post_send: send queue full (" + std::to_string(in_use) + " of " +
                               std::to_string(qp->sq_depth) + " slots in use; unsignaled WRs free only when a later "
@@ -80,8 +84,10 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
     encode_send_wqe(wr, cq_number, qp_number, std::span<uint8_t>(slot, qp->sq_stride));
     ++qp->app_sq_producer;
   }
-  qp->sq_doorbell.store(qp->app_sq_producer, std::memory_order_release);
-  nic_->ring_doorbell(qp);
+  // seq_cst: pairs with the engine's unwatch (store engine_watching=false,
+  // then load sq_doorbell), so a post is never missed by both.
+  qp->sq_doorbell.store(qp->app_sq_producer, std::memory_order_seq_cst);
+  nic_->notify_posted(qp);
   return ok_status();
 }
 
@@ -96,7 +102,11 @@ Status QueuePair::post_recv(std::span<const RecvWr> wrs) {
                               " SGEs, max_recv_sge is " + std::to_string(qp->cap.max_recv_sge));
     }
   }
-  const uint64_t in_use = qp->app_rq_producer - qp->rq_consumer.load(std::memory_order_acquire);
+  uint64_t in_use = qp->app_rq_producer - qp->app_rq_consumer_cache;
+  if (in_use + wrs.size() > qp->rq_depth) {
+    qp->app_rq_consumer_cache = qp->rq_consumer.load(std::memory_order_acquire);
+    in_use = qp->app_rq_producer - qp->app_rq_consumer_cache;
+  }
   if (in_use + wrs.size() > qp->rq_depth) return resource_exhausted("post_recv: receive queue full");
   for (const RecvWr& wr : wrs) {
     uint8_t* slot = qp->recv_slot_ptr(qp->app_rq_producer);
@@ -119,7 +129,11 @@ Status SharedReceiveQueue::post_recv(std::span<const RecvWr> wrs) {
       return invalid_argument("srq post_recv: WR " + std::to_string(i) + " exceeds max_sge " + std::to_string(srq->max_sge));
     }
   }
-  const uint64_t in_use = srq->app_producer - srq->consumer.load(std::memory_order_acquire);
+  uint64_t in_use = srq->app_producer - srq->app_consumer_cache;
+  if (in_use + wrs.size() > srq->depth) {
+    srq->app_consumer_cache = srq->consumer.load(std::memory_order_acquire);
+    in_use = srq->app_producer - srq->app_consumer_cache;
+  }
   if (in_use + wrs.size() > srq->depth) return resource_exhausted("srq post_recv: shared receive queue full");
   for (const RecvWr& wr : wrs) {
     uint8_t* slot = srq->ring + (srq->app_producer & (srq->depth - 1)) * srq->stride;

@@ -98,7 +98,10 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
     qp->rnr_retries_left = a.rnr_retry;
   }
   qp->state.store(to, std::memory_order_seq_cst);
-  if (to == QpState::kRts) make_ready(qp);  // WQEs may already be posted
+  if (to == QpState::kRts) {
+    qp->sq_limit = qp->sq_doorbell.load(std::memory_order_acquire);
+    make_ready(qp);
+  }
   return ok_status();
 }
 
@@ -199,6 +202,11 @@ void NicCore::reset_qp_state(QpCore* qp) {
   }
   qp->waiting_cq = false;
   qp->wait_next = nullptr;
+  if (qp->in_watch_list) {
+    watched_.erase(std::remove(watched_.begin(), watched_.end(), qp), watched_.end());
+    qp->in_watch_list = false;
+    qp->engine_watching.store(false, std::memory_order_seq_cst);
+  }
   // Queues are emptied without completions (IBTA RESET).
   qp->sq_doorbell.store(0, std::memory_order_relaxed);
   qp->sq_freed.store(0, std::memory_order_relaxed);

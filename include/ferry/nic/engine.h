@@ -39,6 +39,9 @@ struct EngineOptions {
   int cpu = -1;                     // pin the engine thread to this CPU (-1: no pinning)
   int fifo_priority = 0;            // SCHED_FIFO priority for the engine thread (0: normal)
   uint64_t spin_ns = 200'000;       // keep polling this long after the last work
+  // A QP that rang its doorbell is watched (its doorbell record polled every
+  // pass, so posts need no doorbell queue or wakeup) until it is quiet this long.
+  uint64_t doorbell_watch_ns = 100'000;
   size_t fabric_queue_packets = 8192;  // per-NIC inbound queue
   size_t fabric_buffers = 2048;        // 4 KiB payload buffers in the pool
   size_t rx_budget = 64;               // packets a NIC handles per engine pass
