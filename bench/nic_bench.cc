@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
@@ -93,6 +94,12 @@ class Testbed {
     spd_.reset();
   }
 
+  // Waits until the engine thread has parked (it spins for spin_ns after
+  // its last work), so a reference measured now has its CPU to itself.
+  void let_engine_sleep() {
+    for (int i = 0; i < 400 && !engine_->sleeping(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(250));
+  }
+
   void repost_server_recv(uint64_t id) {
     const Sge rs = smr_->sge((id % kMaxWindow) * slot_bytes_, slot_bytes_);
     const Status s = sqp_->post_recv(RecvWr{id, std::span<const Sge>(&rs, 1)});
@@ -135,7 +142,7 @@ class Testbed {
       }
       auto n = ccq_->poll(wcs);
       FERRY_ASSERT(n.ok(), n.status().to_string());
-      const uint64_t now = Tsc::now();
+      const uint64_t now = n.value() != 0 ? Tsc::now() : 0;
       for (uint32_t i = 0; i < n.value(); ++i) {
         FERRY_ASSERT(wcs[i].status == WcStatus::kSuccess, "benchmark op failed: ", wc_status_name(wcs[i].status));
         if (done >= warmup) {
@@ -203,27 +210,15 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
     log << "warning: client and engine share CPU " << placement.engine_cpu << "; latency will include scheduling\n";
   }
 
-  // References first, before the engine thread exists to compete for a core.
-  log << "measuring reference: cross-thread ping-pong ...\n";
-  const Histogram pingpong = pingpong_rtt(placement.client_cpu, placement.engine_cpu, 200'000);
-  log << fmt::format("  ping-pong RTT p50 {} ns, p99 {} ns\n", pingpong.percentile(0.5), pingpong.percentile(0.99));
   if (placement.client_cpu >= 0) (void)pin_current_thread(placement.client_cpu);
-  const uint32_t max_window = *std::max_element(o.outstanding.begin(), o.outstanding.end());
-  std::map<std::pair<uint32_t, uint32_t>, double> memcpy_bps;
-  for (uint32_t size : o.sizes) {
-    for (uint32_t w : o.outstanding) {
-      memcpy_bps[{size, w}] = memcpy_bytes_per_second(size, w, 0.05);
-    }
-  }
-  log << fmt::format("  memcpy {} B: {:.1f} GB/s\n", o.sizes.back(),
-                     memcpy_bps[{o.sizes.back(), max_window}] / 1e9);
-
   const uint32_t max_size = *std::max_element(o.sizes.begin(), o.sizes.end());
   Testbed bed(o, placement, max_size);
 
   if (!o.json) {
     out << placement_text(placement) << "\n";
-    out << "Latency = post to completion (a full round trip); rate with `outstanding` in flight.\n";
+    out << "Latency = post to completion (a full round trip); rate with `outstanding` in flight.\n"
+        << "ref_p50 = cross-thread ping-pong RTT and ref_Gbps = memcpy of the same working set, both measured\n"
+        << "right before each point on the same CPUs.\n";
     out << fmt::format("{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>8}{:>9}{:>9}{:>8}{:>7}\n", "op", "size", "out",
                        "iters", "p50_ns", "p99_ns", "p999_ns", "max_ns", "Mops", "Gbps", "ref_p50", "ref_Gbps",
                        "p50/ref", "bw/ref");
@@ -239,12 +234,17 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
           const double per_op = probe.seconds / 400.0;
           iters = static_cast<uint64_t>(std::clamp(o.seconds_per_point / std::max(per_op, 1e-9), 2000.0, 2e6));
         }
-        log << fmt::format("  {} {} B x{} ({} ops) ...\n", op, size, window, iters);
+        // The references are measured right before each point, with the engine
+        // parked, so they see the same vCPU placement as the point itself.
+        bed.let_engine_sleep();
+        const Histogram pingpong = pingpong_rtt(placement.client_cpu, placement.engine_cpu, 20'000);
+        if (placement.client_cpu >= 0) (void)pin_current_thread(placement.client_cpu);
+        const double ref_gbps = memcpy_bytes_per_second(size, window, 0.02) * 8 / 1e9;
+        const uint64_t ref_p50 = pingpong.percentile(0.5);
+        log << fmt::format("  {} {} B x{} ({} ops; ping-pong p50 {} ns) ...\n", op, size, window, iters, ref_p50);
         const Point p = bed.run(op, size, window, std::min<uint64_t>(iters / 10, 5000), iters);
         const double mops = static_cast<double>(p.iters) / p.seconds / 1e6;
         const double gbps = static_cast<double>(p.iters) * size * 8 / p.seconds / 1e9;
-        const double ref_gbps = memcpy_bps[{size, window}] * 8 / 1e9;
-        const uint64_t ref_p50 = pingpong.percentile(0.5);
         if (o.json) {
           nlohmann::json j;
           j["op"] = op;

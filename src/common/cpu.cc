@@ -48,6 +48,8 @@ int available_cpus() {
 }
 
 std::string machine_description() {
+  // Computed once: later calls may come from a thread pinned to one CPU.
+  static const std::string description = [] {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   std::string model = "unknown CPU";
@@ -59,6 +61,8 @@ std::string machine_description() {
     }
   }
   return model + ", " + std::to_string(available_cpus()) + " CPUs available";
+  }();
+  return description;
 }
 
 }  // namespace ferry

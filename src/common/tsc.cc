@@ -1,5 +1,7 @@
 #include "ferry/common/tsc.h"
 
+#include "ferry/common/clock.h"
+
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -29,6 +31,18 @@ bool Tsc::invariant() {
     }
   }
   return false;
+}
+
+TscClock::TscClock()
+    : base_ticks_(Tsc::now()), base_ns_(SteadyClock::instance().now_ns()), ns_per_tick_(Tsc::ns_per_tick()) {}
+
+uint64_t TscClock::now_ns() const {
+  return base_ns_ + static_cast<uint64_t>(static_cast<double>(Tsc::now() - base_ticks_) * ns_per_tick_);
+}
+
+TscClock& TscClock::instance() {
+  static TscClock clock;
+  return clock;
 }
 
 }  // namespace ferry

@@ -8,12 +8,19 @@
 #include <algorithm>
 
 #include "ferry/common/cpu.h"
+#include "ferry/common/tsc.h"
 #include "nic_core.h"
 
 namespace ferry::nic {
 
+static Clock* default_clock() {
+  // The engine reads the time every pass; the TSC is cheaper where invariant.
+  if (Tsc::invariant()) return &TscClock::instance();
+  return &SteadyClock::instance();
+}
+
 Engine::Engine(const EngineOptions& options)
-    : options_(options), clock_(options.clock ? options.clock : &SteadyClock::instance()) {
+    : options_(options), clock_(options.clock ? options.clock : default_clock()) {
   fabric_ = std::make_unique<Fabric>(options.fabric_queue_packets, options.fabric_buffers, options.faults);
   if (options_.threaded) {
     thread_ = std::thread([this] { thread_main(); });

@@ -39,35 +39,42 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
   }
   for (size_t i = 0; i < wrs.size(); ++i) {
     const SendWr& wr = wrs[i];
-    const std::string where = "post_send: WR " + std::to_string(i) + ": ";
-    if (static_cast<uint8_t>(wr.opcode) >= kWrOpcodeCount) return invalid_argument(where + "unknown opcode");
-    if (wr.flags & ~(kSendSignaled | kSendFence | kSendSolicited | kSendInline)) {
-      return invalid_argument(where + "unknown send flags");
-    }
+    // Messages are built only on the error path: this loop runs per post.
+    auto bad = [i](const std::string& why) {
+      return invalid_argument("post_send: WR " + std::to_string(i) + ": " + why);
+    };
+    if (static_cast<uint8_t>(wr.opcode) >= kWrOpcodeCount) return bad("unknown opcode");
+    if (wr.flags & ~(kSendSignaled | kSendFence | kSendSolicited | kSendInline)) return bad("unknown send flags");
     if (wr.flags & kSendInline) {
-      if (!opcode_carries_payload(wr.opcode)) return invalid_argument(where + "inline data only for SEND/WRITE");
+      if (!opcode_carries_payload(wr.opcode)) return bad("inline data only for SEND/WRITE");
       size_t total = 0;
       for (const Sge& sge : wr.sg_list) total += sge.length;
       if (total > qp->cap.max_inline_data) {
-        return invalid_argument(where + "inline payload of " + std::to_string(total) + " bytes exceeds max_inline_data " +
-                                std::to_string(qp->cap.max_inline_data));
+        return bad("inline payload of " + std::to_string(total) + " bytes exceeds max_inline_data " +
+                   std::to_string(qp->cap.max_inline_data));
       }
     } else if (wr.sg_list.size() > qp->cap.max_send_sge) {
-      return invalid_argument(where + std::to_string(wr.sg_list.size()) + " SGEs exceed max_send_sge " +
-                              std::to_string(qp->cap.max_send_sge));
+      return bad(std::to_string(wr.sg_list.size()) + " SGEs exceed max_send_sge " +
+                 std::to_string(qp->cap.max_send_sge));
     }
-    if (wr.opcode == WrOpcode::kWait) {
-      if (wr.wait_cq == nullptr || wr.wait_cq->nic_ != nic_) return invalid_argument(where + "WAIT needs a CQ of this NIC");
+    if (wr.opcode == WrOpcode::kWait && (wr.wait_cq == nullptr || wr.wait_cq->nic_ != nic_)) {
+      return bad("WAIT needs a CQ of this NIC");
     }
-    if (wr.opcode == WrOpcode::kSendEnable || wr.opcode == WrOpcode::kRecvEnable) {
-      if (wr.enable_qp == nullptr || wr.enable_qp->nic_ != nic_) {
-        return invalid_argument(where + "ENABLE needs a QP of this NIC");
-      }
+    if ((wr.opcode == WrOpcode::kSendEnable || wr.opcode == WrOpcode::kRecvEnable) &&
+        (wr.enable_qp == nullptr || wr.enable_qp->nic_ != nic_)) {
+      return bad("ENABLE needs a QP of this NIC");
     }
   }
   uint64_t in_use = qp->app_sq_producer - qp->app_sq_freed_cache;
   if (in_use + wrs.size() > qp->sq_depth) {
     qp->app_sq_freed_cache = qp->sq_freed.load(std::memory_order_acquire);
+    if (qp->app_sq_freed_cache > qp->app_sq_producer) {
+      // Only a managed queue can get here: an ENABLE let the NIC run slots
+      // this application never posted, so its posts would never run.
+      return failed_precondition("post_send: the NIC has executed WQEs past this queue's posts (a SEND_ENABLE "
+                                 "index beyond what was posted); re-post from index " +
+                                 std::to_string(qp->app_sq_freed_cache));
+    }
     in_use = qp->app_sq_producer - qp->app_sq_freed_cache;
   }
   if (in_use + wrs.size() > qp->sq_depth) {

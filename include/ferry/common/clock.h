@@ -28,6 +28,21 @@ class SteadyClock final : public Clock {
   }
 };
 
+// CLOCK_MONOTONIC-aligned nanoseconds from the invariant TSC: ~10 ns a read
+// instead of ~25 ns for clock_gettime on a VM. For loops that read the time
+// every iteration (the NIC engine). Use only when Tsc::invariant().
+class TscClock final : public Clock {
+ public:
+  TscClock();
+  uint64_t now_ns() const override;
+  static TscClock& instance();
+
+ private:
+  uint64_t base_ticks_;
+  uint64_t base_ns_;
+  double ns_per_tick_;
+};
+
 // Deterministic time for simulation and tests; advanced explicitly.
 class FakeClock final : public Clock {
  public:

@@ -35,7 +35,7 @@ namespace ferry::nic {
 
 struct EngineOptions {
   bool threaded = true;
-  Clock* clock = nullptr;           // SteadyClock when null; FakeClock for simulation
+  Clock* clock = nullptr;           // TSC (or CLOCK_MONOTONIC) when null; FakeClock for simulation
   int cpu = -1;                     // pin the engine thread to this CPU (-1: no pinning)
   int fifo_priority = 0;            // SCHED_FIFO priority for the engine thread (0: normal)
   uint64_t spin_ns = 200'000;       // keep polling this long after the last work
@@ -72,6 +72,8 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   Fabric& fabric() { return *fabric_; }
   EngineStats stats() const;
+  // True while the engine thread is parked (idle past spin_ns).
+  bool sleeping() const { return parker_.parked(); }
 
   // ---- manual mode ----
   // One pass over every NIC and the fabric. Returns true if anything happened.
