@@ -21,6 +21,7 @@ bool later(const Packet& a, const Packet& b) { return a.due_ns != b.due_ns ? a.d
 Fabric::Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults)
     : inbound_capacity_(round_pow2(std::max<size_t>(inbound_capacity, 16))),
       request_high_water_(inbound_capacity_ * 3 / 4),
+      response_high_water_(inbound_capacity_ * 7 / 8),
       delayed_capacity_(inbound_capacity_),
       faults_(faults),
       rng_(faults.seed) {
@@ -44,6 +45,10 @@ void Fabric::set_faults(const FaultModel& faults) {
 
 bool Fabric::request_space(uint32_t dst) const {
   return dst >= queues_.size() || queues_[dst].size < request_high_water_;
+}
+
+bool Fabric::response_space(uint32_t dst) const {
+  return dst >= queues_.size() || queues_[dst].size < response_high_water_;
 }
 
 uint8_t* Fabric::alloc_buffer(int32_t* index) {
@@ -152,14 +157,17 @@ size_t Fabric::deliver(uint32_t address, size_t budget, uint64_t now_ns) {
   Queue& q = queues_[address];
   size_t n = 0;
   while (n < budget && q.size != 0) {
-    Packet p = q.ring[q.head];
+    // Handled in place: the slot stays owned by the queue until it is popped
+    // below, so a loopback reply pushed meanwhile cannot overwrite it.
+    Packet& p = q.ring[q.head];
+    if (p.dst_nic != UINT32_MAX) {  // else dropped by a failed materialize
+      counters_.delivered.inc();
+      nics_[address]->on_packet(p, now_ns);
+    }
+    release(p);
     q.head = (q.head + 1) & (q.ring.size() - 1);
     --q.size;
     ++n;
-    if (p.dst_nic == UINT32_MAX) continue;  // dropped by a failed materialize
-    counters_.delivered.inc();
-    nics_[address]->on_packet(p, now_ns);
-    release(p);
   }
   return n;
 }

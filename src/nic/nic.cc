@@ -232,7 +232,6 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
     qp->sq_depth = round_pow2(cap.max_send_wr, 2);
     qp->sq_stride = send_wqe_stride(qp->cap.max_send_sge, cap.max_inline_data);
     qp->cap.max_send_wr = qp->sq_depth;
-    qp->cap.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 0);
     const size_t sq_bytes = static_cast<size_t>(qp->sq_depth) * qp->sq_stride;
     if (!attr.send_ring_memory.empty()) {
       if (attr.send_ring_memory.size() < sq_bytes || reinterpret_cast<uintptr_t>(attr.send_ring_memory.data()) % 64 != 0) {
@@ -311,6 +310,7 @@ void NicCore::destroy_qp(QpCore* qp) {
   timer_qps_.erase(std::remove(timer_qps_.begin(), timer_qps_.end(), qp), timer_qps_.end());
   flush_qps_.erase(std::remove(flush_qps_.begin(), flush_qps_.end(), qp), flush_qps_.end());
   watched_.erase(std::remove(watched_.begin(), watched_.end(), qp), watched_.end());
+  responders_.erase(std::remove(responders_.begin(), responders_.end(), qp), responders_.end());
   --qp->send_cq->users;
   --qp->recv_cq->users;
   if (qp->srq) --qp->srq->users;

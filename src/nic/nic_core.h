@@ -147,6 +147,21 @@ struct RecvContext {
   LocalSeg sges[kMaxRecvSge];
 };
 
+// One response a responder owes its requester, in PSN order: ACK/NAK,
+// READ response packets, or an ATOMIC acknowledgement.
+struct ResponseEntry {
+  enum class Kind : uint8_t { kAck, kRead, kAtomicAck };
+  Kind kind = Kind::kAck;
+  uint8_t syndrome = 0;          // kAck: AETH syndrome
+  uint32_t psn = 0;              // kAck: PSN acknowledged; kRead: first response PSN
+  uint32_t msn = 0;              // MSN carried in the AETH
+  uint64_t original = 0;         // kAtomicAck
+  const uint8_t* data = nullptr; // kRead: responder memory (borrowed, see fabric.h)
+  uint32_t length = 0;           // kRead: bytes
+  uint32_t npkts = 0;            // kRead: response packets
+  uint32_t sent = 0;             // kRead: packets already transmitted
+};
+
 struct AtomicRecord {
   bool valid = false;
   uint32_t psn = 0;
@@ -240,6 +255,14 @@ struct QpCore {
   QpCore* ack_next = nullptr;
   std::vector<AtomicRecord> atomic_records;  // max_dest_rd_atomic entries, ring
   uint32_t atomic_next = 0;
+  // Responses not yet transmitted (a READ burst throttled by the fabric, and
+  // everything queued behind it, so nothing overtakes it). Bounded by
+  // max_dest_rd_atomic READ/ATOMIC entries plus one ACK and one NAK.
+  std::vector<ResponseEntry> responses;
+  uint32_t resp_head = 0;
+  uint32_t resp_count = 0;
+  uint32_t resp_rd_atomic = 0;  // READ/ATOMIC entries among them
+  bool in_resp_list = false;
   uint64_t rq_consumed = 0;  // engine copy of rq_consumer
   uint64_t rq_enable = 0;    // managed receive: RECVs below this are visible
 
@@ -316,7 +339,7 @@ class NicCore {
   StartResult start_next_wqe(QpCore* qp);
   TxResult transmit_some(QpCore* qp, uint64_t now, uint32_t budget, bool* did);
   bool send_request_packet(QpCore* qp, uint64_t wqe_index, uint64_t now);
-  bool resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& wqe, uint64_t index, bool need_write);
+  WcStatus resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& wqe, uint64_t index, bool need_write);
   void make_ready(QpCore* qp);
   bool run_ready(uint64_t now);
   // requester_ack.cc
@@ -349,6 +372,12 @@ class NicCore {
   void replay_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
   void execute_flush(QpCore* qp, const wire::Headers& h, uint64_t now);
   void send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now);
+  // responder_output.cc
+  bool respond(QpCore* qp, const ResponseEntry& e, uint64_t now);
+  bool emit_response(QpCore* qp, ResponseEntry& e, uint64_t now);
+  bool drain_responses(QpCore* qp, uint64_t now);
+  bool run_responders(uint64_t now);
+  void drop_responses(QpCore* qp);
   // qp_error.cc
   void enter_error(QpCore* qp);
   bool flush_qp(QpCore* qp);
@@ -394,6 +423,7 @@ class NicCore {
   uint64_t next_timer_ns_ = UINT64_MAX;
   std::vector<QpCore*> flush_qps_;
   std::vector<QpCore*> watched_;  // QPs whose doorbell record the engine polls directly
+  std::vector<QpCore*> responders_;  // QPs with queued responses
   bool poll_watched(uint64_t now);
   void watch(QpCore* qp, uint64_t now);
   bool unwatch(QpCore* qp);

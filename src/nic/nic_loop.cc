@@ -16,8 +16,9 @@ void NicCore::on_packet(const Packet& packet, uint64_t now) {
     return;
   }
   QpCore* qp = find_qp(h.bth.dest_qp);
-  // An RC QP accepts packets only from the QP it is connected to.
-  if (qp == nullptr || packet.src_nic != qp->attr.dest_nic || packet.src_qpn != qp->attr.dest_qp_num) {
+  // An RC QP accepts packets only from the host it is connected to (RoCE
+  // checks the source address; the BTH names no source QP, so neither do we).
+  if (qp == nullptr || packet.src_nic != qp->attr.dest_nic) {
     counters_.rx_unknown_qp.inc();
     return;
   }
@@ -116,12 +117,13 @@ bool NicCore::poll(uint64_t now) {
     flush_qps_.clear();
     work = true;
   }
+  if (!responders_.empty()) work |= run_responders(now);
   if (ready_head_ != nullptr) work |= run_ready(now);
   return work;
 }
 
 bool NicCore::busy() const {
-  return ready_head_ != nullptr || !flush_qps_.empty() || doorbells_.maybe_nonempty();
+  return ready_head_ != nullptr || !flush_qps_.empty() || !responders_.empty() || doorbells_.maybe_nonempty();
 }
 
 }  // namespace ferry::nic::detail

@@ -91,6 +91,8 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
     qp->in_msg = QpCore::InMsg::kNone;
     qp->atomic_records.assign(a.max_dest_rd_atomic, AtomicRecord{});
     qp->atomic_next = 0;
+    qp->responses.assign(a.max_dest_rd_atomic + 2u, ResponseEntry{});
+    drop_responses(qp);
   }
   if (to == QpState::kRts && cur == QpState::kRtr) {
     qp->psn_next = qp->psn_high = qp->una_psn = a.sq_psn;
@@ -131,6 +133,7 @@ void NicCore::enter_error(QpCore* qp) {
   }
   qp->in_msg = QpCore::InMsg::kNone;
   qp->ack_pending = false;
+  drop_responses(qp);
   // The application may reuse buffers once it sees flush completions; copy
   // any payload still in flight that borrows them.
   fabric_->materialize_from(address_, qp->qpn);
@@ -153,7 +156,7 @@ bool NicCore::flush_qp(QpCore* qp) {
     WorkCompletion wc;
     wc.wr_id = ctrl.wr_id;
     wc.status = WcStatus::kWrFlushErr;
-    wc.opcode = WcOpcode::kSend;
+    wc.opcode = wc_opcode_for(static_cast<WrOpcode>(ctrl.opcode < kWrOpcodeCount ? ctrl.opcode : 0));
     wc.qp_num = qp->qpn;
     wc.wqe_index = static_cast<uint32_t>(qp->sq_next & 0xFFFF);
     complete(qp->send_cq, wc);
@@ -175,6 +178,7 @@ bool NicCore::flush_qp(QpCore* qp) {
       wc.status = WcStatus::kWrFlushErr;
       wc.opcode = WcOpcode::kRecv;
       wc.qp_num = qp->qpn;
+      wc.src_qp = qp->attr.dest_qp_num;
       wc.wqe_index = static_cast<uint32_t>(qp->rq_consumed & 0xFFFF);
       complete(qp->recv_cq, wc);
       ++qp->rq_consumed;
@@ -222,6 +226,7 @@ void NicCore::reset_qp_state(QpCore* qp) {
   qp->in_msg = QpCore::InMsg::kNone;
   qp->recv = RecvContext{};
   qp->ack_pending = false;
+  drop_responses(qp);
   qp->rq_consumed = qp->rq_enable = 0;
   qp->attr = QpAttr{};
   qp->mtu = 4096;

@@ -43,8 +43,8 @@ bool NicCore::run_ready(uint64_t now) {
   return work;
 }
 
-bool NicCore::resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& wqe, uint64_t index,
-                                 bool need_write) {
+WcStatus NicCore::resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& wqe, uint64_t index,
+                                     bool need_write) {
   LocalSeg* segs = qp->sges_of(index);
   uint64_t total = 0;
   s.nsge = 0;
@@ -52,16 +52,18 @@ bool NicCore::resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendWqe& 
     const WqeDataSeg seg = load_data_seg(wqe.data + static_cast<size_t>(i) * sizeof(WqeDataSeg));
     if (seg.length == 0) continue;
     const MrEntry* mr = find_mr(seg.lkey);
-    if (mr == nullptr || mr->pd != qp->pd) return false;
-    if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+    if (mr == nullptr || mr->pd != qp->pd) return WcStatus::kLocProtErr;
+    if (need_write && !(mr->access & kAccessLocalWrite)) return WcStatus::kLocProtErr;
     const uint64_t base = reinterpret_cast<uint64_t>(mr->base);
-    if (seg.addr < base || seg.length > mr->length || seg.addr - base > mr->length - seg.length) return false;
+    if (seg.addr < base || seg.length > mr->length || seg.addr - base > mr->length - seg.length) {
+      return WcStatus::kLocProtErr;
+    }
     segs[s.nsge++] = LocalSeg{mr->base + (seg.addr - base), seg.length};
     total += seg.length;
   }
-  if (total > kMaxMessageBytes) return false;
+  if (total > kMaxMessageBytes) return WcStatus::kLocLenErr;
   s.length = static_cast<uint32_t>(total);
-  return true;
+  return WcStatus::kSuccess;
 }
 
 NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
@@ -92,6 +94,10 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   if (err != WqeError::kNone) return fail(WcStatus::kLocQpOpErr);
 
   const WrOpcode op = wqe.opcode;
+  const bool carries_payload = op == WrOpcode::kSend || op == WrOpcode::kSendWithImm ||
+                               op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteWithImm;
+  // Post-time checks do not cover a WQE rewritten in the ring: check again.
+  if ((wqe.flags & kSendInline) && !carries_payload) return fail(WcStatus::kLocQpOpErr);
   const bool rd_atomic = op == WrOpcode::kRdmaRead || op == WrOpcode::kAtomicCmpAndSwp ||
                          op == WrOpcode::kAtomicFetchAndAdd || op == WrOpcode::kFlush;
   switch (op) {
@@ -143,7 +149,8 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   } else {
     const bool need_write = op == WrOpcode::kRdmaRead || op == WrOpcode::kAtomicCmpAndSwp ||
                             op == WrOpcode::kAtomicFetchAndAdd;
-    if (!resolve_local_sges(qp, s, wqe, index, need_write)) return fail(WcStatus::kLocProtErr);
+    const WcStatus st = resolve_local_sges(qp, s, wqe, index, need_write);
+    if (st != WcStatus::kSuccess) return fail(st);
   }
   // An atomic returns 8 bytes into exactly one 8-byte local SGE.
   if ((op == WrOpcode::kAtomicCmpAndSwp || op == WrOpcode::kAtomicFetchAndAdd) && (s.nsge != 1 || s.length != 8)) {

@@ -248,20 +248,7 @@ void NicCore::advance_send_completions(QpCore* qp) {
       WorkCompletion wc;
       wc.wr_id = s.wr_id;
       wc.status = s.status;
-      switch (s.opcode) {
-        case WrOpcode::kRdmaWrite:
-        case WrOpcode::kRdmaWriteWithImm: wc.opcode = WcOpcode::kRdmaWrite; break;
-        case WrOpcode::kSend:
-        case WrOpcode::kSendWithImm: wc.opcode = WcOpcode::kSend; break;
-        case WrOpcode::kRdmaRead: wc.opcode = WcOpcode::kRdmaRead; break;
-        case WrOpcode::kAtomicCmpAndSwp: wc.opcode = WcOpcode::kCompSwap; break;
-        case WrOpcode::kAtomicFetchAndAdd: wc.opcode = WcOpcode::kFetchAdd; break;
-        case WrOpcode::kNop: wc.opcode = WcOpcode::kNop; break;
-        case WrOpcode::kWait: wc.opcode = WcOpcode::kWait; break;
-        case WrOpcode::kSendEnable: wc.opcode = WcOpcode::kSendEnable; break;
-        case WrOpcode::kRecvEnable: wc.opcode = WcOpcode::kRecvEnable; break;
-        case WrOpcode::kFlush: wc.opcode = WcOpcode::kFlush; break;
-      }
+      wc.opcode = wc_opcode_for(s.opcode);
       wc.byte_len = s.length;
       wc.qp_num = qp->qpn;
       wc.wqe_index = static_cast<uint32_t>(qp->sq_done & 0xFFFF);

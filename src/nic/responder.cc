@@ -32,22 +32,23 @@ void NicCore::end_rx_batch(uint64_t now) {
 }
 
 void NicCore::send_ack(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now) {
-  Packet p;
-  Headers h;
-  h.bth.opcode = wire::kAcknowledge;
-  h.bth.dest_qp = qp->attr.dest_qp_num;
-  h.bth.psn = psn;
-  h.aeth.syndrome = syndrome;
-  h.aeth.msn = qp->msn;
-  fill_packet(p, qp, h);
-  transmit(p, false, now);
-  if (wire::syndrome_type(syndrome) == wire::kAckTypeAck) counters_.acks_sent.inc();
-  // Any response for PSN p also acknowledges a pending coalesced ACK <= p.
-  if (qp->ack_pending && psn_diff(psn, qp->ack_psn) >= 0) qp->ack_pending = false;
+  ResponseEntry e;
+  e.kind = ResponseEntry::Kind::kAck;
+  e.psn = psn;
+  e.syndrome = syndrome;
+  e.msn = qp->msn;
+  respond(qp, e, now);  // an ACK/NAK always fits: they coalesce or have a reserved slot
 }
 
 void NicCore::responder_fail(QpCore* qp, uint32_t psn, wire::NakCode code, uint64_t now) {
-  send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeNak, code), now);
+  // The QP is going to ERROR: whatever it still owed is abandoned, the NAK goes now.
+  drop_responses(qp);
+  ResponseEntry e;
+  e.kind = ResponseEntry::Kind::kAck;
+  e.psn = psn;
+  e.syndrome = wire::make_syndrome(wire::kAckTypeNak, code);
+  e.msn = qp->msn;
+  emit_response(qp, e, now);
   counters_.error_naks_sent.inc();
   enter_error(qp);
 }

@@ -25,7 +25,12 @@ void NicCore::execute_read(QpCore* qp, const Headers& h, bool duplicate, uint64_
     responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
     return;
   }
-  const uint32_t npkts = len == 0 ? 1 : (len + qp->mtu - 1) / qp->mtu;
+  const uint32_t npkts = len == 0 ? 1 : static_cast<uint32_t>((uint64_t{len} + qp->mtu - 1) / qp->mtu);
+  if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) {
+    // Out of responder resources: more READ/ATOMIC outstanding than agreed.
+    if (!duplicate) responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+    return;
+  }
   if (duplicate) {
     // Must lie inside what was already executed.
     if (psn_diff(psn_add(psn, npkts), qp->epsn) > 0) return;
@@ -38,41 +43,23 @@ void NicCore::execute_read(QpCore* qp, const Headers& h, bool duplicate, uint64_
   // PCIe ordering: the READ is served after every earlier write of this QP
   // was placed (the idiom gFLUSH and persistent ACKs rely on).
   memory_->order_before_read(qp->qpn);
-  for (uint32_t i = 0; i < npkts; ++i) {
-    Packet p;
-    Headers r;
-    const bool first = i == 0;
-    const bool last = i + 1 == npkts;
-    r.bth.opcode = first && last ? wire::kReadResponseOnly
-                   : first       ? wire::kReadResponseFirst
-                   : last        ? wire::kReadResponseLast
-                                 : wire::kReadResponseMiddle;
-    r.bth.dest_qp = qp->attr.dest_qp_num;
-    r.bth.psn = psn_add(psn, i);
-    r.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
-    r.aeth.msn = qp->msn;
-    const uint32_t offset = i * qp->mtu;
-    const uint32_t n = len == 0 ? 0 : std::min(qp->mtu, len - offset);
-    r.bth.pad_count = wire::pad_for(n);
-    p.payload = n ? host + offset : nullptr;
-    p.payload_len = n;
-    fill_packet(p, qp, r);
-    transmit(p, false, now);
-  }
-  if (qp->ack_pending && psn_diff(psn_add(psn, npkts - 1), qp->ack_psn) >= 0) qp->ack_pending = false;
+  ResponseEntry e;
+  e.kind = ResponseEntry::Kind::kRead;
+  e.psn = psn;
+  e.msn = qp->msn;
+  e.data = host;
+  e.length = len;
+  e.npkts = npkts;
+  respond(qp, e, now);
 }
 
 void NicCore::send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now) {
-  Packet p;
-  Headers r;
-  r.bth.opcode = wire::kAtomicAcknowledge;
-  r.bth.dest_qp = qp->attr.dest_qp_num;
-  r.bth.psn = psn;
-  r.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
-  r.aeth.msn = qp->msn;
-  r.atomic_ack_orig = original;
-  fill_packet(p, qp, r);
-  transmit(p, false, now);
+  ResponseEntry e;
+  e.kind = ResponseEntry::Kind::kAtomicAck;
+  e.psn = psn;
+  e.msn = qp->msn;
+  e.original = original;
+  respond(qp, e, now);
 }
 
 void NicCore::execute_atomic(QpCore* qp, const Headers& h, uint64_t now) {
@@ -86,6 +73,10 @@ void NicCore::execute_atomic(QpCore* qp, const Headers& h, uint64_t now) {
     responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
     return;
   }
+  if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) {
+    responder_fail(qp, psn, wire::kNakInvalidRequest, now);  // out of responder resources
+    return;
+  }
   uint64_t* word = reinterpret_cast<uint64_t*>(host);
   const uint64_t original = h.bth.opcode == wire::kCompareSwap
                                 ? memory_->atomic_compare_swap(qp->qpn, word, h.atomic.compare, h.atomic.swap_add)
@@ -96,12 +87,12 @@ void NicCore::execute_atomic(QpCore* qp, const Headers& h, uint64_t now) {
   qp->msn = psn_add(qp->msn, 1);
   qp->nak_outstanding = false;
   send_atomic_ack(qp, psn, original, now);
-  if (qp->ack_pending && psn_diff(psn, qp->ack_psn) >= 0) qp->ack_pending = false;
 }
 
 void NicCore::replay_atomic(QpCore* qp, const Headers& h, uint64_t now) {
   for (const AtomicRecord& rec : qp->atomic_records) {
     if (rec.valid && rec.psn == h.bth.psn) {
+      if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) return;  // no room now; it will be resent
       counters_.atomic_replays.inc();
       send_atomic_ack(qp, rec.psn, rec.original, now);
       return;

@@ -51,6 +51,24 @@ std::string_view wc_opcode_name(WcOpcode op) {
   return "?";
 }
 
+WcOpcode wc_opcode_for(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm: return WcOpcode::kRdmaWrite;
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm: return WcOpcode::kSend;
+    case WrOpcode::kRdmaRead: return WcOpcode::kRdmaRead;
+    case WrOpcode::kAtomicCmpAndSwp: return WcOpcode::kCompSwap;
+    case WrOpcode::kAtomicFetchAndAdd: return WcOpcode::kFetchAdd;
+    case WrOpcode::kNop: return WcOpcode::kNop;
+    case WrOpcode::kWait: return WcOpcode::kWait;
+    case WrOpcode::kSendEnable: return WcOpcode::kSendEnable;
+    case WrOpcode::kRecvEnable: return WcOpcode::kRecvEnable;
+    case WrOpcode::kFlush: return WcOpcode::kFlush;
+  }
+  return WcOpcode::kSend;
+}
+
 std::string_view wc_status_name(WcStatus s) {
   switch (s) {
     case WcStatus::kSuccess: return "SUCCESS";

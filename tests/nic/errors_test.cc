@@ -249,6 +249,23 @@ TEST_F(ErrorsTest, ErrorFlushesOutstandingAndLaterWrsInOrder) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].wr_id, 200u);
   EXPECT_EQ(wcs[0].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(wcs[0].opcode, WcOpcode::kRdmaWrite) << "a flushed WR reports its own opcode";
+}
+
+// Regression: the inline flag was checked only at post time, so a READ
+// rewritten in the ring with INLINE set threw its data away and succeeded.
+TEST_F(ErrorsTest, InlineFlagOnAReadRewrittenInTheRingIsLocalQpOperationError) {
+  auto pr = make_pair();
+  const Sge sge = pr.a->sge(0, 8);
+  SendWr read;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&sge, 1);
+  read.remote_addr = pr.b->va(0);
+  read.rkey = pr.b->mr->rkey();
+  ASSERT_TRUE(pr.qa->post_send(read).ok());
+  pr.qa->send_wqe(0)[1] |= kSendInline;  // as a remote rewrite could
+  EXPECT_EQ(next_completion(*pr.a->cq).status, WcStatus::kLocQpOpErr);
 }
 
 TEST_F(ErrorsTest, PostedRecvsAreFlushedWhenTheQpEntersError) {

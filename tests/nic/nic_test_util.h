@@ -44,11 +44,12 @@ struct Host {
 
 class NicTest : public ::testing::Test {
  protected:
-  explicit NicTest(const FaultModel& faults = {}) {
+  explicit NicTest(const FaultModel& faults = {}, size_t fabric_queue_packets = 8192) {
     EngineOptions options;
     options.threaded = false;
     options.clock = &clock_;
     options.faults = faults;
+    options.fabric_queue_packets = fabric_queue_packets;
     engine_ = std::make_unique<Engine>(options);
   }
 

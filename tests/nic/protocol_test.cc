@@ -56,15 +56,15 @@ class ProtocolTest : public NicTest {
   void TearDown() override { engine_->fabric().set_tap(nullptr); }
 
   // Injects a packet from the fake peer to the NIC under test.
-  void inject(Headers h, std::vector<uint8_t> payload = {}, uint32_t src_qpn = kPeerQpn) {
+  void inject(Headers h, std::vector<uint8_t> payload = {}, uint32_t src_nic = UINT32_MAX) {
     payloads_.push_back(std::move(payload));
     const std::vector<uint8_t>& body = payloads_.back();
     Packet p;
     h.bth.dest_qp = qp_->qp_num();
     h.bth.pad_count = wire::pad_for(body.size());
-    p.src_nic = peer_->nic->address();
+    p.src_nic = src_nic == UINT32_MAX ? peer_->nic->address() : src_nic;
     p.dst_nic = dut_->nic->address();
-    p.src_qpn = src_qpn;
+    p.src_qpn = kPeerQpn;
     p.header_len = static_cast<uint16_t>(wire::serialize_headers(h, std::span<uint8_t>(p.header, sizeof(p.header))));
     p.payload = body.data();
     p.payload_len = static_cast<uint32_t>(body.size());
@@ -325,8 +325,9 @@ TEST_F(ProtocolTest, MalformedPacketsAreDroppedAndCounted) {
   EXPECT_EQ(qp_->state(), QpState::kRts) << "and do not disturb the QP";
 }
 
-TEST_F(ProtocolTest, PacketsFromAnotherQpOrUnknownQpAreIgnored) {
-  inject(write_only(kPsn, dut_->va(0), dut_->mr->rkey(), 8), bytes(8, 1), /*src_qpn=*/0x999);
+TEST_F(ProtocolTest, PacketsFromAnotherHostAreIgnored) {
+  Host& stranger = add_host();
+  inject(write_only(kPsn, dut_->va(0), dut_->mr->rkey(), 8), bytes(8, 1), stranger.nic->address());
   EXPECT_TRUE(take().empty());
   EXPECT_EQ(*dut_->at(0), 0);
   EXPECT_EQ(dut_->nic->counters().rx_unknown_qp, 1u);

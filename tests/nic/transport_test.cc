@@ -279,5 +279,95 @@ TEST_F(RetryTest, LostAckIsRecoveredByTimeoutAndDuplicateIsNotReexecuted) {
   EXPECT_EQ(pr.a->nic->counters().ack_timeouts, 1u);
 }
 
+// A tiny inbound queue (64 packets) on every NIC: flow control must hold
+// large READ bursts back instead of overflowing the requester.
+class SmallQueueTest : public NicTest {
+ protected:
+  SmallQueueTest() : NicTest(FaultModel{}, 64) {}
+};
+
+TEST_F(SmallQueueTest, ReadLargerThanTheRequestersQueueCompletesWithoutLossOrTimeout) {
+  ConnectOptions o;
+  o.path_mtu = 1024;
+  auto pr = make_pair({}, o);
+  const uint32_t len = 512 * 1024;  // 512 response packets, 8x the queue
+  for (uint32_t i = 0; i < len; ++i) *pr.b->at(i) = static_cast<uint8_t>(i * 13 + 5);
+  const Sge local = pr.a->sge(0, len);
+  SendWr read;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&local, 1);
+  read.remote_addr = pr.b->va(0);
+  read.rkey = pr.b->mr->rkey();
+  ASSERT_TRUE(pr.qa->post_send(read).ok());
+  const WorkCompletion wc = next_completion(*pr.a->cq);
+  EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(pr.a->at(0), pr.b->at(0), len), 0);
+  EXPECT_EQ(engine_->fabric().counters().dropped_overflow.get(), 0u);
+  EXPECT_EQ(pr.a->nic->counters().ack_timeouts, 0u);
+}
+
+TEST_F(SmallQueueTest, AcksDoNotOvertakeAThrottledReadResponse) {
+  ConnectOptions o;
+  o.path_mtu = 1024;
+  auto pr = make_pair({}, o);
+  const Sge local = pr.a->sge(0, 256 * 1024);
+  SendWr read;
+  read.wr_id = 1;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&local, 1);
+  read.remote_addr = pr.b->va(0);
+  read.rkey = pr.b->mr->rkey();
+  const Sge src = pr.a->sge(600000, 8);
+  SendWr wrs[2] = {read, write_wr(2, &src, pr.b->va(600000), pr.b->mr->rkey())};
+  ASSERT_TRUE(pr.qa->post_send(wrs).ok());
+  auto wcs = drain(*pr.a->cq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(pr.a->nic->counters().retransmitted_packets, 0u)
+      << "an ACK that overtook the READ's responses would have made the requester ask again";
+}
+
+TEST_F(SmallQueueTest, MoreOutstandingReadsThanTheResponderAllowsIsAnInvalidRequest) {
+  Host& a = add_host(4 << 20);
+  Host& b = add_host(4 << 20);
+  QueuePair& qa = add_qp(a);
+  QueuePair& qb = add_qp(b);
+  // The requester may keep 4 READs outstanding, the responder accepts 1.
+  auto up = [&](QueuePair& q, Host& peer, QueuePair& peer_qp, uint8_t rd, uint8_t dest_rd) {
+    QpAttr attr;
+    attr.state = QpState::kInit;
+    attr.access_flags = kAccessAll;
+    ASSERT_TRUE(q.modify(attr, kQpState | kQpAccessFlags).ok());
+    attr.state = QpState::kRtr;
+    attr.path_mtu = 1024;
+    attr.dest_nic = peer.nic->address();
+    attr.dest_qp_num = peer_qp.qp_num();
+    attr.max_dest_rd_atomic = dest_rd;
+    ASSERT_TRUE(q.modify(attr, kQpState | kQpPathMtu | kQpDest | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer).ok());
+    attr.state = QpState::kRts;
+    attr.max_rd_atomic = rd;
+    ASSERT_TRUE(q.modify(attr, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxRdAtomic).ok());
+  };
+  up(qa, b, qb, 4, 1);
+  up(qb, a, qa, 1, 1);
+  SendWr wrs[2];
+  Sge locals[2] = {a.sge(0, 512 * 1024), a.sge(1 << 20, 512 * 1024)};
+  for (int i = 0; i < 2; ++i) {
+    wrs[i].wr_id = i;
+    wrs[i].opcode = WrOpcode::kRdmaRead;
+    wrs[i].flags = kSendSignaled;
+    wrs[i].sg_list = std::span<const Sge>(&locals[i], 1);
+    wrs[i].remote_addr = b.va(0);
+    wrs[i].rkey = b.mr->rkey();
+  }
+  ASSERT_TRUE(qa.post_send(wrs).ok());
+  auto wcs = drain(*a.cq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[1].status, WcStatus::kRemInvReqErr) << "the second READ exceeded max_dest_rd_atomic";
+}
+
 }  // namespace
 }  // namespace ferry::nic::testing

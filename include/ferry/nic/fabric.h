@@ -37,7 +37,7 @@ class NicCore;
 struct Packet {
   uint32_t src_nic = 0;
   uint32_t dst_nic = 0;
-  uint32_t src_qpn = 0;   // bookkeeping for materialization; not on the wire
+  uint32_t src_qpn = 0;   // sending QP, for materialization only: not on the wire, never checked
   uint16_t header_len = 0;
   uint32_t payload_len = 0;
   const uint8_t* payload = nullptr;  // borrowed, or points into buffer `buffer`
@@ -89,6 +89,9 @@ class Fabric {
 
   // True if a request to `dst` would be accepted now.
   bool request_space(uint32_t dst) const;
+  // True if `dst` has room for more multi-packet responses (READ data); the
+  // rest of its queue is kept for single-packet ACKs and NAKs.
+  bool response_space(uint32_t dst) const;
   // Hands a packet to the fabric. Requests above the high-water mark are
   // refused (returns false, nothing consumed); everything else is accepted
   // (and possibly dropped/duplicated/delayed by the fault model).
@@ -143,6 +146,7 @@ class Fabric {
   std::vector<Queue> queues_;
   size_t inbound_capacity_;
   size_t request_high_water_;
+  size_t response_high_water_;
   std::vector<uint8_t> buffer_memory_;
   std::vector<int32_t> free_buffers_;
   std::vector<Packet> delayed_;  // min-heap by (due_ns, seq)

@@ -72,6 +72,8 @@ enum class WcOpcode : uint8_t {
   kRecvRdmaWithImm,
 };
 std::string_view wc_opcode_name(WcOpcode op);
+// The completion opcode a send WR of this opcode reports.
+WcOpcode wc_opcode_for(WrOpcode op);
 
 // Work-completion statuses (ibv_wc_status subset).
 enum class WcStatus : uint8_t {
