@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The body of `make test`: configure, build and run every suite.
+#   1. release build (assertions on): all tests, plus CLI smoke tests
+#   2. ASan + UBSan build: all tests
+#   3. TSan build: the tests where application and engine threads share state
+#   4. clang + libFuzzer: each fuzz target for FUZZ_SECONDS (default 20)
+# Environment: JOBS (parallelism, default nproc), FUZZ_SECONDS, SKIP_SANITIZERS=1,
+# SKIP_FUZZ=1 (for quick local runs; CI runs everything).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+start=$(date +%s)
+step() { printf '\n==== %s (%ds)\n' "$*" "$(( $(date +%s) - start ))"; }
+
+configure() {  # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+}
+
+step "release build"
+configure build
+cmake --build build -j "$JOBS"
+step "release tests"
+ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 300
+
+if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
+  step "ASan+UBSan build"
+  configure build-asan -DFERRY_SANITIZE=address
+  cmake --build build-asan -j "$JOBS" --target common_tests nic_tests nic_thread_tests
+  step "ASan+UBSan tests"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 600 -L unit
+
+  step "TSan build (threads)"
+  configure build-tsan -DFERRY_SANITIZE=thread
+  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests common_tests
+  step "TSan tests"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j "$JOBS" --timeout 600 -L threads
+fi
+
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  step "fuzz build (clang, libFuzzer)"
+  cmake -S . -B build-fuzz -DFERRY_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  cmake --build build-fuzz -j "$JOBS"
+  for target in packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz; do
+    step "fuzz $target for ${FUZZ_SECONDS}s"
+    corpus=$(mktemp -d)
+    cp tests/fuzz/corpus/"$target"/* "$corpus"/ 2>/dev/null || true
+    (cd build-fuzz && ./"$target" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 "$corpus" 2>&1 | \
+      grep -E "stat::number_of_executed_units|ERROR|crash|SUMMARY" || true)
+    # libFuzzer exits non-zero on a finding; re-run the saved crash to fail loudly.
+    if ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* >/dev/null 2>&1; then
+      echo "fuzzer $target found a failing input:" && ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* 2>/dev/null
+      exit 1
+    fi
+    rm -rf "$corpus"
+  done
+fi
+
+step "all tests passed"
