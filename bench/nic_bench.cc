@@ -53,7 +53,8 @@ class Testbed {
         client_mem_(static_cast<size_t>(slot_bytes_) * kMaxWindow),
         server_mem_(static_cast<size_t>(slot_bytes_) * kMaxWindow) {
     EngineOptions eo;
-    eo.threaded = true;
+    eo.threaded = !o.inline_engine;
+    inline_ = o.inline_engine;
     eo.cpu = placement.engine_pinned ? placement.engine_cpu : -1;
     eo.fifo_priority = placement.engine_fifo;
     engine_ = std::make_unique<Engine>(eo);
@@ -97,6 +98,7 @@ class Testbed {
   // Waits until the engine thread has parked (it spins for spin_ns after
   // its last work), so a reference measured now has its CPU to itself.
   void let_engine_sleep() {
+    if (inline_) return;
     for (int i = 0; i < 400 && !engine_->sleeping(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(250));
   }
 
@@ -140,6 +142,7 @@ class Testbed {
         FERRY_ASSERT(s.ok(), s.to_string());
         ++posted;
       }
+      if (inline_) engine_->step();
       auto n = ccq_->poll(wcs);
       FERRY_ASSERT(n.ok(), n.status().to_string());
       const uint64_t now = n.value() != 0 ? Tsc::now() : 0;
@@ -171,6 +174,7 @@ class Testbed {
 
  private:
   uint32_t slot_bytes_;
+  bool inline_ = false;
   Aligned client_mem_, server_mem_;
   std::unique_ptr<Engine> engine_;
   Nic* client_;
@@ -202,8 +206,12 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
 
   Placement placement;
   placement.client_cpu = usable_cpu(o.client_cpu);
-  placement.engine_cpu = usable_cpu(o.engine_cpu);
+  placement.engine_cpu = o.inline_engine ? placement.client_cpu : usable_cpu(o.engine_cpu);
   placement.engine_pinned = placement.engine_cpu >= 0;
+  placement.engine_threads = o.inline_engine ? 0 : 1;
+  if (o.inline_engine) placement.load = "none (engine inline on the client thread)";
+  // The ping-pong partner: the engine's CPU, or in inline mode the CPU it would have had.
+  const int reference_cpu = usable_cpu(o.engine_cpu);
   placement.engine_fifo = o.engine_fifo;
   log << "ferry bench nic: " << placement_text(placement) << "\n";
   if (placement.engine_cpu >= 0 && placement.engine_cpu == placement.client_cpu) {
@@ -237,7 +245,7 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
         // The references are measured right before each point, with the engine
         // parked, so they see the same vCPU placement as the point itself.
         bed.let_engine_sleep();
-        const Histogram pingpong = pingpong_rtt(placement.client_cpu, placement.engine_cpu, 20'000);
+        const Histogram pingpong = pingpong_rtt(placement.client_cpu, reference_cpu, 20'000);
         if (placement.client_cpu >= 0) (void)pin_current_thread(placement.client_cpu);
         const double ref_gbps = memcpy_bytes_per_second(size, window, 0.02) * 8 / 1e9;
         const uint64_t ref_p50 = pingpong.percentile(0.5);
@@ -256,6 +264,7 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
           j["gbps"] = gbps;
           j["reference"] = {{"p50_ns", ref_p50}, {"gbps", ref_gbps}};
           j["engine"] = placement_json(placement);
+          j["engine"]["mode"] = o.inline_engine ? "inline" : "thread";
           j["engine"]["cpu_busy_fraction"] = p.engine_cpu_fraction;
           j["client_cpu"] = placement.client_cpu;
           j["load"] = placement.load;

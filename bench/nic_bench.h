@@ -23,6 +23,10 @@ struct NicBenchOptions {
   int engine_fifo = 0;             // SCHED_FIFO priority for the engine (0 = normal)
   uint32_t mtu = 4096;
   bool json = false;               // one JSON object per line instead of a table
+  // Run the engine on the measuring thread (manual mode, one step per poll):
+  // measures the NIC's processing cost per operation with no cross-core
+  // traffic. A profile, not a latency: nothing here is concurrent.
+  bool inline_engine = false;
 };
 
 // Runs the benchmark, writing results to `out` and progress to `log`.

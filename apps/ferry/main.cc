@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   nic->add_option("--mtu", nic_opts.mtu, "path MTU (256..4096)")->capture_default_str();
   nic->add_flag("--json", nic_opts.json, "print one JSON object per (op, size, outstanding)");
+  nic->add_flag("--inline", nic_opts.inline_engine,
+                "run the engine on the measuring thread: the NIC's processing cost per op, no cross-core traffic");
 
   CLI11_PARSE(app, argc, argv);
 

@@ -40,12 +40,18 @@ static uint64_t clock_ns(clockid_t id) {
 uint64_t thread_cpu_time_ns() { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 uint64_t process_cpu_time_ns() { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
 
-int available_cpus() {
+static int process_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   return CPU_COUNT(&set);
 }
+
+// Taken at startup, before any thread pins itself (a pinned thread's own
+// affinity would report one CPU).
+static const int kProcessCpus = process_cpus();
+
+int available_cpus() { return kProcessCpus; }
 
 std::string machine_description() {
   // Computed once: later calls may come from a thread pinned to one CPU.

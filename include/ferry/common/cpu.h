@@ -26,7 +26,7 @@ Status set_current_thread_fifo(int priority);
 uint64_t thread_cpu_time_ns();
 // CPU time consumed by the whole process (CLOCK_PROCESS_CPUTIME_ID), ns.
 uint64_t process_cpu_time_ns();
-// Number of CPUs this process may run on.
+// Number of CPUs this process could run on at startup.
 int available_cpus();
 // One line describing the machine (CPU model, cores) for benchmark reports.
 std::string machine_description();
