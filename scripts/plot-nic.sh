@@ -26,18 +26,19 @@ for op in $ops; do
     "$in" | sort -n > "$tmp/lat-$op.tsv"
   jq -r --arg op "$op" --argjson w "$maxw" 'select(.op == $op and .outstanding == $w) | [.size, .gbps, .reference.gbps] | @tsv' \
     "$in" | sort -n > "$tmp/bw-$op.tsv"
-  [[ -s "$tmp/lat-$op.tsv" ]] && lat_plot+="'$tmp/lat-$op.tsv' using 1:2 with linespoints title '$op p50', '$tmp/lat-$op.tsv' using 1:3 with lines dt 2 title '$op p99', "
+  [[ -s "$tmp/lat-$op.tsv" ]] && lat_plot+="'$tmp/lat-$op.tsv' using 1:2 with linespoints pt 7 title '$op p50', '$tmp/lat-$op.tsv' using 1:3 with lines dt 2 title '$op p99', "
   [[ -s "$tmp/bw-$op.tsv" ]] && bw_plot+="'$tmp/bw-$op.tsv' using 1:2 with linespoints title '$op', "
 done
-first=$(echo "$ops" | head -1)
+# The references come from the op measured at the most sizes (atomics have one).
+first=$(for op in $ops; do echo "$(wc -l < "$tmp/lat-$op.tsv") $op"; done | sort -rn | head -1 | cut -d' ' -f2)
 lat_plot+="'$tmp/lat-$first.tsv' using 1:4 with lines lw 2 lc rgb 'black' title 'ping-pong RTT (same run)'"
 bw_plot+="'$tmp/bw-$first.tsv' using 1:3 with lines lw 2 lc rgb 'black' title 'memcpy (same run)'"
 
 gnuplot <<GP
-set terminal pngcairo size 900,560 noenhanced
+set terminal pngcairo size 1000,560 noenhanced
 set logscale x 2
 set grid
-set key left top
+set key outside right top
 set xlabel 'message size (bytes)'
 set output '$out/nic-latency.png'
 set title 'Software RNIC round trip, 1 outstanding (post to completion)'
