@@ -130,8 +130,9 @@ struct SendSlot {
   uint32_t first_psn = 0;
   uint32_t npkts = 0;       // PSNs occupied (READ: response packets)
   uint32_t length = 0;      // message bytes
-  uint32_t resp_pkts = 0;   // READ: response packets received
-  uint32_t resp_bytes = 0;  // READ: response bytes placed
+  uint32_t resp_pkts = 0;    // READ/FLUSH: response packets received
+  uint32_t resp_bytes = 0;   // READ: response bytes placed
+  uint32_t resp_length = 0;  // READ: length; FLUSH: 0 (its response is an empty READ RESPONSE ONLY)
   const uint8_t* inline_ptr = nullptr;  // inside the ring slot
 };
 
@@ -370,7 +371,7 @@ class NicCore {
   void execute_read(QpCore* qp, const wire::Headers& h, bool duplicate, uint64_t now);
   void execute_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
   void replay_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
-  void execute_flush(QpCore* qp, const wire::Headers& h, uint64_t now);
+  void execute_flush(QpCore* qp, const wire::Headers& h, bool duplicate, uint64_t now);
   void send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now);
   // responder_output.cc
   bool respond(QpCore* qp, const ResponseEntry& e, uint64_t now);

@@ -161,6 +161,7 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   if (op != WrOpcode::kAtomicCmpAndSwp && op != WrOpcode::kAtomicFetchAndAdd && op != WrOpcode::kFlush) {
     npkts = std::max<uint32_t>(1, (s.length + qp->mtu - 1) / qp->mtu);
   }
+  s.resp_length = op == WrOpcode::kRdmaRead ? s.length : 0;
   s.first_psn = qp->psn_next;
   s.npkts = npkts;
   s.rd_atomic = rd_atomic;
@@ -293,6 +294,7 @@ bool NicCore::send_request_packet(QpCore* qp, uint64_t index, uint64_t now) {
     case WrOpcode::kFlush:
       h.bth.opcode = wire::kFlush;
       h.feth.placement = (s.aux & 1) ? wire::kPlacementPersistence : wire::kPlacementGlobalVisibility;
+      h.feth.selectivity = (s.aux & 2) ? wire::kSelectMemoryRegion : wire::kSelectRange;
       h.reth = wire::Reth{s.remote_addr, s.rkey, s.length};
       h.bth.ack_req = true;
       break;

@@ -11,7 +11,8 @@ using wire::Headers;
 using wire::psn_add;
 using wire::psn_diff;
 
-static bool is_read(const SendSlot& s) { return s.opcode == WrOpcode::kRdmaRead; }
+// READ and FLUSH are answered by READ response packets (FLUSH: one, empty).
+static bool is_read(const SendSlot& s) { return s.opcode == WrOpcode::kRdmaRead || s.opcode == WrOpcode::kFlush; }
 static bool is_atomic(const SendSlot& s) {
   return s.opcode == WrOpcode::kAtomicCmpAndSwp || s.opcode == WrOpcode::kAtomicFetchAndAdd;
 }
@@ -70,7 +71,6 @@ bool NicCore::process_ack(QpCore* qp, uint32_t psn, uint64_t now) {
     const uint32_t last = psn_add(s.first_psn, s.npkts - 1);
     if (psn_diff(psn, last) < 0) break;
     s.done = true;
-    if (s.rd_atomic) --qp->rd_atomic_out;  // FLUSH
     ++qp->sq_unacked;
   }
   const uint32_t old_una = qp->una_psn;
@@ -152,7 +152,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
   if (!is_read(s) || psn != psn_add(s.first_psn, s.resp_pkts)) return;  // out of order: dropped, resent later
   const bool expect_first = s.resp_pkts == 0;
   const bool expect_last = s.resp_pkts + 1 == s.npkts;
-  const uint32_t remaining = s.length - s.resp_bytes;
+  const uint32_t remaining = s.resp_length - s.resp_bytes;
   const bool ok = info.first == expect_first && info.last == expect_last &&
                   (expect_last ? len == remaining : len == qp->mtu);
   if (!ok) {

@@ -309,7 +309,7 @@ void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, u
       execute_atomic(qp, h, now);
       return;
     case wire::kFlush:
-      execute_flush(qp, h, now);
+      execute_flush(qp, h, false, now);
       return;
     default:
       responder_fail(qp, psn, wire::kNakInvalidRequest, now);
@@ -329,8 +329,11 @@ void NicCore::on_duplicate_request(QpCore* qp, const Headers& h, uint64_t now) {
     case wire::kFetchAdd:
       replay_atomic(qp, h, now);  // atomics replay their saved result
       return;
+    case wire::kFlush:
+      execute_flush(qp, h, true, now);  // idempotent: executed and answered again
+      return;
     default:
-      // SEND/WRITE/FLUSH: already executed; re-acknowledge the latest PSN.
+      // SEND/WRITE: already executed; re-acknowledge the latest PSN.
       schedule_ack(qp, psn_add(qp->epsn, wire::kPsnMask));
       return;
   }

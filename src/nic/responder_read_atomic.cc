@@ -101,20 +101,52 @@ void NicCore::replay_atomic(QpCore* qp, const Headers& h, uint64_t now) {
   // Older than the saved window (max_dest_rd_atomic): cannot be answered.
 }
 
-void NicCore::execute_flush(QpCore* qp, const Headers& h, uint64_t now) {
+void NicCore::execute_flush(QpCore* qp, const Headers& h, bool duplicate, uint64_t now) {
   const uint32_t psn = h.bth.psn;
-  uint8_t* host = nullptr;
-  if (h.reth.dma_length != 0 &&
-      check_remote_access(qp, h.reth.va, h.reth.rkey, h.reth.dma_length, kAccessRemoteWrite, &host) == nullptr) {
-    responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
+  const uint8_t placement = h.feth.placement;
+  const uint8_t selectivity = h.feth.selectivity;
+  if ((placement & ~(wire::kPlacementGlobalVisibility | wire::kPlacementPersistence)) != 0 || placement == 0 ||
+      selectivity > wire::kSelectMemoryRegion) {
+    if (!duplicate) responder_fail(qp, psn, wire::kNakInvalidRequest, now);
     return;
   }
-  // Completes after every earlier write of this QP has been placed.
-  memory_->order_before_read(qp->qpn);
-  qp->epsn = psn_add(psn, 1);
-  qp->msn = psn_add(qp->msn, 1);
-  qp->nak_outstanding = false;
-  send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit), now);
+  const bool persistent = (placement & wire::kPlacementPersistence) != 0;
+  const uint32_t access = (persistent ? kAccessFlushPersistent : 0u) |
+                          ((placement & wire::kPlacementGlobalVisibility) ? kAccessFlushGlobal : 0u);
+  // The QP must allow, and the MR grant, every placement type requested.
+  const MrEntry* mr = find_mr(h.reth.rkey);
+  const bool allowed = (qp->attr.access_flags & access) == access && mr != nullptr && mr->pd == qp->pd &&
+                       (mr->access & access) == access;
+  uint8_t* host = nullptr;
+  uint64_t len = h.reth.dma_length;
+  if (allowed && selectivity == wire::kSelectMemoryRegion) {
+    host = mr->base;  // the whole region; no range check
+    len = mr->length;
+  } else if (allowed && len != 0) {
+    const uint64_t base = reinterpret_cast<uint64_t>(mr->base);
+    if (h.reth.va >= base && len <= mr->length && h.reth.va - base <= mr->length - len) host = mr->base + (h.reth.va - base);
+  }
+  if (!allowed || (len != 0 && host == nullptr)) {
+    if (!duplicate) responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
+    return;
+  }
+  if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) {
+    if (!duplicate) responder_fail(qp, psn, wire::kNakInvalidRequest, now);  // out of responder resources
+    return;
+  }
+  // A FLUSH is idempotent: a duplicate is executed again and answered again.
+  memory_->flush(qp->qpn, host, len, persistent);
+  if (!duplicate) {
+    qp->epsn = psn_add(psn, 1);
+    qp->msn = psn_add(qp->msn, 1);
+    qp->nak_outstanding = false;
+  }
+  ResponseEntry e;  // IBTA 1.5 / rxe: acknowledged by an empty READ RESPONSE ONLY
+  e.kind = ResponseEntry::Kind::kRead;
+  e.psn = psn;
+  e.msn = qp->msn;
+  e.npkts = 1;
+  respond(qp, e, now);
 }
 
 }  // namespace ferry::nic::detail

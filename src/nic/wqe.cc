@@ -70,7 +70,7 @@ void encode_send_wqe(const SendWr& wr, uint32_t wait_cq_number, uint32_t enable_
     case WrOpcode::kFlush:
       remote.remote_addr = wr.remote_addr;
       remote.rkey = wr.rkey;
-      remote.aux = wr.flush_persistent ? 1 : 0;
+      remote.aux = (wr.flush_persistent ? 1u : 0u) | (wr.flush_whole_mr ? 2u : 0u);
       atomic.compare_add = wr.flush_length;
       break;
     default:

@@ -367,7 +367,88 @@ TEST_F(ProtocolTest, WriteFirstShorterThanTheMtuIsAnInvalidRequest) {
   EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakInvalidRequest);
 }
 
+static Headers flush_request(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len, uint8_t placement,
+                             uint8_t selectivity = wire::kSelectRange) {
+  Headers h;
+  h.bth.opcode = wire::kFlush;
+  h.bth.psn = psn;
+  h.bth.ack_req = true;
+  h.feth.placement = placement;
+  h.feth.selectivity = selectivity;
+  h.reth = wire::Reth{va, rkey, len};
+  return h;
+}
+
+TEST_F(ProtocolTest, FlushIsAnsweredByAnEmptyReadResponseAndReplayedWhenDuplicated) {
+  inject(flush_request(kPsn, dut_->va(0), dut_->mr->rkey(), 4096, wire::kPlacementPersistence));
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.opcode, wire::kReadResponseOnly) << "IBTA 1.5 / rxe acknowledge FLUSH like a READ";
+  EXPECT_TRUE(out[0].payload.empty());
+  EXPECT_EQ(out[0].h.bth.psn, kPsn);
+  inject(flush_request(kPsn, dut_->va(0), dut_->mr->rkey(), 4096, wire::kPlacementPersistence));
+  out = take();
+  ASSERT_EQ(out.size(), 1u) << "a duplicate FLUSH is executed and answered again";
+  EXPECT_EQ(out[0].h.bth.opcode, wire::kReadResponseOnly);
+}
+
+TEST_F(ProtocolTest, FlushNeedsTheFlushAccessOfItsPlacementType) {
+  auto global_only = dut_->nic->reg_mr(*dut_->pd, dut_->at(0), 8192, kAccessLocalWrite | kAccessFlushGlobal).value();
+  inject(flush_request(kPsn, dut_->va(0), global_only->rkey(), 64, wire::kPlacementGlobalVisibility));
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.opcode, wire::kReadResponseOnly);
+  inject(flush_request(kPsn + 1, dut_->va(0), global_only->rkey(), 64, wire::kPlacementPersistence));
+  out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakRemoteAccessError)
+      << "persistence placement needs FLUSH_PERSISTENT access";
+}
+
+TEST_F(ProtocolTest, FlushOfTheWholeRegionSkipsTheRangeCheck) {
+  // VA and length name nothing valid; MR selectivity flushes the whole region.
+  inject(flush_request(kPsn, 0xdead0000, dut_->mr->rkey(), 0x7fffffff, wire::kPlacementPersistence,
+                       wire::kSelectMemoryRegion));
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.opcode, wire::kReadResponseOnly);
+}
+
+TEST_F(ProtocolTest, FlushWithAnUnknownPlacementTypeIsAnInvalidRequest) {
+  inject(flush_request(kPsn, dut_->va(0), dut_->mr->rkey(), 64, 0x8));
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakInvalidRequest);
+}
+
 // ---- requester ---------------------------------------------------------------
+
+TEST_F(ProtocolTest, RequesterCompletesAFlushOnItsEmptyReadResponse) {
+  SendWr flush;
+  flush.wr_id = 4;
+  flush.opcode = WrOpcode::kFlush;
+  flush.flags = kSendSignaled;
+  flush.remote_addr = 0x9000;
+  flush.rkey = 0x42;
+  flush.flush_length = 256;
+  ASSERT_TRUE(qp_->post_send(flush).ok());
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.opcode, wire::kFlush);
+  EXPECT_EQ(out[0].h.feth.placement, wire::kPlacementPersistence);
+  EXPECT_EQ(out[0].h.reth.dma_length, 256u);
+  inject(ack(kPsn));  // a plain ACK is not the FLUSH's answer...
+  EXPECT_TRUE(completions().empty());
+  Headers resp;
+  resp.bth.opcode = wire::kReadResponseOnly;
+  resp.bth.psn = kPsn;
+  resp.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
+  inject(resp);  // ...the empty READ response is
+  auto wcs = completions();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].opcode, WcOpcode::kFlush);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+}
 
 TEST_F(ProtocolTest, MultiPacketWriteSetsAckReqOnlyOnItsLastPacket) {
   const Sge sge = dut_->sge(0, 600);

@@ -10,7 +10,8 @@
 namespace ferry::nic {
 
 struct ConnectOptions {
-  uint32_t access_flags = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  uint32_t access_flags =
+      kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic | kAccessFlushGlobal | kAccessFlushPersistent;
   uint32_t path_mtu = 4096;
   uint32_t a_psn = 0x10;      // first PSN A sends (B expects)
   uint32_t b_psn = 0x20;      // first PSN B sends (A expects)

@@ -32,6 +32,16 @@ class HostMemory {
   // A READ response or FLUSH for `qpn` is about to be generated: every write
   // `qpn` issued before must be placed first (PCIe read-after-write ordering).
   virtual void order_before_read(uint32_t qpn) { (void)qpn; }
+
+  // IBTA 1.5 FLUSH at the responder: every write `qpn` issued before must be
+  // placed, and, for `persistent`, [addr, addr+len) must be in the
+  // persistence domain before the FLUSH is acknowledged.
+  virtual void flush(uint32_t qpn, const uint8_t* addr, size_t len, bool persistent) {
+    (void)addr;
+    (void)len;
+    (void)persistent;
+    order_before_read(qpn);
+  }
 };
 
 // Plain DRAM: memcpy and real atomic instructions.

@@ -20,8 +20,12 @@ enum Access : uint32_t {
   kAccessRemoteWrite = 1u << 1,
   kAccessRemoteRead = 1u << 2,
   kAccessRemoteAtomic = 1u << 3,
+  // IBTA 1.5 FLUSH, per placement type (IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT).
+  kAccessFlushGlobal = 1u << 4,
+  kAccessFlushPersistent = 1u << 5,
 };
-constexpr uint32_t kAccessAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+constexpr uint32_t kAccessAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic |
+                                kAccessFlushGlobal | kAccessFlushPersistent;
 
 // RC queue-pair states (ibv_qp_state; SQD/SQE are not modeled).
 enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kError };
@@ -137,6 +141,9 @@ struct SendWr {
   // persistence.
   uint32_t flush_length = 0;
   bool flush_persistent = true;
+  // FLUSH selectivity: false = the range [remote_addr, +flush_length), true =
+  // the whole memory region of rkey (no range check).
+  bool flush_whole_mr = false;
 };
 
 // Receive work request (ibv_recv_wr).

@@ -73,8 +73,9 @@ inline uint8_t make_syndrome(AckType type, uint8_t value) {
 inline AckType syndrome_type(uint8_t s) { return static_cast<AckType>((s >> 5) & 0x3); }
 inline uint8_t syndrome_value(uint8_t s) { return s & 0x1F; }
 
-// FETH placement types (bits 3..0) and selectivity (bits 5..4).
+// FETH placement types (bits 3..0) and selectivity levels (bits 5..4).
 enum FlushPlacement : uint8_t { kPlacementGlobalVisibility = 0x1, kPlacementPersistence = 0x2 };
+enum FlushSelectivity : uint8_t { kSelectRange = 0, kSelectMemoryRegion = 1 };
 
 struct Bth {
   uint8_t opcode = 0;

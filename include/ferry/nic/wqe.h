@@ -29,7 +29,7 @@ struct WqeCtrlSeg {
 struct WqeRemoteSeg {
   uint64_t remote_addr;  // WAIT: completion index; ENABLE: producer index
   uint32_t rkey;         // WAIT: CQ number; ENABLE: QP number
-  uint32_t aux;          // FLUSH: bit 0 = persistence placement; else 0
+  uint32_t aux;          // FLUSH: bit 0 = persistence placement, bit 1 = whole-MR selectivity; else 0
 };
 struct WqeAtomicSeg {
   uint64_t compare_add;
