@@ -15,6 +15,7 @@ packages=(
   nlohmann-json3-dev                # JSON output of benchmarks
   gnuplot-nox                       # plots of benchmark JSON
   jq                                # JSON -> table for plot scripts
+  libpmem2-dev                      # persistent-memory mapping, persist/flush/drain, non-temporal memcpy
 )
 
 missing=()

@@ -1,0 +1,363 @@
+// PersistenceDomain: regions, the NIC write buffer and the modeled cache, and
+// the DMA seam through which the NIC engine writes host memory.
+#include "ferry/pm/domain.h"
+
+#include <fcntl.h>
+#include <libpmem2.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "state.h"
+
+namespace ferry::pm {
+
+using detail::kLine;
+using detail::LineMeta;
+using detail::PendingWrite;
+using detail::RegionState;
+
+PersistenceDomain::PersistenceDomain(const PlatformConfig& config) : config_(config), impl_(std::make_unique<Impl>()) {}
+
+PersistenceDomain::~PersistenceDomain() {
+  for (auto& s : impl_->states) {
+    if (s->media == Media::kPm) {
+      if (s->map) pmem2_map_delete(&s->map);
+      if (s->source) pmem2_source_delete(&s->source);
+      if (s->config) pmem2_config_delete(&s->config);
+      if (s->fd >= 0) close(s->fd);
+    } else {
+      std::free(s->dram);
+    }
+  }
+}
+
+RegionState* PersistenceDomain::Impl::find(const void* p, size_t len) const {
+  const auto* addr = static_cast<const uint8_t*>(p);
+  auto it = std::upper_bound(by_address.begin(), by_address.end(), addr,
+                             [](const uint8_t* a, const RegionState* s) { return a < s->base; });
+  if (it == by_address.begin()) return nullptr;
+  RegionState* s = *(it - 1);
+  const size_t off = static_cast<size_t>(addr - s->base);
+  return (off < s->size && len <= s->size - off) ? s : nullptr;
+}
+
+Result<Region*> PersistenceDomain::map_pm(const std::string& path, size_t size, bool create) {
+  int fd = open(path.c_str(), O_RDWR | (create ? O_CREAT : 0), 0644);
+  if (fd < 0) {
+    if (errno == ENOENT) return not_found("map_pm: " + path + " does not exist (create it with create=true)");
+    return internal_error("map_pm: cannot open " + path + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  fstat(fd, &st);
+  if (size == 0) size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    close(fd);
+    return invalid_argument("map_pm: " + path + " is empty and no size was given");
+  }
+  if (static_cast<size_t>(st.st_size) < size) {
+    if (!create) {
+      close(fd);
+      return invalid_argument("map_pm: " + path + " holds " + std::to_string(st.st_size) + " bytes, fewer than " +
+                              std::to_string(size));
+    }
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      close(fd);
+      return internal_error("map_pm: cannot size " + path + ": " + std::strerror(errno));
+    }
+  }
+  auto s = std::make_unique<RegionState>();
+  s->media = Media::kPm;
+  s->path = path;
+  s->fd = fd;
+  auto fail = [&](const char* what) -> Status {
+    std::string msg = std::string("map_pm: ") + what + " failed for " + path + ": " + pmem2_errormsg();
+    if (s->map) pmem2_map_delete(&s->map);
+    if (s->source) pmem2_source_delete(&s->source);
+    if (s->config) pmem2_config_delete(&s->config);
+    close(fd);
+    return internal_error(msg);
+  };
+  if (pmem2_config_new(&s->config) != 0) return fail("pmem2_config_new");
+  // Accept any mapping: on an ordinary file the granularity is a page, and
+  // the model (not the file) decides what a power failure keeps.
+  if (pmem2_config_set_required_store_granularity(s->config, PMEM2_GRANULARITY_PAGE) != 0) {
+    return fail("pmem2_config_set_required_store_granularity");
+  }
+  if (pmem2_config_set_length(s->config, size) != 0) return fail("pmem2_config_set_length");
+  if (pmem2_source_from_fd(&s->source, fd) != 0) return fail("pmem2_source_from_fd");
+  if (pmem2_map_new(&s->map, s->config, s->source) != 0) return fail("pmem2_map_new");
+  s->base = static_cast<uint8_t*>(pmem2_map_get_address(s->map));
+  s->size = size;
+  s->granularity = static_cast<int>(pmem2_map_get_store_granularity(s->map));
+  // The file's content at mapping time is what survived: the durable image.
+  s->durable.assign(s->base, s->base + size);
+  s->lines.resize((size + kLine - 1) / kLine);
+  s->media_model = detail::MediaModel(config_.xbuffer_xplines);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  RegionState* raw = s.get();
+  impl_->states.push_back(std::move(s));
+  impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
+  impl_->by_address.push_back(raw);
+  std::sort(impl_->by_address.begin(), impl_->by_address.end(),
+            [](const RegionState* a, const RegionState* b) { return a->base < b->base; });
+  return impl_->regions.back().get();
+}
+
+Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
+  if (size == 0) return invalid_argument("alloc_dram: size 0");
+  auto s = std::make_unique<RegionState>();
+  s->media = Media::kDram;
+  s->granularity = -1;
+  s->size = size;
+  s->dram = std::aligned_alloc(4096, (size + 4095) & ~size_t{4095});
+  if (s->dram == nullptr) return resource_exhausted("alloc_dram: out of memory for " + std::to_string(size) + " bytes");
+  s->base = static_cast<uint8_t*>(s->dram);
+  std::memset(s->base, 0, size);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  RegionState* raw = s.get();
+  impl_->states.push_back(std::move(s));
+  impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
+  impl_->by_address.push_back(raw);
+  std::sort(impl_->by_address.begin(), impl_->by_address.end(),
+            [](const RegionState* a, const RegionState* b) { return a->base < b->base; });
+  return impl_->regions.back().get();
+}
+
+void PersistenceDomain::release(Region* region) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  RegionState* s = region->state_;
+  // Drain what the NIC still holds for it, drop it from the cache model.
+  while (s->nic_pending_writes != 0) impl_->drain_front(config_);
+  for (uint64_t line = 0; line < s->lines.size(); ++line) {
+    if (s->lines[line].cache_pos != 0) impl_->cache_remove(s, line, false);
+  }
+  impl_->fence.erase(std::remove_if(impl_->fence.begin(), impl_->fence.end(),
+                                    [&](const detail::FenceSnapshot& f) { return f.region == s; }),
+                     impl_->fence.end());
+  impl_->by_address.erase(std::remove(impl_->by_address.begin(), impl_->by_address.end(), s), impl_->by_address.end());
+  if (s->media == Media::kPm) {
+    pmem2_map_delete(&s->map);
+    pmem2_source_delete(&s->source);
+    pmem2_config_delete(&s->config);
+    close(s->fd);
+  } else {
+    std::free(s->dram);
+  }
+  for (size_t i = 0; i < impl_->states.size(); ++i) {
+    if (impl_->states[i].get() == s) {
+      impl_->states.erase(impl_->states.begin() + static_cast<long>(i));
+      impl_->regions.erase(impl_->regions.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+}
+
+size_t PersistenceDomain::nic_buffer_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->fifo_bytes;
+}
+
+// ---- the modeled CPU cache ---------------------------------------------------
+
+void PersistenceDomain::Impl::cache_insert(const PlatformConfig& config, RegionState* r, uint64_t line, bool ddio) {
+  LineMeta& m = r->lines[line];
+  if (m.cache_pos == 0) {
+    cache.push_back({r, line});
+    m.cache_pos = static_cast<uint32_t>(cache.size());
+    m.ddio = ddio;
+    while (cache.size() > config.cache_lines) cache_evict_random();
+  } else if (!ddio) {
+    m.ddio = false;  // a CPU store mixed into it: word granularity from now on
+  }
+}
+
+void PersistenceDomain::Impl::cache_remove(RegionState* r, uint64_t line, bool write_back) {
+  LineMeta& m = r->lines[line];
+  if (m.cache_pos == 0) return;
+  const uint32_t pos = m.cache_pos - 1;
+  if (write_back) {
+    r->media_model.write_line(line);
+    make_durable(r, line * kLine, std::min(kLine, r->size - line * kLine));
+  }
+  cache[pos] = cache.back();
+  cache.pop_back();
+  if (pos < cache.size()) cache[pos].region->lines[cache[pos].line].cache_pos = pos + 1;
+  m.cache_pos = 0;
+  m.ddio = false;
+}
+
+void PersistenceDomain::Impl::cache_evict_random() {
+  const CachedLine victim = cache[eviction_rng.below(cache.size())];
+  cache_remove(victim.region, victim.line, /*write_back=*/true);
+}
+
+void PersistenceDomain::Impl::make_durable(RegionState* r, size_t off, size_t len) {
+  std::memcpy(r->durable.data() + off, r->base + off, len);
+  if (r->nic_pending_writes == 0) return;
+  // Bytes the NIC has not delivered yet are not in memory: the durable image
+  // keeps the value they replaced (the oldest pending write's `before`).
+  for (auto it = fifo.rbegin(); it != fifo.rend(); ++it) {
+    if (it->region != r) continue;
+    const size_t lo = std::max(off, it->offset);
+    const size_t hi = std::min(off + len, it->offset + it->length);
+    if (lo < hi) std::memcpy(r->durable.data() + lo, it->before.data() + (lo - it->offset), hi - lo);
+  }
+}
+
+// ---- the NIC write buffer ----------------------------------------------------
+
+void PersistenceDomain::Impl::drain_front(const PlatformConfig& config) {
+  PendingWrite& w = fifo.front();
+  RegionState* r = w.region;
+  const uint64_t first = w.offset / kLine;
+  const uint64_t last = (w.offset + w.length - 1) / kLine;
+  for (uint64_t line = first; line <= last; ++line) --r->lines[line].nic_pending;
+  --r->nic_pending_writes;
+  if (!config.ddio) {
+    // Straight to the PM controller: durable, and seen by the media model in
+    // the order the NIC issued it.
+    std::memcpy(r->durable.data() + w.offset, w.data.data(), w.length);
+    for (uint64_t line = first; line <= last; ++line) {
+      const bool partial =
+          (line == first && w.offset % kLine != 0) || (line == last && (w.offset + w.length) % kLine != 0);
+      if (partial) {
+        ++r->media_model.counters.pcie_rmw;  // a PCIe partial write: read-modify-write (H6)
+        r->media_model.read_line(line);
+      }
+      r->media_model.write_line(line);
+    }
+  } else {
+    // DDIO: into the last-level cache; durable only under eADR, otherwise at
+    // eviction or when someone persists the range.
+    if (config.eadr) std::memcpy(r->durable.data() + w.offset, w.data.data(), w.length);
+    for (uint64_t line = first; line <= last; ++line) {
+      const bool partial =
+          (line == first && w.offset % kLine != 0) || (line == last && (w.offset + w.length) % kLine != 0);
+      if (partial && r->lines[line].cache_pos == 0) {
+        ++r->media_model.counters.pcie_rmw;  // the line must be read into the cache first
+        r->media_model.read_line(line);
+      }
+      cache_insert(config, r, line, /*ddio=*/true);
+    }
+  }
+  fifo_bytes -= w.length;
+  spare.push_back(std::move(w.before));
+  spare.push_back(std::move(w.data));
+  fifo.pop_front();
+}
+
+void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uint32_t qpn) {
+  // PCIe keeps posted writes in order: the QP's last write leaves the buffer
+  // only after everything queued before it.
+  size_t through = 0;
+  bool found = false;
+  for (size_t i = fifo.size(); i > 0; --i) {
+    if (fifo[i - 1].qpn == qpn) {
+      through = i;
+      found = true;
+      break;
+    }
+  }
+  if (!found) return;
+  for (size_t i = 0; i < through; ++i) drain_front(config);
+}
+
+void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {
+  if (len == 0) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  RegionState* r = impl_->find(dst, len);
+  if (r == nullptr || r->media == Media::kDram) {
+    std::memcpy(dst, src, len);  // DRAM: nothing to model
+    return;
+  }
+  while (impl_->fifo_bytes + len > config_.nic_write_buffer_bytes && !impl_->fifo.empty()) impl_->drain_front(config_);
+  PendingWrite w;
+  w.region = r;
+  w.offset = r->offset_of(dst);
+  w.length = static_cast<uint32_t>(len);
+  w.qpn = qpn;
+  auto take = [&](std::vector<uint8_t>& v) {
+    if (!impl_->spare.empty()) {
+      v = std::move(impl_->spare.back());
+      impl_->spare.pop_back();
+    }
+  };
+  take(w.before);
+  take(w.data);
+  w.before.assign(dst, dst + len);
+  w.data.assign(src, src + len);
+  const uint64_t first = w.offset / kLine;
+  const uint64_t last = (w.offset + len - 1) / kLine;
+  for (uint64_t line = first; line <= last; ++line) ++r->lines[line].nic_pending;
+  ++r->nic_pending_writes;
+  impl_->fifo_bytes += len;
+  impl_->fifo.push_back(std::move(w));
+  std::memcpy(dst, src, len);  // visible at once; durable per the model
+}
+
+static uint64_t pm_atomic(PersistenceDomain::Impl& impl, const PlatformConfig& config, RegionState* r, uint32_t qpn,
+                          uint64_t* addr, uint64_t original, uint64_t now_value) {
+  // The NIC's read-modify-write on PM (H8): a read and a write request, and
+  // the written word enters the NIC buffer like any DMA write.
+  ++r->media_model.counters.atomics;
+  r->media_model.read_line(r->offset_of(addr) / kLine);
+  (void)config;
+  PendingWrite w;
+  w.region = r;
+  w.offset = r->offset_of(addr);
+  w.length = 8;
+  w.qpn = qpn;
+  w.before.assign(reinterpret_cast<const uint8_t*>(&original), reinterpret_cast<const uint8_t*>(&original) + 8);
+  w.data.assign(reinterpret_cast<const uint8_t*>(&now_value), reinterpret_cast<const uint8_t*>(&now_value) + 8);
+  ++r->lines[w.offset / kLine].nic_pending;
+  ++r->nic_pending_writes;
+  impl.fifo_bytes += 8;
+  impl.fifo.push_back(std::move(w));
+  return original;
+}
+
+uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, uint64_t compare, uint64_t swap) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::atomic_ref<uint64_t> word(*addr);
+  uint64_t original = compare;
+  const bool swapped = word.compare_exchange_strong(original, swap, std::memory_order_seq_cst);
+  RegionState* r = impl_->find(addr, 8);
+  if (r == nullptr || r->media == Media::kDram) return original;
+  while (impl_->fifo_bytes + 8 > config_.nic_write_buffer_bytes && !impl_->fifo.empty()) impl_->drain_front(config_);
+  return pm_atomic(*impl_, config_, r, qpn, addr, original, swapped ? swap : original);
+}
+
+uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint64_t add) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const uint64_t original = std::atomic_ref<uint64_t>(*addr).fetch_add(add, std::memory_order_seq_cst);
+  RegionState* r = impl_->find(addr, 8);
+  if (r == nullptr || r->media == Media::kDram) return original;
+  while (impl_->fifo_bytes + 8 > config_.nic_write_buffer_bytes && !impl_->fifo.empty()) impl_->drain_front(config_);
+  return pm_atomic(*impl_, config_, r, qpn, addr, original, original + add);
+}
+
+void PersistenceDomain::order_before_read(uint32_t qpn) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->drain_through_qp(config_, qpn);
+}
+
+void PersistenceDomain::flush(uint32_t qpn, const uint8_t* addr, size_t len, bool persistent) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->drain_through_qp(config_, qpn);
+  if (!persistent || !config_.ddio || config_.eadr || len == 0) return;
+  // DDIO without eADR: the drained data sits in the cache; a persistence
+  // FLUSH writes the range back before it is acknowledged.
+  RegionState* r = impl_->find(addr, len);
+  if (r == nullptr || r->media == Media::kDram) return;
+  const size_t off = r->offset_of(addr);
+  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) impl_->cache_remove(r, line, true);
+  impl_->make_durable(r, off, len);
+}
+
+}  // namespace ferry::pm

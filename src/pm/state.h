@@ -1,0 +1,129 @@
+// Internal state of the persistence model. Everything here is guarded by the
+// owning PersistenceDomain's mutex.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "ferry/common/rng.h"
+#include "ferry/pm/domain.h"
+#include "ferry/pm/region.h"
+
+struct pmem2_config;
+struct pmem2_source;
+struct pmem2_map;
+
+namespace ferry::pm::detail {
+
+constexpr size_t kLine = 64;     // CPU cache line, PCIe data-word granularity used by the study
+constexpr size_t kXpLine = 256;  // 3D XPoint media granularity
+constexpr size_t kWord = 8;      // CPU store atomicity
+
+// The PM controller's write-combining buffer (XPBuffer) and the media
+// accounting it implies: 64 B writes to the same 256 B XPLine merge while the
+// XPLine is buffered; an XPLine leaves either complete (one media write) or
+// partly written (media read-modify-write).
+class MediaModel {
+ public:
+  explicit MediaModel(size_t xplines);
+  void write_line(uint64_t line);
+  void read_line(uint64_t line);
+  void settle();  // evict everything
+  MediaCounters counters;
+
+ private:
+  size_t slot_for(uint64_t xpline);
+  void evict(size_t slot);
+  std::vector<uint64_t> ids_;     // XPLine held by each slot (UINT64_MAX: free)
+  std::vector<uint8_t> masks_;    // which of its four 64 B lines were written
+  std::vector<uint64_t> stamps_;  // LRU
+  uint64_t clock_ = 0;
+  size_t last_ = 0;
+};
+
+// Per 64 B line of a PM region.
+struct LineMeta {
+  uint32_t cache_pos = 0;  // 1 + index in the domain's cache pool; 0 = not in the modeled cache
+  bool ddio = false;       // its cached content arrived by DDIO DMA (64 B survival granularity)
+  uint16_t nic_pending = 0;  // DMA writes covering it still in the NIC buffer
+};
+
+struct RegionState {
+  Media media = Media::kDram;
+  std::string path;
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  int granularity = 0;  // enum pmem2_granularity, or -1 for DRAM
+  // PM only:
+  int fd = -1;
+  pmem2_config* config = nullptr;
+  pmem2_source* source = nullptr;
+  pmem2_map* map = nullptr;
+  std::vector<uint8_t> durable;  // what survives a power failure right now
+  std::vector<LineMeta> lines;
+  MediaModel media_model{64};
+  uint64_t nic_pending_writes = 0;
+  // DRAM only:
+  void* dram = nullptr;
+
+  size_t offset_of(const void* p) const { return static_cast<size_t>(static_cast<const uint8_t*>(p) - base); }
+};
+
+// A DMA write still in the NIC's volatile buffer.
+struct PendingWrite {
+  RegionState* region;
+  size_t offset;
+  uint32_t length;
+  uint32_t qpn;
+  std::vector<uint8_t> before;  // the bytes it replaced (restored if it is lost)
+  std::vector<uint8_t> data;    // the bytes it carries (made durable when drained)
+};
+
+// A cache-line write-back (clwb) or non-temporal store waiting for the fence.
+struct FenceSnapshot {
+  RegionState* region;
+  size_t offset;
+  size_t length;
+  size_t at;  // into the domain's fence_bytes
+};
+
+}  // namespace ferry::pm::detail
+
+namespace ferry::pm {
+
+struct PersistenceDomain::Impl {
+  mutable std::mutex mu;
+  std::vector<std::unique_ptr<detail::RegionState>> states;  // creation order
+  std::vector<std::unique_ptr<Region>> regions;
+  std::vector<detail::RegionState*> by_address;  // sorted by base, PM and DRAM
+  // NIC write buffer
+  std::deque<detail::PendingWrite> fifo;
+  size_t fifo_bytes = 0;
+  std::vector<std::vector<uint8_t>> spare;  // recycled buffers: no allocation in steady state
+  // CPU cache (PM lines only)
+  struct CachedLine {
+    detail::RegionState* region;
+    uint64_t line;
+  };
+  std::vector<CachedLine> cache;
+  Rng eviction_rng{0x5eed};
+  // Fence
+  std::vector<detail::FenceSnapshot> fence;
+  std::vector<uint8_t> fence_bytes;
+
+  detail::RegionState* find(const void* p, size_t len) const;
+  // The drain of the oldest pending write (model of the NIC buffer emptying).
+  void drain_front(const PlatformConfig& config);
+  void drain_through_qp(const PlatformConfig& config, uint32_t qpn);
+  // Copies the visible bytes of [off, off+len) into the durable image, except
+  // bytes still covered by NIC-pending writes, which keep their pre-write value.
+  void make_durable(detail::RegionState* r, size_t off, size_t len);
+  void cache_insert(const PlatformConfig& config, detail::RegionState* r, uint64_t line, bool ddio);
+  void cache_remove(detail::RegionState* r, uint64_t line, bool write_back);
+  void cache_evict_random();
+};
+
+}  // namespace ferry::pm

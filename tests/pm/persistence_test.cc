@@ -1,0 +1,380 @@
+// The persistence model loses exactly what the platform could lose
+// (issue 3, item 5; docs/persistence.md). Randomized checks print their
+// seeds' range; each power failure is reproducible from its seed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "ferry/common/clock.h"
+#include "ferry/nic/connect.h"
+#include "ferry/nic/engine.h"
+#include "ferry/pm/domain.h"
+
+namespace ferry::pm {
+namespace {
+
+using namespace ferry::nic;
+
+constexpr size_t kRegionBytes = 64 * 1024;
+constexpr int kManySeeds = 10'000;
+
+std::string temp_path(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-pm-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+// A client (plain DRAM) and a server whose memory is a PersistenceDomain with
+// one PM region registered for remote access, on a manual engine.
+class PmTest : public ::testing::Test {
+ protected:
+  void build(const PlatformConfig& config) {
+    domain_ = std::make_unique<PersistenceDomain>(config);
+    const std::string path = temp_path(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove(path);
+    pm_ = domain_->map_pm(path, kRegionBytes, /*create=*/true).value();
+    EngineOptions eo;
+    eo.threaded = false;
+    eo.clock = &clock_;
+    engine_ = std::make_unique<Engine>(eo);
+    client_ = engine_->add_nic({.name = "client"}).value();
+    NicOptions server_opts;
+    server_opts.name = "server";
+    server_opts.memory = domain_.get();
+    server_ = engine_->add_nic(server_opts).value();
+    cpd_ = client_->alloc_pd().value();
+    spd_ = server_->alloc_pd().value();
+    client_mem_.assign(1 << 20, 0);
+    cmr_ = client_->reg_mr(*cpd_, client_mem_.data(), client_mem_.size(), kAccessAll).value();
+    smr_ = server_->reg_mr(*spd_, pm_->data(), pm_->size(), kAccessAll).value();
+    ccq_ = client_->create_cq({}).value();
+    scq_ = server_->create_cq({}).value();
+    for (int i = 0; i < 2; ++i) {
+      QpInitAttr a;
+      a.send_cq = a.recv_cq = ccq_.get();
+      cqp_[i] = client_->create_qp(*cpd_, a).value();
+      QpInitAttr b;
+      b.send_cq = b.recv_cq = scq_.get();
+      sqp_[i] = server_->create_qp(*spd_, b).value();
+      ConnectOptions o;
+      o.path_mtu = 4096;
+      ASSERT_TRUE(connect_qps(*cqp_[i], *client_, *sqp_[i], *server_, o).ok());
+    }
+  }
+  void TearDown() override {
+    for (int i = 0; i < 2; ++i) {
+      cqp_[i].reset();
+      sqp_[i].reset();
+    }
+    ccq_.reset();
+    scq_.reset();
+    cmr_.reset();
+    smr_.reset();
+    cpd_.reset();
+    spd_.reset();
+    engine_.reset();
+    domain_.reset();
+  }
+
+  // Posts one signaled request and runs until its completion.
+  WorkCompletion run_one(QueuePair& qp, const SendWr& wr) {
+    EXPECT_TRUE(qp.post_send(wr).ok());
+    WorkCompletion wc{};
+    bool got = false;
+    EXPECT_TRUE(engine_
+                    ->run_until([&] {
+                      auto n = ccq_->poll(std::span<WorkCompletion>(&wc, 1));
+                      got = got || (n.ok() && n.value() == 1);
+                      return got;
+                    })
+                    .ok());
+    return wc;
+  }
+  // RDMA WRITE of `len` pattern bytes to PM offset `off` on QP `q`.
+  void remote_write(size_t off, size_t len, uint8_t seed, int q = 0) {
+    for (size_t i = 0; i < len; ++i) client_mem_[i] = static_cast<uint8_t>(seed + i * 3);
+    const Sge sge = cmr_->sge(0, static_cast<uint32_t>(len));
+    SendWr wr;
+    wr.opcode = WrOpcode::kRdmaWrite;
+    wr.flags = kSendSignaled;
+    wr.sg_list = std::span<const Sge>(&sge, 1);
+    wr.remote_addr = smr_->iova() + off;
+    wr.rkey = smr_->rkey();
+    ASSERT_EQ(run_one(*cqp_[q], wr).status, WcStatus::kSuccess) << "the WRITE was acknowledged";
+  }
+  void remote_read0(int q = 0) {  // 0-byte READ: the gFLUSH idiom
+    SendWr wr;
+    wr.opcode = WrOpcode::kRdmaRead;
+    wr.flags = kSendSignaled;
+    wr.remote_addr = smr_->iova();
+    wr.rkey = smr_->rkey();
+    ASSERT_EQ(run_one(*cqp_[q], wr).status, WcStatus::kSuccess);
+  }
+  void remote_flush(size_t off, size_t len, bool persistent, int q = 0) {
+    SendWr wr;
+    wr.opcode = WrOpcode::kFlush;
+    wr.flags = kSendSignaled;
+    wr.remote_addr = smr_->iova() + off;
+    wr.rkey = smr_->rkey();
+    wr.flush_length = static_cast<uint32_t>(len);
+    wr.flush_persistent = persistent;
+    ASSERT_EQ(run_one(*cqp_[q], wr).status, WcStatus::kSuccess);
+  }
+  bool survives(const std::vector<uint8_t>& image, size_t off, size_t len, uint8_t seed) const {
+    for (size_t i = 0; i < len; ++i) {
+      if (image[off + i] != static_cast<uint8_t>(seed + i * 3)) return false;
+    }
+    return true;
+  }
+  // How many of `seeds` power failures keep [off, off+len) as written.
+  int count_survivals(size_t off, size_t len, uint8_t seed, int seeds) const {
+    int kept = 0;
+    for (int s = 0; s < seeds; ++s) kept += survives(domain_->image_after_power_fail(*pm_, s), off, len, seed);
+    return kept;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<PersistenceDomain> domain_;
+  Region* pm_ = nullptr;
+  std::unique_ptr<Engine> engine_;
+  Nic* client_ = nullptr;
+  Nic* server_ = nullptr;
+  std::unique_ptr<ProtectionDomain> cpd_, spd_;
+  std::vector<uint8_t> client_mem_;
+  std::unique_ptr<MemoryRegion> cmr_, smr_;
+  std::unique_ptr<CompletionQueue> ccq_, scq_;
+  std::unique_ptr<QueuePair> cqp_[2], sqp_[2];
+};
+
+TEST_F(PmTest, AcknowledgedWriteWithoutReadOrFlushIsLostUnderSomeSeed) {
+  build({});
+  remote_write(4096, 256, 7);
+  const int kept = count_survivals(4096, 256, 7, 200);
+  EXPECT_LT(kept, 200) << "an ACK only means the NIC has the data; it can still be lost";
+  EXPECT_GT(kept, 0) << "...or not: the adversary keeps a random subset";
+  EXPECT_EQ(domain_->nic_buffer_bytes(), 256u);
+}
+
+TEST_F(PmTest, WriteFollowedByCompletedReadIsNeverLostDdioOff) {
+  build({});
+  remote_write(4096, 256, 11);
+  remote_read0();
+  EXPECT_EQ(count_survivals(4096, 256, 11, kManySeeds), kManySeeds) << "seeds 0.." << kManySeeds - 1;
+}
+
+TEST_F(PmTest, WriteFollowedByCompletedFlushIsNeverLostDdioOff) {
+  build({});
+  remote_write(8192, 512, 12);
+  remote_flush(8192, 512, /*persistent=*/true);
+  EXPECT_EQ(count_survivals(8192, 512, 12, kManySeeds), kManySeeds) << "seeds 0.." << kManySeeds - 1;
+}
+
+TEST_F(PmTest, WriteFollowedByCompletedReadIsNeverLostWithDdioUnderEadr) {
+  build({.ddio = true, .eadr = true});
+  remote_write(4096, 256, 13);
+  remote_read0();
+  EXPECT_EQ(count_survivals(4096, 256, 13, kManySeeds), kManySeeds) << "seeds 0.." << kManySeeds - 1;
+}
+
+TEST_F(PmTest, DdioWithoutEadrCanLoseAReadFlushedWriteUntilTheCpuPersistsIt) {
+  build({.ddio = true, .eadr = false});
+  remote_write(4096, 256, 14);
+  remote_read0();  // drained from the NIC -- into the CPU cache
+  EXPECT_LT(count_survivals(4096, 256, 14, 200), 200) << "the READ only moved it into the volatile cache";
+  pm_->persist(pm_->data() + 4096, 256);
+  EXPECT_EQ(count_survivals(4096, 256, 14, kManySeeds), kManySeeds) << "after a CPU persist of the range";
+}
+
+TEST_F(PmTest, PersistenceFlushIsDurableEvenWithDdioWithoutEadr) {
+  build({.ddio = true, .eadr = false});
+  remote_write(4096, 256, 15);
+  remote_flush(4096, 256, /*persistent=*/false);
+  EXPECT_LT(count_survivals(4096, 256, 15, 200), 200) << "global-visibility FLUSH: only in the cache";
+  remote_flush(4096, 256, /*persistent=*/true);
+  EXPECT_EQ(count_survivals(4096, 256, 15, kManySeeds), kManySeeds) << "persistence FLUSH";
+}
+
+TEST_F(PmTest, CpuStoreWithoutPersistCanBeLostAndWithPersistNever) {
+  build({});
+  for (int i = 0; i < 128; ++i) pm_->data()[100 + i] = static_cast<uint8_t>(21 + i * 3);  // plain stores
+  EXPECT_LT(count_survivals(100, 128, 21, 200), 200);
+  pm_->persist(pm_->data() + 100, 128);
+  EXPECT_EQ(count_survivals(100, 128, 21, kManySeeds), kManySeeds);
+}
+
+TEST_F(PmTest, UnpersistedCpuStoresAreLostPerEightByteWord) {
+  build({});
+  for (int i = 0; i < 64; ++i) pm_->data()[i] = 0xAA;
+  bool mixed = false;
+  for (int s = 0; s < 200; ++s) {
+    const auto image = domain_->image_after_power_fail(*pm_, s);
+    for (int w = 0; w < 64; w += 8) {
+      const bool all_new = std::all_of(image.begin() + w, image.begin() + w + 8, [](uint8_t b) { return b == 0xAA; });
+      const bool all_old = std::all_of(image.begin() + w, image.begin() + w + 8, [](uint8_t b) { return b == 0; });
+      ASSERT_TRUE(all_new || all_old) << "seed " << s << " tore an 8-byte word";
+    }
+    mixed |= image[0] != image[8];
+  }
+  EXPECT_TRUE(mixed) << "words of one line are decided independently";
+}
+
+TEST_F(PmTest, UnderEadrCpuStoresSurviveWithoutPersist) {
+  build({.eadr = true});
+  for (int i = 0; i < 128; ++i) pm_->data()[i] = static_cast<uint8_t>(31 + i * 3);
+  EXPECT_EQ(count_survivals(0, 128, 31, 1000), 1000);
+}
+
+TEST_F(PmTest, TornDmaWriteLosesOnlyASuffixOfSixtyFourByteChunks) {
+  build({});
+  const size_t off = 8192 + 8;  // unaligned: its first chunk is short
+  remote_write(off, 4000, 41);  // one packet
+  int torn = 0;
+  for (int s = 0; s < 2000; ++s) {
+    const auto image = domain_->image_after_power_fail(*pm_, s);
+    size_t prefix = 0;
+    while (prefix < 4000 && image[off + prefix] == static_cast<uint8_t>(41 + prefix * 3)) ++prefix;
+    for (size_t i = prefix; i < 4000; ++i) {
+      ASSERT_EQ(image[off + i], 0) << "seed " << s << ": byte " << i << " after a lost one survived";
+    }
+    if (prefix != 0 && prefix != 4000) {
+      ++torn;
+      ASSERT_EQ((off + prefix) % 64, 0u) << "seed " << s << ": the write was cut inside a 64 B chunk";
+    }
+  }
+  EXPECT_GT(torn, 0) << "some seeds tear the write";
+}
+
+TEST_F(PmTest, MultiPacketWriteSurvivesAsAPrefixInAddressOrder) {
+  build({});
+  remote_write(0, 60000, 51);  // 15 packets of 4 KiB in the NIC buffer
+  for (int s = 0; s < 2000; ++s) {
+    const auto image = domain_->image_after_power_fail(*pm_, s);
+    size_t prefix = 0;
+    while (prefix < 60000 && image[prefix] == static_cast<uint8_t>(51 + prefix * 3)) ++prefix;
+    for (size_t i = prefix; i < 60000; ++i) ASSERT_EQ(image[i], 0) << "seed " << s;
+    ASSERT_TRUE(prefix == 60000 || prefix % 64 == 0) << "seed " << s;
+  }
+}
+
+TEST_F(PmTest, ReadDrainsItsQpAndEverythingQueuedBeforeButNotAfter) {
+  build({});
+  remote_write(0, 256, 61, /*q=*/1);     // QP1, earlier
+  remote_write(4096, 256, 62, /*q=*/0);  // QP0
+  remote_write(8192, 256, 63, /*q=*/1);  // QP1, later
+  remote_read0(/*q=*/0);
+  EXPECT_EQ(count_survivals(0, 256, 61, 2000), 2000) << "queued before QP0's write: drained with it (PCIe order)";
+  EXPECT_EQ(count_survivals(4096, 256, 62, 2000), 2000);
+  EXPECT_LT(count_survivals(8192, 256, 63, 200), 200) << "queued after: still in the NIC buffer";
+}
+
+TEST_F(PmTest, FullNicBufferDrainsOldestWritesFirst) {
+  build({.nic_write_buffer_bytes = 8192});
+  remote_write(0, 256, 71);
+  remote_write(16384, 4096, 72);
+  remote_write(32768, 4096, 73);  // pushes the first write out of the buffer
+  EXPECT_EQ(count_survivals(0, 256, 71, 2000), 2000);
+  EXPECT_LT(count_survivals(32768, 4096, 73, 200), 200);
+}
+
+TEST_F(PmTest, AtomicOnPmIsPendingUntilARead) {
+  build({});
+  uint64_t* word = reinterpret_cast<uint64_t*>(pm_->data() + 512);
+  const Sge result = cmr_->sge(0, 8);
+  SendWr faa;
+  faa.opcode = WrOpcode::kAtomicFetchAndAdd;
+  faa.flags = kSendSignaled;
+  faa.sg_list = std::span<const Sge>(&result, 1);
+  faa.remote_addr = smr_->iova() + 512;
+  faa.rkey = smr_->rkey();
+  faa.compare_add = 5;
+  ASSERT_EQ(run_one(*cqp_[0], faa).status, WcStatus::kSuccess);
+  EXPECT_EQ(*word, 5u);
+  auto value_after = [&](int s) {
+    uint64_t v;
+    std::memcpy(&v, domain_->image_after_power_fail(*pm_, s).data() + 512, 8);
+    return v;
+  };
+  bool lost = false;
+  for (int s = 0; s < 200 && !lost; ++s) lost = value_after(s) == 0;
+  EXPECT_TRUE(lost);
+  remote_read0();
+  for (int s = 0; s < 2000; ++s) ASSERT_EQ(value_after(s), 5u) << "seed " << s;
+  EXPECT_EQ(pm_->counters().atomics, 1u);
+}
+
+TEST_F(PmTest, PowerFailLeavesWhatImageAfterPowerFailPredicted) {
+  build({});
+  remote_write(0, 4096, 81);
+  for (int i = 0; i < 64; ++i) pm_->data()[20000 + i] = 0x77;
+  const auto predicted = domain_->image_after_power_fail(*pm_, 1234);
+  const PowerFailReport report = domain_->power_fail(1234);
+  EXPECT_EQ(std::memcmp(pm_->data(), predicted.data(), kRegionBytes), 0);
+  EXPECT_EQ(report.nic_writes_pending, 1u);
+  EXPECT_EQ(domain_->nic_buffer_bytes(), 0u);
+  // Afterwards everything is durable: another failure changes nothing.
+  const auto again = domain_->image_after_power_fail(*pm_, 99);
+  EXPECT_EQ(std::memcmp(pm_->data(), again.data(), kRegionBytes), 0);
+}
+
+TEST_F(PmTest, PowerFailLosesDramAndProcessCrashKeepsPm) {
+  build({});
+  Region* dram = domain_->alloc_dram(4096).value();
+  std::memset(dram->data(), 0x55, 4096);
+  remote_write(0, 256, 91);  // pending in the NIC
+  for (int i = 0; i < 64; ++i) pm_->data()[30000 + i] = 0x66;  // unpersisted
+  domain_->process_crash();
+  EXPECT_TRUE(survives(std::vector<uint8_t>(pm_->data(), pm_->data() + kRegionBytes), 0, 256, 91))
+      << "a process crash loses no PM data: the NIC and caches live on";
+  EXPECT_EQ(pm_->data()[30000], 0x66);
+  EXPECT_EQ(dram->data()[0], 0) << "DRAM is gone";
+  std::memset(dram->data(), 0x55, 4096);
+  const PowerFailReport r = domain_->power_fail(7);
+  EXPECT_EQ(dram->data()[100], 0);
+  EXPECT_EQ(r.dram_bytes_lost, 4096u);
+  EXPECT_EQ(pm_->data()[30000], 0x66) << "made durable by the crash";
+}
+
+TEST(PmRegion, OrdinaryFileMapsAndSaysItIsNotRealPm) {
+  PersistenceDomain domain;
+  const std::string path = temp_path("plain.pm");
+  std::filesystem::remove(path);
+  auto region = domain.map_pm(path, 1 << 20, /*create=*/true);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  EXPECT_EQ(region.value()->media(), Media::kPm);
+  EXPECT_EQ(region.value()->size(), 1u << 20);
+  // /tmp is not DAX on PM here; where it is, this reports real PM instead.
+  if (!region.value()->real_pm()) {
+    EXPECT_NE(std::string(region.value()->granularity()).find("not PM"), std::string::npos);
+  }
+}
+
+TEST(PmRegion, MissingFileWithoutCreateIsNotFound) {
+  PersistenceDomain domain;
+  auto region = domain.map_pm(temp_path("does-not-exist.pm"), 4096, /*create=*/false);
+  EXPECT_EQ(region.status().code(), Code::kNotFound);
+}
+
+TEST(PmRegion, ContentSurvivesUnmapAndRemapAfterAPowerFailure) {
+  const std::string path = temp_path("remap.pm");
+  std::filesystem::remove(path);
+  {
+    PersistenceDomain domain;
+    Region* r = domain.map_pm(path, 8192, true).value();
+    std::memset(r->data(), 0x11, 64);
+    r->persist(r->data(), 64);
+    std::memset(r->data() + 64, 0x22, 64);  // never persisted
+    domain.power_fail(3);
+    EXPECT_EQ(r->data()[0], 0x11);
+  }
+  PersistenceDomain after;
+  Region* r = after.map_pm(path, 0, false).value();
+  EXPECT_EQ(r->size(), 8192u);
+  EXPECT_EQ(r->data()[0], 0x11) << "the file holds what survived";
+}
+
+}  // namespace
+}  // namespace ferry::pm
