@@ -1,0 +1,114 @@
+// The modeled device counters show the effects the ATC'21 hints target
+// (H3, H5-H8). The counters are computed by the model; these tests check the
+// model's arithmetic and the direction of each effect.
+#include "pm_test_util.h"
+
+namespace ferry::pm::testing {
+namespace {
+
+class MediaModelTest : public PmTest {
+ protected:
+  // DMA-writes `len` bytes at PM offset `off` (one RDMA WRITE) and settles
+  // the model so every write has reached the media.
+  MediaCounters write_and_settle(const std::vector<std::pair<size_t, size_t>>& writes) {
+    pm_->reset_counters();
+    for (auto [off, len] : writes) remote_write(off, len, 1);
+    pm_->settle_media_model();
+    return pm_->counters();
+  }
+};
+
+TEST_F(MediaModelTest, PartialLineDmaWritesAreReadModifyWritesAndAlignedOnesAreNot) {
+  build({});
+  MediaCounters c = write_and_settle({{8, 16}});  // 16 B inside a line (H6 off)
+  EXPECT_EQ(c.pcie_rmw, 1u);
+  EXPECT_EQ(c.read_requests, 1u);
+  EXPECT_EQ(c.write_requests, 1u);
+  c = write_and_settle({{4096, 64}});  // aligned and padded to 64 B (H6 on)
+  EXPECT_EQ(c.pcie_rmw, 0u);
+  EXPECT_EQ(c.read_requests, 0u);
+  EXPECT_EQ(c.write_requests, 1u);
+}
+
+TEST_F(MediaModelTest, WholeXplinesAreWrittenOnceAndScatteredLinesAmplifyFourfold) {
+  build({});
+  std::vector<std::pair<size_t, size_t>> xplines, scattered;
+  for (size_t i = 0; i < 32; ++i) xplines.push_back({i * 256, 256});
+  for (size_t i = 0; i < 32; ++i) scattered.push_back({i * 1024 + 128, 64});  // one line per XPLine
+  MediaCounters c = write_and_settle(xplines);  // H5
+  EXPECT_EQ(c.write_requests, 128u);
+  EXPECT_EQ(c.media_bytes_written, 32u * 256);
+  EXPECT_DOUBLE_EQ(c.write_amplification(), 1.0);
+  EXPECT_EQ(c.xpline_rmw, 0u);
+  c = write_and_settle(scattered);
+  EXPECT_EQ(c.write_requests, 32u);
+  EXPECT_DOUBLE_EQ(c.write_amplification(), 4.0) << "each 64 B write costs a 256 B media write";
+  EXPECT_EQ(c.xpline_rmw, 32u) << "and a media read to merge it";
+}
+
+TEST_F(MediaModelTest, TheWriteCombiningBufferMergesLinesOfOneXplineArrivingApart) {
+  build({});
+  // Four separate 64 B writes filling one XPLine, out of order.
+  MediaCounters c = write_and_settle({{128, 64}, {0, 64}, {192, 64}, {64, 64}});
+  EXPECT_EQ(c.write_requests, 4u);
+  EXPECT_EQ(c.media_bytes_written, 256u);
+  EXPECT_EQ(c.xpline_rmw, 0u);
+}
+
+TEST_F(MediaModelTest, DdioScattersASequentialWriteAndAmplifiesIt) {
+  // H3: the NIC writes sequentially, the cache evicts in random order.
+  std::vector<std::pair<size_t, size_t>> bulk;
+  for (size_t off = 0; off < 60 * 1024; off += 4096) bulk.push_back({off, 4096});
+  build({.ddio = false});
+  const double off_amp = write_and_settle(bulk).write_amplification();
+  TearDown();
+  build({.ddio = true, .cache_lines = 64, .xbuffer_xplines = 8});
+  const double on_amp = write_and_settle(bulk).write_amplification();
+  EXPECT_DOUBLE_EQ(off_amp, 1.0);
+  EXPECT_GT(on_amp, 1.5) << "random write-back defeats the write-combining buffer";
+}
+
+TEST_F(MediaModelTest, CachedStoresReadEachLineFirstNonTemporalWholeLinesDoNot) {
+  build({});
+  uint8_t buf[256] = {};
+  pm_->reset_counters();
+  pm_->store(pm_->data() + 1024, buf, 256);  // H4/H7 off
+  pm_->persist(pm_->data() + 1024, 256);
+  MediaCounters c = pm_->counters();
+  EXPECT_EQ(c.cpu_rfo, 4u);
+  EXPECT_EQ(c.read_requests, 4u);
+  EXPECT_EQ(c.write_requests, 4u);
+  pm_->reset_counters();
+  pm_->store_nt(pm_->data() + 2048, buf, 256);  // H4/H7 on
+  pm_->drain();
+  c = pm_->counters();
+  EXPECT_EQ(c.cpu_rfo, 0u);
+  EXPECT_EQ(c.read_requests, 0u);
+  EXPECT_EQ(c.write_requests, 4u);
+  pm_->reset_counters();
+  pm_->store_nt(pm_->data() + 4096 + 8, buf, 16);  // non-temporal but not a whole line
+  pm_->drain();
+  EXPECT_EQ(pm_->counters().nt_partial, 1u);
+  EXPECT_EQ(pm_->counters().read_requests, 1u);
+}
+
+TEST_F(MediaModelTest, NicAtomicsOnPmAreReadModifyWrites) {
+  build({});
+  pm_->reset_counters();
+  const Sge result = cmr_->sge(0, 8);
+  SendWr cas;
+  cas.opcode = WrOpcode::kAtomicCmpAndSwp;
+  cas.flags = kSendSignaled;
+  cas.sg_list = std::span<const Sge>(&result, 1);
+  cas.remote_addr = smr_->iova() + 64;
+  cas.rkey = smr_->rkey();
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(run_one(*cqp_[0], cas).status, WcStatus::kSuccess);
+  pm_->settle_media_model();
+  const MediaCounters c = pm_->counters();
+  EXPECT_EQ(c.atomics, 10u);
+  EXPECT_EQ(c.read_requests, 10u + c.pcie_rmw);
+  EXPECT_GE(c.write_requests, 10u);
+}
+
+}  // namespace
+}  // namespace ferry::pm::testing
