@@ -6,6 +6,7 @@
 
 #include "demo.h"
 #include "nic_bench.h"
+#include "pm_bench.h"
 
 namespace {
 
@@ -72,6 +73,34 @@ int main(int argc, char** argv) {
   nic->add_flag("--inline", nic_opts.inline_engine,
                 "run the engine on the measuring thread: the NIC's processing cost per op, no cross-core traffic");
 
+  CLI::App* pm = bench->add_subcommand(
+      "pm", "remote writes to persistent memory (ATC'21 §3-4): hints H3-H9, modeled media counters, H9 latency");
+  ferry::bench::PmBenchOptions pm_opts;
+  std::string pm_sizes = "16,64,256,1024,4096";
+  size_t region_mib = 64;
+  pm->add_option("--experiments", pm_opts.experiments, "one_sided, two_sided, atomic, persist")
+      ->delimiter(',')
+      ->capture_default_str();
+  pm->add_option("--sizes", pm_sizes, "write sizes in bytes (list or power-of-two range), at most 4096")
+      ->capture_default_str();
+  pm->add_option("--iters", pm_opts.iters, "measured operations per point (0: sized by --seconds)")
+      ->capture_default_str();
+  pm->add_option("--seconds", pm_opts.seconds_per_point, "target duration per point when --iters is 0")
+      ->capture_default_str();
+  pm->add_option("--outstanding", pm_opts.outstanding, "operations in flight for throughput experiments")
+      ->capture_default_str();
+  pm->add_option("--region-mib", region_mib, "size of the PM (or DRAM) target region")->capture_default_str();
+  pm->add_option("--pm-dir", pm_opts.pm_dir, "directory for the PM file (default $TMPDIR or /tmp; a DAX mount "
+                                             "for real PM)");
+  pm->add_option("--client-cpu", pm_opts.client_cpu, "CPU for the measuring thread (-1: no pinning)")
+      ->capture_default_str();
+  pm->add_option("--engine-cpu", pm_opts.engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")
+      ->capture_default_str();
+  pm->add_option("--modeled-wire-ns", pm_opts.modeled_wire_delay_ns,
+                 "persist experiment: also report ratios with this modeled one-way wire delay (0: skip)")
+      ->capture_default_str();
+  pm->add_flag("--json", pm_opts.json, "print one JSON object per configuration");
+
   CLI11_PARSE(app, argc, argv);
 
   if (demo->parsed()) return ferry::apps::run_demo(std::cout, demo_engine_cpu);
@@ -86,6 +115,21 @@ int main(int argc, char** argv) {
     const ferry::Status s = ferry::bench::run_nic_bench(nic_opts, std::cout, std::cerr);
     if (!s.ok()) {
       std::cerr << "ferry bench nic: " << s.to_string() << "\n";
+      return 2;
+    }
+    return 0;
+  }
+  if (pm->parsed()) {
+    try {
+      pm_opts.sizes = parse_sizes(pm_sizes);
+    } catch (const std::exception&) {
+      std::cerr << "ferry bench pm: cannot parse --sizes '" << pm_sizes << "'\n";
+      return 2;
+    }
+    pm_opts.region_bytes = region_mib << 20;
+    const ferry::Status s = ferry::bench::run_pm_bench(pm_opts, std::cout, std::cerr);
+    if (!s.ok()) {
+      std::cerr << "ferry bench pm: " << s.to_string() << "\n";
       return 2;
     }
     return 0;

@@ -21,7 +21,8 @@ static Clock* default_clock() {
 
 Engine::Engine(const EngineOptions& options)
     : options_(options), clock_(options.clock ? options.clock : default_clock()) {
-  fabric_ = std::make_unique<Fabric>(options.fabric_queue_packets, options.fabric_buffers, options.faults);
+  fabric_ = std::make_unique<Fabric>(options.fabric_queue_packets, options.fabric_buffers, options.faults,
+                                     options.wire_delay_ns);
   if (options_.threaded) {
     thread_ = std::thread([this] { thread_main(); });
     engine_thread_id_ = thread_.get_id();

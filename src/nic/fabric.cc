@@ -18,12 +18,13 @@ size_t round_pow2(size_t v) {
 bool later(const Packet& a, const Packet& b) { return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq; }
 }  // namespace
 
-Fabric::Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults)
+Fabric::Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults, uint64_t wire_delay_ns)
     : inbound_capacity_(round_pow2(std::max<size_t>(inbound_capacity, 16))),
       request_high_water_(inbound_capacity_ * 3 / 4),
       response_high_water_(inbound_capacity_ * 7 / 8),
       delayed_capacity_(inbound_capacity_),
       faults_(faults),
+      wire_delay_ns_(wire_delay_ns),
       rng_(faults.seed) {
   buffer_memory_.resize(buffer_count * kBufferBytes);
   free_buffers_.reserve(buffer_count);
@@ -95,7 +96,11 @@ bool Fabric::transmit(Packet& p, bool is_request, uint64_t now_ns) {
     return true;
   }
   if (!faults_.enabled()) {
-    push_inbound(p);
+    if (wire_delay_ns_ != 0) {
+      hold(p, now_ns + wire_delay_ns_);
+    } else {
+      push_inbound(p);
+    }
     return true;
   }
   if (rng_.chance(faults_.drop)) {
@@ -104,12 +109,11 @@ bool Fabric::transmit(Packet& p, bool is_request, uint64_t now_ns) {
     return true;
   }
   auto enqueue = [&](Packet& pkt) {
-    if (rng_.chance(faults_.delay) && faults_.delay_max_ns > 0 && delayed_.size() < delayed_capacity_) {
+    if (rng_.chance(faults_.delay) && faults_.delay_max_ns > 0) {
       counters_.delayed_fault.inc();
-      pkt.due_ns = now_ns + rng_.between(1, faults_.delay_max_ns);
-      pkt.seq = seq_++;
-      delayed_.push_back(pkt);
-      std::push_heap(delayed_.begin(), delayed_.end(), later);
+      hold(pkt, now_ns + wire_delay_ns_ + rng_.between(1, faults_.delay_max_ns));
+    } else if (wire_delay_ns_ != 0) {
+      hold(pkt, now_ns + wire_delay_ns_);
     } else {
       push_inbound(pkt);
     }
@@ -141,6 +145,18 @@ void Fabric::inject(const Packet& p) {
   Packet copy = p;
   copy.buffer = -1;
   push_inbound(copy);
+}
+
+void Fabric::hold(Packet& p, uint64_t due_ns) {
+  if (delayed_.size() >= delayed_capacity_) {
+    counters_.dropped_overflow.inc();  // the wire holds no more
+    release(p);
+    return;
+  }
+  p.due_ns = due_ns;
+  p.seq = seq_++;
+  delayed_.push_back(p);
+  std::push_heap(delayed_.begin(), delayed_.end(), later);
 }
 
 void Fabric::release_due(uint64_t now_ns) {

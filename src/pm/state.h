@@ -102,6 +102,11 @@ struct PersistenceDomain::Impl {
   // NIC write buffer
   std::deque<detail::PendingWrite> fifo;
   size_t fifo_bytes = 0;
+  // Writes that left the NIC buffer but whose effects (durable image, cache,
+  // media counters) the model has not applied yet: a real NIC drains in the
+  // background, so the model's bookkeeping stays off the request's path.
+  // Applied, in order, before anything reads or changes the durable image.
+  std::deque<detail::PendingWrite> drained;
   std::vector<std::vector<uint8_t>> spare;  // recycled buffers: no allocation in steady state
   // CPU cache (PM lines only)
   struct CachedLine {
@@ -117,6 +122,8 @@ struct PersistenceDomain::Impl {
   detail::RegionState* find(const void* p, size_t len) const;
   // The drain of the oldest pending write (model of the NIC buffer emptying).
   void drain_front(const PlatformConfig& config);
+  // Applies every drained write's effects (see `drained`).
+  void apply_drained(const PlatformConfig& config);
   void drain_through_qp(const PlatformConfig& config, uint32_t qpn);
   // Copies the visible bytes of [off, off+len) into the durable image, except
   // bytes still covered by NIC-pending writes, which keep their pre-write value.

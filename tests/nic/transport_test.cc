@@ -279,6 +279,39 @@ TEST_F(RetryTest, LostAckIsRecoveredByTimeoutAndDuplicateIsNotReexecuted) {
   EXPECT_EQ(pr.a->nic->counters().ack_timeouts, 1u);
 }
 
+class WireDelayTest : public NicTest {
+ protected:
+  WireDelayTest() {
+    EngineOptions options;
+    options.threaded = false;
+    options.clock = &clock_;
+    options.wire_delay_ns = 1000;
+    engine_ = std::make_unique<Engine>(options);
+  }
+};
+
+TEST_F(WireDelayTest, EveryPacketTakesTheModeledWireDelayAndOrderIsKept) {
+  auto pr = make_pair();
+  const uint64_t t0 = clock_.now_ns();
+  const Sge sge = pr.a->sge(0, 8);
+  ASSERT_TRUE(pr.qa->post_send(write_wr(1, &sge, pr.b->va(0), pr.b->mr->rkey())).ok());
+  EXPECT_EQ(next_completion(*pr.a->cq).status, WcStatus::kSuccess);
+  EXPECT_GE(clock_.now_ns() - t0, 2000u) << "request and ACK each cross the wire once";
+  EXPECT_LT(clock_.now_ns() - t0, 3000u);
+  // Two WRITE+READ pairs: completions still in order across the delayed wire.
+  const uint64_t t1 = clock_.now_ns();
+  SendWr read;
+  read.wr_id = 3;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.remote_addr = pr.b->va(0);
+  read.rkey = pr.b->mr->rkey();
+  SendWr wrs[2] = {write_wr(2, &sge, pr.b->va(8), pr.b->mr->rkey(), 0), read};
+  ASSERT_TRUE(pr.qa->post_send(wrs).ok());
+  EXPECT_EQ(next_completion(*pr.a->cq).wr_id, 3u);
+  EXPECT_LT(clock_.now_ns() - t1, 3000u) << "behind one doorbell the READ costs no second round trip";
+}
+
 // A tiny inbound queue (64 packets) on every NIC: flow control must hold
 // large READ bursts back instead of overflowing the requester.
 class SmallQueueTest : public NicTest {

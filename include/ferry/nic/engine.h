@@ -46,6 +46,9 @@ struct EngineOptions {
   size_t fabric_buffers = 2048;        // 4 KiB payload buffers in the pool
   size_t rx_budget = 64;               // packets a NIC handles per engine pass
   FaultModel faults;
+  // A modeled one-way wire delay for every packet (0: none, the emulator's
+  // own speed). For showing network-round-trip effects; never a default.
+  uint64_t wire_delay_ns = 0;
 };
 
 struct EngineStats {

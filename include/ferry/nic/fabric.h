@@ -75,7 +75,9 @@ class Fabric {
  public:
   static constexpr size_t kBufferBytes = wire::kMaxPayloadBytes;
 
-  Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults);
+  // `wire_delay_ns`: a modeled one-way propagation delay added to every
+  // packet (0 = the emulator's own speed). Order is preserved.
+  Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults, uint64_t wire_delay_ns = 0);
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
@@ -137,6 +139,7 @@ class Fabric {
     size_t size = 0;
   };
   bool push_inbound(Packet& p);
+  void hold(Packet& p, uint64_t due_ns);
   void release(Packet& p);
   bool materialize(Packet& p);
   template <typename Pred>
@@ -152,6 +155,7 @@ class Fabric {
   std::vector<Packet> delayed_;  // min-heap by (due_ns, seq)
   size_t delayed_capacity_;
   FaultModel faults_;
+  uint64_t wire_delay_ns_ = 0;
   Rng rng_;
   uint64_t seq_ = 0;
   FabricCounters counters_;
