@@ -106,7 +106,7 @@ Result<Region*> PersistenceDomain::map_pm(const std::string& path, size_t size, 
   s->durable.assign(s->base, s->base + size);
   s->lines.resize((size + kLine - 1) / kLine);
   s->media_model = detail::MediaModel(config_.xbuffer_xplines);
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   RegionState* raw = s.get();
   impl_->states.push_back(std::move(s));
   impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
@@ -126,7 +126,7 @@ Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
   if (s->dram == nullptr) return resource_exhausted("alloc_dram: out of memory for " + std::to_string(size) + " bytes");
   s->base = static_cast<uint8_t*>(s->dram);
   std::memset(s->base, 0, size);
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   RegionState* raw = s.get();
   impl_->states.push_back(std::move(s));
   impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
@@ -137,7 +137,7 @@ Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
 }
 
 void PersistenceDomain::release(Region* region) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   RegionState* s = region->state_;
   // Drain what the NIC still holds for it, drop it from the cache model.
   while (s->nic_pending_writes != 0) impl_->drain_front(config_);
@@ -167,7 +167,7 @@ void PersistenceDomain::release(Region* region) {
 }
 
 size_t PersistenceDomain::nic_buffer_bytes() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return impl_->fifo_bytes;
 }
 
@@ -293,7 +293,7 @@ void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uin
 
 void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {
   if (len == 0) return;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   RegionState* r = impl_->find(dst, len);
   if (r == nullptr || r->media == Media::kDram) {
     std::memcpy(dst, src, len);  // DRAM: nothing to model
@@ -346,7 +346,7 @@ static uint64_t pm_atomic(PersistenceDomain::Impl& impl, const PlatformConfig& c
 }
 
 uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, uint64_t compare, uint64_t swap) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   std::atomic_ref<uint64_t> word(*addr);
   uint64_t original = compare;
   const bool swapped = word.compare_exchange_strong(original, swap, std::memory_order_seq_cst);
@@ -357,7 +357,7 @@ uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, ui
 }
 
 uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint64_t add) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   const uint64_t original = std::atomic_ref<uint64_t>(*addr).fetch_add(add, std::memory_order_seq_cst);
   RegionState* r = impl_->find(addr, 8);
   if (r == nullptr || r->media == Media::kDram) return original;
@@ -366,12 +366,12 @@ uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint6
 }
 
 void PersistenceDomain::order_before_read(uint32_t qpn) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->drain_through_qp(config_, qpn);
 }
 
 void PersistenceDomain::flush(uint32_t qpn, const uint8_t* addr, size_t len, bool persistent) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->drain_through_qp(config_, qpn);
   if (!persistent || !config_.ddio || config_.eadr || len == 0) return;
   impl_->apply_drained(config_);

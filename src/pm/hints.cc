@@ -49,19 +49,21 @@ void persistent_copy(Region& region, uint8_t* dst, const void* src, size_t len, 
       std::memcpy(line_buf + (a - lo), src, len);
       if (hints.non_temporal) {
         region.store_nt(out, line_buf, total);
+        region.drain();  // streaming stores need only the fence
       } else {
         region.store(out, line_buf, total);
+        region.persist(out, total);
       }
-      region.persist(out, total);
       return;
     }
   }
   if (hints.non_temporal) {
     region.store_nt(dst, src, len);
+    region.drain();
   } else {
     region.store(dst, src, len);
+    region.persist(dst, len);
   }
-  region.persist(dst, len);
 }
 
 LockTable::LockTable(size_t slots) : slots_(std::max<size_t>(slots, 1)) {

@@ -151,7 +151,7 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
 }
 
 std::vector<uint8_t> PersistenceDomain::image_after_power_fail(const Region& region, uint64_t seed) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->apply_drained(config_);  // bookkeeping only: what is durable does not change
   // Copies of every PM region (the NIC buffer's boundary is drawn over all
   // of them, so the answer matches power_fail(seed) exactly).
@@ -172,7 +172,7 @@ std::vector<uint8_t> PersistenceDomain::image_after_power_fail(const Region& reg
 }
 
 PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->apply_drained(config_);
   std::vector<Target> targets;
   std::vector<std::vector<uint8_t>> dram_scratch;
@@ -204,7 +204,7 @@ PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
 }
 
 void PersistenceDomain::process_crash() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->apply_drained(config_);
   // The machine lives on: the NIC delivers what it buffered and the caches
   // are written back eventually, so PM keeps everything visible.

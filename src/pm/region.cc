@@ -35,19 +35,19 @@ bool Region::contains(const void* p, size_t len) const {
 }
 
 MediaCounters Region::counters() const {
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   domain_->impl_->apply_drained(domain_->config_);
   return state_->media_model.counters;
 }
 
 void Region::reset_counters() {
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   domain_->impl_->apply_drained(domain_->config_);
   state_->media_model.counters = MediaCounters{};
 }
 
 void Region::settle_media_model() {
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto& impl = *domain_->impl_;
   if (state_->media != Media::kPm) return;
   while (state_->nic_pending_writes != 0) impl.drain_front(domain_->config_);
@@ -64,7 +64,7 @@ void Region::settle_media_model() {
 
 void Region::store(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   domain_->impl_->apply_drained(domain_->config_);
   if (state_->media == Media::kPm) {
     const size_t off = state_->offset_of(dst);
@@ -97,7 +97,7 @@ static void nt_copy(uint8_t* dst, const uint8_t* src, size_t len) {
 
 void Region::store_nt(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   domain_->impl_->apply_drained(domain_->config_);
   auto* d = static_cast<uint8_t*>(dst);
   if (state_->media != Media::kPm) {
@@ -122,15 +122,18 @@ void Region::store_nt(void* dst, const void* src, size_t len) {
   } else {
     nt_copy(d, static_cast<const uint8_t*>(src), len);
   }
-  // Durable at the next fence.
+  // Durable at the next fence. (Snapshot from the source: the streamed
+  // destination lines are not in the cache, and reading them back would
+  // charge the model's bookkeeping a cache miss per line.)
   auto& impl = *domain_->impl_;
+  const auto* from = static_cast<const uint8_t*>(src);
   impl.fence.push_back({state_, off, len, impl.fence_bytes.size()});
-  impl.fence_bytes.insert(impl.fence_bytes.end(), d, d + len);
+  impl.fence_bytes.insert(impl.fence_bytes.end(), from, from + len);
 }
 
 void Region::flush(const void* addr, size_t len) {
   if (len == 0 || state_->media != Media::kPm) return;
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto& impl = *domain_->impl_;
   impl.apply_drained(domain_->config_);
   const size_t off = state_->offset_of(addr);
@@ -159,7 +162,7 @@ void Region::flush(const void* addr, size_t len) {
 }
 
 void Region::drain() {
-  std::lock_guard<std::mutex> lock(domain_->impl_->mu);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto& impl = *domain_->impl_;
   impl.apply_drained(domain_->config_);
   for (const auto& f : impl.fence) {

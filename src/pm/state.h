@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/common/rng.h"
+#include "ferry/common/spin_lock.h"
 #include "ferry/pm/domain.h"
 #include "ferry/pm/region.h"
 
@@ -95,7 +96,7 @@ struct FenceSnapshot {
 namespace ferry::pm {
 
 struct PersistenceDomain::Impl {
-  mutable std::mutex mu;
+  mutable SpinLock mu;  // short sections, shared with the engine thread
   std::vector<std::unique_ptr<detail::RegionState>> states;  // creation order
   std::vector<std::unique_ptr<Region>> regions;
   std::vector<detail::RegionState*> by_address;  // sorted by base, PM and DRAM
