@@ -87,7 +87,9 @@ bool NicCore::take_recv(QpCore* qp) {
     }
   } else {
     const uint64_t producer = qp->rq_producer.load(std::memory_order_acquire);
-    const uint64_t limit = qp->managed_recv ? std::min(producer, qp->rq_enable) : producer;
+    // A managed RQ is owned by its enables, like a managed SQ: RECV_ENABLE is
+    // the ownership grant, so slots are re-used lap after lap without posts.
+    const uint64_t limit = qp->managed_recv ? qp->rq_enable : producer;
     if (qp->rq_consumed >= limit) return false;
     index = qp->rq_consumed;
     slot = qp->recv_slot_ptr(index);

@@ -298,6 +298,45 @@ TEST_F(CrossChannelTest, ManagedRecvQueueExposesRecvsOnlyWhenEnabled) {
   EXPECT_EQ(wcs[0].wr_id, 1u);
 }
 
+TEST_F(CrossChannelTest, ManagedRecvQueueReusesItsRingLapAfterLapByEnablesAlone) {
+  // HyperLoop re-arms receive rings with RECV_ENABLE only: the RECVs posted
+  // once at setup serve every lap of the ring.
+  Host& a = add_host();
+  Host& b = add_host();
+  QueuePair& qa = add_qp(a);
+  QpInitAttr managed;
+  managed.managed_recv = true;
+  managed.cap.max_recv_wr = 2;
+  QueuePair& qb = add_qp(b, managed);
+  ASSERT_EQ(qb.recv_depth(), 2u);
+  connect(qa, a, qb, b);
+  QueuePair& ctrl = loopback_qp(b);
+  const Sge r0 = b.sge(0, 8);
+  const Sge r1 = b.sge(8, 8);
+  ASSERT_TRUE(qb.post_recv(RecvWr{10, std::span<const Sge>(&r0, 1)}).ok());
+  ASSERT_TRUE(qb.post_recv(RecvWr{11, std::span<const Sge>(&r1, 1)}).ok());
+  ASSERT_TRUE(ctrl.post_send(enable_wr(qb, 6, /*recv=*/true)).ok());
+  for (uint8_t i = 0; i < 6; ++i) {
+    *a.at(64) = static_cast<uint8_t>(0x30 + i);
+    const Sge s = a.sge(64, 1);
+    SendWr send;
+    send.opcode = WrOpcode::kSend;
+    send.flags = kSendSignaled;
+    send.sg_list = std::span<const Sge>(&s, 1);
+    ASSERT_TRUE(qa.post_send(send).ok());
+    EXPECT_EQ(next_completion(*a.cq).status, WcStatus::kSuccess);
+    auto wcs = drain(*b.cq);
+    ASSERT_EQ(wcs.size(), 1u) << "message " << int(i);
+    EXPECT_EQ(wcs[0].wr_id, 10u + i % 2) << "slot i % depth serves message i";
+    EXPECT_EQ(*b.at((i % 2) * 8), 0x30 + i);
+  }
+  SendWr send;
+  send.opcode = WrOpcode::kSend;
+  ASSERT_TRUE(qa.post_send(send).ok());
+  ASSERT_TRUE(engine_->run_until([&] { return b.nic->counters().rnr_naks_sent >= 1; }).ok())
+      << "past the enable index the queue is empty again (RNR)";
+}
+
 TEST_F(CrossChannelTest, EnablingAQueueThatIsNotManagedIsALocalQpOperationError) {
   Host& h = add_host();
   QueuePair& target = loopback_qp(h);
