@@ -28,7 +28,8 @@ ctest --test-dir build --output-on-failure --no-tests=error -j "$JOBS" --timeout
 if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "ASan+UBSan build"
   configure build-asan -DFERRY_SANITIZE=address
-  cmake --build build-asan -j "$JOBS" --target common_tests nic_tests nic_thread_tests pm_tests pm_thread_tests
+  cmake --build build-asan -j "$JOBS" --target common_tests nic_tests nic_thread_tests pm_tests pm_thread_tests \
+    hyperloop_tests hyperloop_thread_tests
   step "ASan+UBSan tests"
   # Every test suite (the CLI tests need the tool, which this build skips).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -36,7 +37,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
 
   step "TSan build (threads)"
   configure build-tsan -DFERRY_SANITIZE=thread
-  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests
+  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests hyperloop_thread_tests
   step "TSan tests"
   # The engine-thread suite, and the multi-producer queue tests.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
@@ -50,7 +51,7 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   cmake -S . -B build-fuzz -DFERRY_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   cmake --build build-fuzz -j "$JOBS"
-  for target in packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz; do
+  for target in packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz naive_header_fuzz; do
     step "fuzz $target for ${FUZZ_SECONDS}s"
     corpus=$(mktemp -d)
     cp tests/fuzz/corpus/"$target"/* "$corpus"/ 2>/dev/null || true

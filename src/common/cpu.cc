@@ -39,6 +39,11 @@ static uint64_t clock_ns(clockid_t id) {
 
 uint64_t thread_cpu_time_ns() { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 uint64_t process_cpu_time_ns() { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
+uint64_t thread_cpu_time_ns(pthread_t thread) {
+  clockid_t id;
+  if (pthread_getcpuclockid(thread, &id) != 0) return 0;
+  return clock_ns(id);
+}
 
 static int process_cpus() {
   cpu_set_t set;

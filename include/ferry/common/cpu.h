@@ -2,6 +2,8 @@
 // per-thread CPU time (for reporting what a thread cost, never for asserting).
 #pragma once
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <string>
 
@@ -24,6 +26,9 @@ Status pin_current_thread(int cpu);
 Status set_current_thread_fifo(int priority);
 // CPU time consumed by the calling thread (CLOCK_THREAD_CPUTIME_ID), ns.
 uint64_t thread_cpu_time_ns();
+// CPU time consumed by another (live) thread of this process, ns; 0 if the
+// thread has exited.
+uint64_t thread_cpu_time_ns(pthread_t thread);
 // CPU time consumed by the whole process (CLOCK_PROCESS_CPUTIME_ID), ns.
 uint64_t process_cpu_time_ns();
 // Number of CPUs this process could run on at startup.

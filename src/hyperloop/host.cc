@@ -1,0 +1,65 @@
+#include "host.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+
+namespace ferry::hyperloop::detail {
+
+Host::~Host() {
+  mr.reset();
+  pd.reset();
+  if (domain != nullptr && region != nullptr) domain->release(region);
+  domain.reset();
+  if (!pm_path.empty()) ::unlink(pm_path.c_str());
+}
+
+std::string pm_directory(const GroupOptions& options) {
+  if (!options.pm_dir.empty()) return options.pm_dir;
+  struct stat st {};
+  if (::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK) == 0) return "/dev/shm";
+  if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr && *tmp != '\0') return tmp;
+  return "/tmp";
+}
+
+Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& name, const GroupOptions& options,
+                                        bool pm) {
+  static std::atomic<uint64_t> counter{0};
+  auto host = std::make_unique<Host>();
+  host->name = name;
+  host->domain = std::make_unique<pm::PersistenceDomain>(options.platform);
+  nic::NicOptions nic_options;
+  nic_options.name = name;
+  nic_options.memory = host->domain.get();
+  auto nic = engine.add_nic(nic_options);
+  if (!nic.ok()) return nic.status();
+  host->nic = nic.value();
+  auto pd = host->nic->alloc_pd();
+  if (!pd.ok()) return pd.status();
+  host->pd = std::move(pd).value();
+  if (pm) {
+    host->pm_path = pm_directory(options) + "/ferry-" + std::to_string(::getpid()) + "-" +
+                    std::to_string(counter.fetch_add(1)) + "-" + name + ".pm";
+    auto region = host->domain->map_pm(host->pm_path, options.region_bytes, /*create=*/true);
+    if (!region.ok()) {
+      ::unlink(host->pm_path.c_str());
+      host->pm_path.clear();
+      return Status(region.status().code(),
+                    "group host " + name + ": cannot map PM under " + pm_directory(options) + " (set pm_dir): " +
+                        region.status().message());
+    }
+    host->region = region.value();
+  } else {
+    auto region = host->domain->alloc_dram(options.region_bytes);
+    if (!region.ok()) return region.status();
+    host->region = region.value();
+  }
+  auto mr = host->nic->reg_mr(*host->pd, host->region->data(), host->region->size(), nic::kAccessAll);
+  if (!mr.ok()) return mr.status();
+  host->mr = std::move(mr).value();
+  return host;
+}
+
+}  // namespace ferry::hyperloop::detail

@@ -1,0 +1,44 @@
+// One emulated machine of a replication group: its persistence domain, its
+// NIC on the shared Engine, a protection domain, and the group's memory
+// region registered for local and remote access. Shared by the HyperLoop and
+// Naive-RDMA implementations.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ferry/common/status.h"
+#include "ferry/hyperloop/group.h"
+#include "ferry/nic/verbs.h"
+#include "ferry/pm/domain.h"
+
+namespace ferry::hyperloop::detail {
+
+struct Host {
+  std::string name;
+  std::unique_ptr<pm::PersistenceDomain> domain;
+  nic::Nic* nic = nullptr;  // owned by the Engine
+  std::unique_ptr<nic::ProtectionDomain> pd;
+  pm::Region* region = nullptr;  // the group's data region
+  std::unique_ptr<nic::MemoryRegion> mr;
+  std::string pm_path;  // backing file, removed with the host
+
+  Host() = default;
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+  ~Host();
+
+  uint8_t* base() const { return region->data(); }
+  uint64_t iova(uint64_t offset) const { return mr->iova() + offset; }
+};
+
+// Makes a host with a region of options.region_bytes: PM (a fresh file under
+// options.pm_dir) when `pm` is set, else DRAM. The region's MR allows local
+// write and remote write, read, atomics and FLUSH.
+Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& name, const GroupOptions& options,
+                                        bool pm);
+
+// options.pm_dir, or /dev/shm, or $TMPDIR, or /tmp.
+std::string pm_directory(const GroupOptions& options);
+
+}  // namespace ferry::hyperloop::detail

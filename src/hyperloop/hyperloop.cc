@@ -1,0 +1,800 @@
+// HyperLoopClient: builds groups (the connection manager's part and the
+// replicas' setup), turns each group operation into one message down the
+// chain, completes operations from the tail's WRITE_WITH_IMM, and re-arms
+// the replicas' control rings with RDMA WRITE as the chain laps them.
+#include "ferry/hyperloop/hyperloop.h"
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "ferry/nic/connect.h"
+#include "ferry/nic/wqe.h"
+#include "host.h"
+#include "layout.h"
+#include "replica.h"
+
+namespace ferry::hyperloop {
+
+using detail::Chain;
+using detail::ChainShape;
+using detail::CtlTarget;
+using detail::kChainCount;
+using detail::kDescBytes;
+using detail::kWqeBytes;
+using detail::ReplicaNode;
+using nic::RecvWr;
+using nic::SendWr;
+using nic::Sge;
+using nic::WrOpcode;
+
+namespace {
+
+struct Pending {
+  uint64_t group_seq = 0;
+  Primitive primitive = Primitive::kWrite;
+  Callback done;
+  uint8_t execute_map = 0;
+  uint64_t old_value = 0;
+  int32_t join = -1;  // gflush that this flush-only operation belongs to
+};
+
+// A gflush spans the chains that had unflushed operations.
+struct FlushJoin {
+  bool used = false;
+  uint32_t remaining = 0;
+  uint64_t group_seq = 0;
+  Callback done;
+};
+
+// What the client knows of one replica's chain (exchanged at setup).
+struct RemoteChain {
+  uint8_t* staging = nullptr;  // client-side image of the replica's control ring
+  uint64_t ctl_iova = 0;
+  uint32_t wq_rkey = 0;
+  uint32_t ctl_depth = 0;
+  std::array<uint32_t, 6> numbers{};  // CtlTarget -> CQ or QP number
+};
+
+struct ClientChain {
+  Chain chain = Chain::kWrite;
+  std::unique_ptr<nic::CompletionQueue> head_cq;
+  std::unique_ptr<nic::CompletionQueue> ack_cq;
+  std::unique_ptr<nic::QueuePair> head;  // client -> replica 0
+  std::unique_ptr<nic::QueuePair> ack;   // tail -> client (WRITE_WITH_IMM)
+  uint8_t* meta = nullptr;               // ring_ops message slots
+  uint32_t meta_stride = 0;
+  uint8_t* acks = nullptr;               // ring_ops acknowledgement slots (gCAS result maps)
+  uint32_t ack_stride = 64;
+  uint64_t next = 0;   // operations submitted on this chain
+  uint64_t acked = 0;  // operations acknowledged
+  uint64_t armed = 0;  // operations whose control blocks are in place on every replica
+  uint64_t arm_to = 0;
+  uint32_t arm_writes = 0;  // re-arm WRITEs not yet acknowledged
+  bool arming = false;
+  bool dirty = false;  // operations since the last flush
+  std::vector<Pending> pending;  // ring_ops slots
+  std::vector<RemoteChain> remotes;
+};
+
+}  // namespace
+
+struct Group {
+  GroupId id = 0;
+  GroupOptions options;
+  uint32_t n = 0;
+  std::unique_ptr<detail::Host> client;
+  pm::Region* buf = nullptr;
+  std::unique_ptr<nic::MemoryRegion> buf_mr;
+  std::unique_ptr<nic::CompletionQueue> admin_cq;
+  std::vector<std::unique_ptr<nic::QueuePair>> admin;
+  std::vector<std::unique_ptr<ReplicaNode>> replicas;
+  std::array<ClientChain, kChainCount> chains;
+  std::vector<FlushJoin> joins;
+  Status failed;
+  uint64_t next_seq = 0;
+
+  ~Group() {
+    for (ClientChain& c : chains) {
+      c.head.reset();
+      c.ack.reset();
+    }
+    admin.clear();
+    for (ClientChain& c : chains) {
+      c.head_cq.reset();
+      c.ack_cq.reset();
+    }
+    admin_cq.reset();
+    buf_mr.reset();
+    if (buf != nullptr) client->domain->release(buf);
+    replicas.clear();
+    client.reset();
+  }
+  uint64_t buf_iova(const void* p) const { return reinterpret_cast<uint64_t>(p); }
+  WrOpcode flush_opcode() const { return options.flush_verb ? WrOpcode::kFlush : WrOpcode::kRdmaRead; }
+};
+
+struct HyperLoopClient::Impl {
+  HyperLoopClient* self = nullptr;
+  std::vector<std::unique_ptr<Group>> groups;
+  HyperLoopStats stats;
+  std::deque<std::pair<Callback, OpResult>> ready;  // finished, callback not yet run
+
+  Result<Group*> find(GroupId gid) const {
+    if (gid >= groups.size() || groups[gid] == nullptr) return not_found("unknown group " + std::to_string(gid));
+    return groups[gid].get();
+  }
+
+  Status build(Group& g);
+  Status acquire(Group& g, ClientChain& ch);
+  void record(Group& g, ClientChain& ch, Primitive p, Callback done, uint8_t execute_map, uint64_t old_value,
+              int32_t join, bool flushes);
+  Status post_write(Group& g, uint64_t offset, uint32_t size, bool data, bool flush);
+  Status post_cas(Group& g, uint64_t offset, uint64_t old_value, uint64_t new_value, uint8_t map, bool flush);
+  Status post_memcpy(Group& g, uint64_t src, uint64_t dst, uint32_t size, bool copy, bool flush);
+  Status post_flush_only(Group& g, ClientChain& ch);
+  void fail(Group& g, const Status& status);
+  void complete(Group& g, ClientChain& ch, const nic::WorkCompletion& wc);
+  void maybe_rearm(Group& g, ClientChain& ch);
+  size_t poll_group(Group& g);
+};
+
+// ---- group construction -----------------------------------------------------
+
+Status HyperLoopClient::Impl::build(Group& g) {
+  nic::Engine& engine = self->engine();
+  const GroupOptions& o = g.options;
+  const uint32_t n = g.n;
+  const uint32_t d = o.ring_ops;
+  const std::string prefix = "g" + std::to_string(g.id);
+
+  FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(engine, prefix + "-client", o, /*pm=*/false));
+
+  // Client-side buffers: per chain the message slots, the acknowledgement
+  // slots, and one control-ring image per replica.
+  size_t bytes = 0;
+  std::array<size_t, kChainCount> meta_at{}, ack_at{}, staging_at{};
+  for (int c = 0; c < kChainCount; ++c) {
+    const Chain chain = static_cast<Chain>(c);
+    meta_at[c] = bytes;
+    bytes += static_cast<size_t>(detail::forward_stride(chain, n)) * d;
+    ack_at[c] = bytes;
+    bytes += static_cast<size_t>(64) * d;
+    staging_at[c] = bytes;
+    bytes += static_cast<size_t>(detail::ctl_depth(chain, d)) * kWqeBytes * n;
+  }
+  FERRY_ASSIGN_OR_RETURN(g.buf, g.client->domain->alloc_dram(bytes));
+  std::memset(g.buf->data(), 0, bytes);
+  FERRY_ASSIGN_OR_RETURN(g.buf_mr, g.client->nic->reg_mr(*g.client->pd, g.buf->data(), bytes,
+                                                         nic::kAccessLocalWrite | nic::kAccessRemoteWrite));
+
+  // Replicas: each one's application thread creates its queues.
+  for (uint32_t i = 0; i < n; ++i) {
+    auto r = std::make_unique<ReplicaNode>();
+    r->index = i;
+    r->replicas = n;
+    r->options = o;
+    FERRY_ASSIGN_OR_RETURN(r->host, detail::make_host(engine, prefix + "-r" + std::to_string(i), o,
+                                                      o.media == pm::Media::kPm));
+    r->agent = std::make_unique<detail::Agent>("hl-" + prefix + "-r" + std::to_string(i));
+    Status st;
+    r->agent->run([&] { st = detail::create_replica_queues(*r); });
+    FERRY_RETURN_IF_ERROR(st);
+    g.replicas.push_back(std::move(r));
+  }
+
+  // Client queues.
+  nic::Nic& cnic = *g.client->nic;
+  nic::CqInitAttr admin_cq;
+  admin_cq.cqe = 256;
+  FERRY_ASSIGN_OR_RETURN(g.admin_cq, cnic.create_cq(admin_cq));
+  nic::QpInitAttr admin_attr;
+  admin_attr.send_cq = admin_attr.recv_cq = g.admin_cq.get();
+  admin_attr.cap.max_send_wr = 2 * kChainCount * 2;
+  admin_attr.cap.max_recv_wr = 1;
+  for (uint32_t i = 0; i < n; ++i) {
+    FERRY_ASSIGN_OR_RETURN(auto qp, cnic.create_qp(*g.client->pd, admin_attr));
+    g.admin.push_back(std::move(qp));
+  }
+  for (int c = 0; c < kChainCount; ++c) {
+    ClientChain& ch = g.chains[c];
+    ch.chain = static_cast<Chain>(c);
+    ch.meta = g.buf->data() + meta_at[c];
+    ch.meta_stride = detail::forward_stride(ch.chain, n);
+    ch.acks = g.buf->data() + ack_at[c];
+    ch.pending.resize(d);
+    nic::CqInitAttr cq;
+    cq.cqe = 4 * d;
+    FERRY_ASSIGN_OR_RETURN(ch.head_cq, cnic.create_cq(cq));
+    FERRY_ASSIGN_OR_RETURN(ch.ack_cq, cnic.create_cq(cq));
+    nic::QpInitAttr head;
+    head.send_cq = head.recv_cq = ch.head_cq.get();
+    head.cap.max_send_wr = 4 * o.window;  // at most three WQEs per operation
+    head.cap.max_recv_wr = 1;
+    FERRY_ASSIGN_OR_RETURN(ch.head, cnic.create_qp(*g.client->pd, head));
+    nic::QpInitAttr ack;
+    ack.send_cq = ack.recv_cq = ch.ack_cq.get();
+    ack.cap.max_send_wr = 1;
+    ack.cap.max_recv_wr = d;
+    FERRY_ASSIGN_OR_RETURN(ch.ack, cnic.create_qp(*g.client->pd, ack));
+  }
+
+  // Connection manager: wire the chains.
+  auto connect = [](nic::QueuePair& a, const nic::Nic& na, nic::QueuePair& b, const nic::Nic& nb) {
+    return nic::connect_qps(a, na, b, nb);
+  };
+  for (int c = 0; c < kChainCount; ++c) {
+    ClientChain& ch = g.chains[c];
+    FERRY_RETURN_IF_ERROR(connect(*ch.head, cnic, *g.replicas[0]->chains[c].up, *g.replicas[0]->host->nic));
+    for (uint32_t i = 0; i < n; ++i) {
+      ReplicaNode& r = *g.replicas[i];
+      detail::ReplicaChain& rc = r.chains[c];
+      if (i + 1 < n) {
+        ReplicaNode& next = *g.replicas[i + 1];
+        FERRY_RETURN_IF_ERROR(connect(*rc.down, *r.host->nic, *next.chains[c].up, *next.host->nic));
+      } else {
+        FERRY_RETURN_IF_ERROR(connect(*rc.down, *r.host->nic, *ch.ack, cnic));
+      }
+      if (rc.loop_a) FERRY_RETURN_IF_ERROR(connect(*rc.loop_a, *r.host->nic, *rc.loop_b, *r.host->nic));
+      FERRY_RETURN_IF_ERROR(connect(*rc.ctl, *r.host->nic, *rc.ctl_peer, *r.host->nic));
+    }
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    FERRY_RETURN_IF_ERROR(connect(*g.admin[i], cnic, *g.replicas[i]->admin, *g.replicas[i]->host->nic));
+  }
+
+  // The client's side of the acknowledgements: one RECV per ring slot.
+  for (ClientChain& ch : g.chains) {
+    std::vector<RecvWr> recvs(d);
+    for (uint32_t s = 0; s < d; ++s) recvs[s].wr_id = s;
+    FERRY_RETURN_IF_ERROR(ch.ack->post_recv(recvs));
+  }
+
+  // Replicas pre-post their chains and start them.
+  for (uint32_t i = 0; i < n; ++i) {
+    ReplicaNode& r = *g.replicas[i];
+    detail::Downstream ds;
+    if (i + 1 < n) {
+      ds.region_iova = g.replicas[i + 1]->host->iova(0);
+      ds.region_rkey = g.replicas[i + 1]->host->mr->rkey();
+    }
+    for (int c = 0; c < kChainCount; ++c) ds.ack_slots[c] = g.buf_iova(g.chains[c].acks);
+    ds.ack_rkey = g.buf_mr->rkey();
+    ds.ack_stride = 64;
+    Status st;
+    r.agent->run([&] { st = detail::post_replica_chains(r, ds); });
+    FERRY_RETURN_IF_ERROR(st);
+  }
+
+  // What the client needs to re-arm each replica's control rings.
+  for (int c = 0; c < kChainCount; ++c) {
+    ClientChain& ch = g.chains[c];
+    ch.armed = detail::ctl_initial_ops(ch.chain, d);
+    for (uint32_t i = 0; i < n; ++i) {
+      detail::ReplicaChain& rc = g.replicas[i]->chains[c];
+      RemoteChain rm;
+      rm.ctl_depth = rc.ctl_depth;
+      rm.staging = g.buf->data() + staging_at[c] + static_cast<size_t>(i) * rc.ctl_depth * kWqeBytes;
+      rm.ctl_iova = reinterpret_cast<uint64_t>(rc.ctl_ring);
+      rm.wq_rkey = g.replicas[i]->wq_mr->rkey();
+      rm.numbers[static_cast<int>(CtlTarget::kRecvCq)] = rc.rcq->number();
+      rm.numbers[static_cast<int>(CtlTarget::kLoopCq)] = rc.lcq->number();
+      rm.numbers[static_cast<int>(CtlTarget::kDown)] = rc.down->qp_num();
+      rm.numbers[static_cast<int>(CtlTarget::kLoop)] = rc.loop_a ? rc.loop_a->qp_num() : 0;
+      rm.numbers[static_cast<int>(CtlTarget::kUp)] = rc.up->qp_num();
+      rm.numbers[static_cast<int>(CtlTarget::kCtl)] = rc.ctl->qp_num();
+      ch.remotes.push_back(rm);
+    }
+  }
+  g.joins.resize(o.window);
+  return ok_status();
+}
+
+// ---- submission --------------------------------------------------------------
+
+Status HyperLoopClient::Impl::acquire(Group& g, ClientChain& ch) {
+  if (!g.failed.ok()) return failed_precondition("group " + std::to_string(g.id) + " failed: " + g.failed.message());
+  auto room = [&] {
+    return !g.failed.ok() || (ch.next - ch.acked < g.options.window && ch.armed >= ch.next + 2);
+  };
+  if (!room()) {
+    if (ch.next - ch.acked >= g.options.window) {
+      ++stats.window_waits;
+    } else {
+      ++stats.rearm_waits;
+    }
+    FERRY_RETURN_IF_ERROR(self->wait_until(room));
+  }
+  if (!g.failed.ok()) return failed_precondition("group " + std::to_string(g.id) + " failed: " + g.failed.message());
+  return ok_status();
+}
+
+void HyperLoopClient::Impl::record(Group& g, ClientChain& ch, Primitive p, Callback done, uint8_t execute_map,
+                                   uint64_t old_value, int32_t join, bool flushes) {
+  Pending& slot = ch.pending[ch.next % g.options.ring_ops];
+  slot.group_seq = g.next_seq++;
+  slot.primitive = p;
+  slot.done = std::move(done);
+  slot.execute_map = execute_map;
+  slot.old_value = old_value;
+  slot.join = join;
+  ++ch.next;
+  // A flush on a chain drains everything before it on that chain.
+  ch.dirty = !flushes;
+}
+
+Status HyperLoopClient::Impl::post_write(Group& g, uint64_t offset, uint32_t size, bool data, bool flush) {
+  ClientChain& ch = g.chains[static_cast<int>(Chain::kWrite)];
+  const uint32_t n = g.n;
+  const uint64_t k = ch.next;
+  uint8_t* msg = ch.meta + (k % g.options.ring_ops) * ch.meta_stride;
+  for (uint32_t i = 0; i < n; ++i) {
+    detail::CopyDesc desc{};
+    desc.imm = static_cast<uint32_t>(k);
+    if (i + 1 < n) {
+      desc.op = static_cast<uint8_t>(data ? WrOpcode::kRdmaWrite : WrOpcode::kNop);
+      desc.flush_op = static_cast<uint8_t>(flush ? g.flush_opcode() : WrOpcode::kNop);
+      desc.remote_addr = g.replicas[i + 1]->host->iova(offset);
+      desc.local_addr = g.replicas[i]->host->iova(offset);
+      desc.length = size;
+    }
+    std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
+  }
+  detail::Host& r0 = *g.replicas[0]->host;
+  SendWr wrs[3];
+  uint32_t count = 0;
+  const Sge data_sge = g.client->mr->sge(offset, size);
+  if (data) {
+    wrs[count].opcode = WrOpcode::kRdmaWrite;
+    wrs[count].sg_list = std::span<const Sge>(&data_sge, 1);
+    wrs[count].remote_addr = r0.iova(offset);
+    wrs[count].rkey = r0.mr->rkey();
+    ++count;
+  }
+  if (flush) {
+    SendWr& f = wrs[count++];
+    f.opcode = g.flush_opcode();
+    f.remote_addr = r0.iova(0);
+    f.rkey = r0.mr->rkey();
+    f.flush_persistent = true;
+    f.flush_whole_mr = true;
+  }
+  const Sge msg_sge{g.buf_iova(msg), detail::message_bytes(Chain::kWrite, n, 0), g.buf_mr->lkey()};
+  SendWr& send = wrs[count++];
+  send.opcode = WrOpcode::kSend;
+  send.wr_id = k;
+  send.flags = static_cast<uint8_t>(nic::kSendSignaled | (flush ? nic::kSendFence : 0));
+  send.sg_list = std::span<const Sge>(&msg_sge, 1);
+  return ch.head->post_send(std::span<const SendWr>(wrs, count));
+}
+
+Status HyperLoopClient::Impl::post_cas(Group& g, uint64_t offset, uint64_t old_value, uint64_t new_value,
+                                       uint8_t map, bool flush) {
+  ClientChain& ch = g.chains[static_cast<int>(Chain::kCas)];
+  const uint32_t n = g.n;
+  const uint64_t k = ch.next;
+  uint8_t* msg = ch.meta + (k % g.options.ring_ops) * ch.meta_stride;
+  for (uint32_t i = 0; i < n; ++i) {
+    detail::CasDesc desc{};
+    desc.op = static_cast<uint8_t>((map >> i) & 1 ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kNop);
+    desc.flush_op = static_cast<uint8_t>(flush ? g.flush_opcode() : WrOpcode::kNop);
+    desc.imm = static_cast<uint32_t>(k);
+    desc.target = g.replicas[i]->host->iova(offset);
+    desc.compare = old_value;
+    desc.swap = new_value;
+    std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
+  }
+  std::memset(msg + n * kDescBytes, 0, 8 * n);  // the result map, filled in along the chain
+  const Sge msg_sge{g.buf_iova(msg), detail::message_bytes(Chain::kCas, n, 0), g.buf_mr->lkey()};
+  SendWr send;
+  send.opcode = WrOpcode::kSend;
+  send.wr_id = k;
+  send.flags = nic::kSendSignaled;
+  send.sg_list = std::span<const Sge>(&msg_sge, 1);
+  return ch.head->post_send(send);
+}
+
+Status HyperLoopClient::Impl::post_memcpy(Group& g, uint64_t src, uint64_t dst, uint32_t size, bool copy,
+                                          bool flush) {
+  ClientChain& ch = g.chains[static_cast<int>(Chain::kMemcpy)];
+  const uint32_t n = g.n;
+  const uint64_t k = ch.next;
+  uint8_t* msg = ch.meta + (k % g.options.ring_ops) * ch.meta_stride;
+  for (uint32_t i = 0; i < n; ++i) {
+    detail::CopyDesc desc{};
+    desc.op = static_cast<uint8_t>(copy ? WrOpcode::kRdmaWrite : WrOpcode::kNop);
+    desc.flush_op = static_cast<uint8_t>(flush ? g.flush_opcode() : WrOpcode::kNop);
+    desc.imm = static_cast<uint32_t>(k);
+    desc.remote_addr = g.replicas[i]->host->iova(dst);
+    desc.local_addr = g.replicas[i]->host->iova(src);
+    desc.length = size;
+    std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
+  }
+  const Sge msg_sge{g.buf_iova(msg), detail::message_bytes(Chain::kMemcpy, n, 0), g.buf_mr->lkey()};
+  SendWr send;
+  send.opcode = WrOpcode::kSend;
+  send.wr_id = k;
+  send.flags = nic::kSendSignaled;
+  send.sg_list = std::span<const Sge>(&msg_sge, 1);
+  return ch.head->post_send(send);
+}
+
+Status HyperLoopClient::Impl::post_flush_only(Group& g, ClientChain& ch) {
+  switch (ch.chain) {
+    case Chain::kWrite: return post_write(g, 0, 0, /*data=*/false, /*flush=*/true);
+    case Chain::kCas: return post_cas(g, 0, 0, 0, /*map=*/0, /*flush=*/true);
+    case Chain::kMemcpy: return post_memcpy(g, 0, 0, 0, /*copy=*/false, /*flush=*/true);
+  }
+  return internal_error("unknown chain");
+}
+
+// ---- completion --------------------------------------------------------------
+
+void HyperLoopClient::Impl::fail(Group& g, const Status& status) {
+  if (!g.failed.ok()) return;
+  g.failed = status;
+  for (ClientChain& ch : g.chains) {
+    for (uint64_t k = ch.acked; k < ch.next; ++k) {
+      Pending& p = ch.pending[k % g.options.ring_ops];
+      if (p.join >= 0) {
+        FlushJoin& j = g.joins[p.join];
+        if (j.used) {
+          OpResult r;
+          r.status = status;
+          r.primitive = Primitive::kFlush;
+          r.seq = j.group_seq;
+          ready.emplace_back(std::move(j.done), r);
+          j = FlushJoin{};
+        }
+      } else {
+        OpResult r;
+        r.status = status;
+        r.primitive = p.primitive;
+        r.seq = p.group_seq;
+        ready.emplace_back(std::move(p.done), r);
+      }
+      p = Pending{};
+    }
+    ch.acked = ch.next;
+  }
+}
+
+void HyperLoopClient::Impl::complete(Group& g, ClientChain& ch, const nic::WorkCompletion& wc) {
+  const uint64_t k = ch.acked;
+  const uint32_t s = static_cast<uint32_t>(k % g.options.ring_ops);
+  if (!wc.has_imm || wc.imm_data != static_cast<uint32_t>(k)) {
+    fail(g, internal_error("hyperloop " + std::string(detail::chain_name(ch.chain)) + " chain: acknowledgement " +
+                           std::to_string(wc.imm_data) + " arrived where operation " + std::to_string(k) +
+                           " was expected"));
+    return;
+  }
+  Pending& p = ch.pending[s];
+  OpResult r;
+  r.primitive = p.primitive;
+  r.seq = p.group_seq;
+  if (ch.chain == Chain::kCas && p.join < 0) {
+    const uint8_t* map = ch.acks + static_cast<size_t>(s) * ch.ack_stride;
+    r.cas.executed = p.execute_map;
+    for (uint32_t i = 0; i < g.n; ++i) {
+      if (!((p.execute_map >> i) & 1)) continue;
+      uint64_t original;
+      std::memcpy(&original, map + 8 * i, 8);
+      r.cas.original[i] = original;
+      if (original == p.old_value) r.cas.succeeded |= static_cast<uint8_t>(1u << i);
+    }
+  }
+  ++ch.acked;
+  ++stats.ops_completed;
+  Status st = ch.ack->post_recv(RecvWr{s, {}});
+  if (p.join >= 0) {
+    FlushJoin& j = g.joins[p.join];
+    if (--j.remaining == 0) {
+      OpResult fr;
+      fr.primitive = Primitive::kFlush;
+      fr.seq = j.group_seq;
+      ready.emplace_back(std::move(j.done), fr);
+      j = FlushJoin{};
+    }
+  } else {
+    ready.emplace_back(std::move(p.done), r);
+  }
+  p = Pending{};
+  if (!st.ok()) fail(g, st);
+}
+
+void HyperLoopClient::Impl::maybe_rearm(Group& g, ClientChain& ch) {
+  if (ch.arming || !g.failed.ok()) return;
+  const uint32_t d = g.options.ring_ops;
+  const ChainShape shape = detail::chain_shape(ch.chain, false);
+  const uint64_t per = shape.ctl_per_op;
+  const uint64_t depth = detail::ctl_depth(ch.chain, d);
+  const uint64_t from = ch.armed;
+  const uint64_t to = from + d / 2;
+  // Overwriting WQE x reuses the slot of WQE x - depth, which belongs to
+  // operation (x - depth) / per; that block has run to its end once the next
+  // operation was acknowledged.
+  const uint64_t last = per * to - 1;
+  if (last >= depth && ch.acked < (last - depth) / per + 2) return;
+
+  const uint64_t first_wqe = per * from;
+  const uint64_t wqes = per * (to - from);
+  const uint32_t head_slot = static_cast<uint32_t>(first_wqe % depth);
+  const uint32_t run1 = static_cast<uint32_t>(std::min<uint64_t>(wqes, depth - head_slot));
+  uint32_t writes = 0;
+  for (uint32_t i = 0; i < g.n; ++i) {
+    RemoteChain& rm = ch.remotes[i];
+    const bool tail = i + 1 == g.n;
+    for (uint64_t k = from; k < to; ++k) {
+      uint32_t count = 0;
+      const auto block = detail::ctl_block(ch.chain, tail, d, k, &count);
+      for (uint32_t j = 0; j < count; ++j) {
+        const uint64_t x = per * k + j;
+        uint8_t* slot = rm.staging + (x % depth) * kWqeBytes;
+        std::memset(slot, 0, kWqeBytes);
+        SendWr wr;
+        wr.opcode = block[j].opcode;
+        wr.index = block[j].index;
+        const uint32_t number = rm.numbers[static_cast<int>(block[j].target)];
+        nic::encode_send_wqe(wr, number, number, std::span<uint8_t>(slot, kWqeBytes));
+      }
+    }
+    // One WRITE per contiguous run of the ring (two when the batch wraps).
+    SendWr w[2];
+    Sge sg[2];
+    uint32_t count = 0;
+    auto add = [&](uint32_t slot, uint32_t len_wqes) {
+      sg[count] = Sge{g.buf_iova(rm.staging + static_cast<size_t>(slot) * kWqeBytes), len_wqes * kWqeBytes,
+                      g.buf_mr->lkey()};
+      w[count].opcode = WrOpcode::kRdmaWrite;
+      w[count].flags = nic::kSendSignaled;
+      w[count].wr_id = static_cast<uint64_t>(ch.chain);
+      w[count].sg_list = std::span<const Sge>(&sg[count], 1);
+      w[count].remote_addr = rm.ctl_iova + static_cast<uint64_t>(slot) * kWqeBytes;
+      w[count].rkey = rm.wq_rkey;
+      ++count;
+    };
+    add(head_slot, run1);
+    if (run1 < wqes) add(0, static_cast<uint32_t>(wqes - run1));
+    Status st = g.admin[i]->post_send(std::span<const SendWr>(w, count));
+    if (!st.ok()) {
+      fail(g, st);
+      return;
+    }
+    writes += count;
+    stats.rearm_bytes += wqes * kWqeBytes;
+  }
+  ch.arm_writes = writes;
+  ch.arm_to = to;
+  ch.arming = true;
+  ++stats.rearm_batches;
+}
+
+size_t HyperLoopClient::Impl::poll_group(Group& g) {
+  nic::WorkCompletion wcs[16];
+  size_t seen = 0;
+  for (ClientChain& ch : g.chains) {
+    for (;;) {
+      auto got = ch.head_cq->poll(wcs);
+      if (!got.ok()) {
+        fail(g, got.status());
+        break;
+      }
+      for (uint32_t j = 0; j < got.value(); ++j) {
+        if (wcs[j].status != nic::WcStatus::kSuccess) {
+          fail(g, unavailable("hyperloop " + std::string(detail::chain_name(ch.chain)) +
+                              " chain: sending to replica 0 failed: " + std::string(nic::wc_status_name(wcs[j].status))));
+        }
+      }
+      seen += got.value();
+      if (got.value() < 16) break;
+    }
+    for (;;) {
+      auto got = ch.ack_cq->poll(wcs);
+      if (!got.ok()) {
+        fail(g, got.status());
+        break;
+      }
+      for (uint32_t j = 0; j < got.value(); ++j) {
+        if (wcs[j].status != nic::WcStatus::kSuccess) {
+          fail(g, unavailable("hyperloop " + std::string(detail::chain_name(ch.chain)) +
+                              " chain: acknowledgement failed: " + std::string(nic::wc_status_name(wcs[j].status))));
+        } else if (g.failed.ok()) {
+          complete(g, ch, wcs[j]);
+        }
+      }
+      seen += got.value();
+      if (got.value() < 16) break;
+    }
+  }
+  for (;;) {
+    auto got = g.admin_cq->poll(wcs);
+    if (!got.ok()) {
+      fail(g, got.status());
+      break;
+    }
+    for (uint32_t j = 0; j < got.value(); ++j) {
+      if (wcs[j].status != nic::WcStatus::kSuccess) {
+        fail(g, unavailable("hyperloop: re-arming a replica's control ring failed: " +
+                            std::string(nic::wc_status_name(wcs[j].status))));
+        continue;
+      }
+      ClientChain& ch = g.chains[wcs[j].wr_id % kChainCount];
+      if (ch.arm_writes > 0 && --ch.arm_writes == 0) {
+        ch.armed = ch.arm_to;
+        ch.arming = false;
+      }
+    }
+    seen += got.value();
+    if (got.value() < 16) break;
+  }
+  for (ClientChain& ch : g.chains) maybe_rearm(g, ch);
+  return seen;
+}
+
+// ---- public API ----------------------------------------------------------------
+
+HyperLoopClient::HyperLoopClient(nic::Engine& engine, const ClientOptions& options)
+    : GroupClient(engine, options), impl_(std::make_unique<Impl>()) {
+  impl_->self = this;
+}
+
+HyperLoopClient::~HyperLoopClient() = default;
+
+Result<std::unique_ptr<HyperLoopClient>> HyperLoopClient::create(nic::Engine& engine, const ClientOptions& options) {
+  return std::unique_ptr<HyperLoopClient>(new HyperLoopClient(engine, options));
+}
+
+Result<GroupId> HyperLoopClient::create_group(const GroupOptions& options) {
+  FERRY_RETURN_IF_ERROR(validate_group_options(options));
+  auto g = std::make_unique<Group>();
+  g->id = static_cast<GroupId>(impl_->groups.size());
+  g->options = options;
+  g->n = options.replicas;
+  Status st = impl_->build(*g);
+  if (!st.ok()) return Status(st.code(), "create_group: " + st.message());
+  impl_->groups.push_back(std::move(g));
+  return impl_->groups.back()->id;
+}
+
+Result<std::span<uint8_t>> HyperLoopClient::client_memory(GroupId gid) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  return std::span<uint8_t>(g->client->base(), g->client->region->size());
+}
+
+Result<ReplicaView> HyperLoopClient::replica(GroupId gid, uint32_t index) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (index >= g->n) {
+    return out_of_range("group " + std::to_string(gid) + " has " + std::to_string(g->n) + " replicas, not " +
+                        std::to_string(index + 1));
+  }
+  return ReplicaView{g->replicas[index]->host->domain.get(), g->replicas[index]->host->region};
+}
+
+Result<GroupOptions> HyperLoopClient::group_options(GroupId gid) const {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  return g->options;
+}
+
+Status HyperLoopClient::gwrite_async(GroupId gid, uint64_t offset, uint32_t size, bool flush, Callback done) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  FERRY_RETURN_IF_ERROR(check_write_args(offset, size, g->options));
+  ClientChain& ch = g->chains[static_cast<int>(Chain::kWrite)];
+  FERRY_RETURN_IF_ERROR(impl_->acquire(*g, ch));
+  FERRY_RETURN_IF_ERROR(impl_->post_write(*g, offset, size, /*data=*/true, flush));
+  impl_->record(*g, ch, Primitive::kWrite, std::move(done), 0, 0, -1, flush);
+  return ok_status();
+}
+
+Status HyperLoopClient::gcas_async(GroupId gid, uint64_t offset, uint64_t old_value, uint64_t new_value,
+                                   uint8_t execute_map, bool flush, Callback done) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  FERRY_RETURN_IF_ERROR(check_cas_args(offset, execute_map, g->options));
+  ClientChain& ch = g->chains[static_cast<int>(Chain::kCas)];
+  FERRY_RETURN_IF_ERROR(impl_->acquire(*g, ch));
+  FERRY_RETURN_IF_ERROR(impl_->post_cas(*g, offset, old_value, new_value, execute_map, flush));
+  impl_->record(*g, ch, Primitive::kCas, std::move(done), execute_map, old_value, -1, flush);
+  return ok_status();
+}
+
+Status HyperLoopClient::gmemcpy_async(GroupId gid, uint64_t src_offset, uint64_t dst_offset, uint32_t size,
+                                      bool flush, Callback done) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  FERRY_RETURN_IF_ERROR(check_memcpy_args(src_offset, dst_offset, size, g->options));
+  ClientChain& ch = g->chains[static_cast<int>(Chain::kMemcpy)];
+  FERRY_RETURN_IF_ERROR(impl_->acquire(*g, ch));
+  FERRY_RETURN_IF_ERROR(impl_->post_memcpy(*g, src_offset, dst_offset, size, /*copy=*/true, flush));
+  impl_->record(*g, ch, Primitive::kMemcpy, std::move(done), 0, 0, -1, flush);
+  return ok_status();
+}
+
+Status HyperLoopClient::gflush_async(GroupId gid, Callback done) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (!g->failed.ok()) {
+    return failed_precondition("group " + std::to_string(g->id) + " failed: " + g->failed.message());
+  }
+  const uint64_t seq = g->next_seq;
+  // Every chain with unflushed operations gets a flush-only operation; the
+  // gflush completes when the last of them does.
+  std::array<ClientChain*, kChainCount> dirty{};
+  uint32_t count = 0;
+  for (ClientChain& ch : g->chains) {
+    if (ch.dirty) dirty[count++] = &ch;
+  }
+  if (count == 0) {
+    ++g->next_seq;
+    OpResult r;
+    r.primitive = Primitive::kFlush;
+    r.seq = seq;
+    impl_->ready.emplace_back(std::move(done), r);
+    return ok_status();
+  }
+  int32_t join = -1;
+  auto free_join = [&] {
+    for (size_t j = 0; j < g->joins.size(); ++j) {
+      if (!g->joins[j].used) {
+        join = static_cast<int32_t>(j);
+        return true;
+      }
+    }
+    return !g->failed.ok();
+  };
+  if (!free_join()) FERRY_RETURN_IF_ERROR(wait_until(free_join));
+  if (!g->failed.ok()) return failed_precondition("group " + std::to_string(g->id) + " failed: " + g->failed.message());
+  FlushJoin& j = g->joins[join];
+  j.used = true;
+  j.remaining = count;
+  j.group_seq = seq;
+  j.done = std::move(done);
+  ++g->next_seq;
+  for (uint32_t c = 0; c < count; ++c) {
+    ClientChain& ch = *dirty[c];
+    Status st = impl_->acquire(*g, ch);
+    if (st.ok()) st = impl_->post_flush_only(*g, ch);
+    if (!st.ok()) {
+      // Part of the gflush is in flight: fail the group rather than report a
+      // flush that half happened.
+      impl_->fail(*g, st);
+      return ok_status();
+    }
+    Pending& p = ch.pending[ch.next % g->options.ring_ops];
+    p.group_seq = seq;
+    p.primitive = Primitive::kFlush;
+    p.join = join;
+    ++ch.next;
+    ch.dirty = false;
+  }
+  return ok_status();
+}
+
+Result<uint32_t> HyperLoopClient::outstanding(GroupId gid) const {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  uint64_t n = 0;
+  for (const ClientChain& ch : g->chains) n += ch.next - ch.acked;
+  return static_cast<uint32_t>(n);
+}
+
+uint64_t HyperLoopClient::replica_cpu_ns() const {
+  uint64_t ns = 0;
+  for (const auto& g : impl_->groups) {
+    for (const auto& r : g->replicas) ns += r->agent->cpu_ns();
+  }
+  return ns;
+}
+
+HyperLoopStats HyperLoopClient::stats() const { return impl_->stats; }
+
+size_t HyperLoopClient::poll_completions() {
+  for (auto& g : impl_->groups) impl_->poll_group(*g);
+  // Callbacks run last, one at a time off the queue: they may submit new
+  // operations (and so poll again) without disturbing this loop.
+  size_t ran = 0;
+  while (!impl_->ready.empty()) {
+    auto [cb, result] = std::move(impl_->ready.front());
+    impl_->ready.pop_front();
+    ++ran;
+    if (cb) cb(result);
+  }
+  return ran;
+}
+
+}  // namespace ferry::hyperloop

@@ -1,0 +1,104 @@
+// The replica side of a HyperLoop group: what each replica's application
+// does once, at setup -- create its queues, pre-post the WQE chains of every
+// primitive, and hand the first operation to its NIC -- after which its
+// thread does nothing but wait (docs/hyperloop.md, "Replica setup").
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "ferry/common/status.h"
+#include "ferry/hyperloop/group.h"
+#include "ferry/nic/verbs.h"
+#include "host.h"
+#include "layout.h"
+
+namespace ferry::hyperloop::detail {
+
+// A replica's application thread: runs setup steps handed to it, then
+// blocks. Its CPU time is what the benchmark reports as replica CPU.
+class Agent {
+ public:
+  explicit Agent(std::string name);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+  // Runs fn on the agent's thread and waits for it.
+  void run(const std::function<void()>& fn);
+  uint64_t cpu_ns() const;
+
+ private:
+  void main();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void()>* task_ = nullptr;
+  bool done_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+  std::string name_;
+};
+
+struct ReplicaChain {
+  Chain chain = Chain::kWrite;
+  bool tail = false;
+  std::unique_ptr<nic::CompletionQueue> rcq;  // RECV completions from upstream (count-only; WAIT target)
+  std::unique_ptr<nic::CompletionQueue> lcq;  // loopback completions (count-only; WAIT target)
+  std::unique_ptr<nic::QueuePair> up;         // from upstream: managed receive queue
+  std::unique_ptr<nic::QueuePair> down;       // to the next replica or the client: managed send queue
+  std::unique_ptr<nic::QueuePair> loop_a;     // loopback requester: managed send queue
+  std::unique_ptr<nic::QueuePair> loop_b;     // loopback responder
+  std::unique_ptr<nic::QueuePair> ctl;        // WAIT / ENABLE chain: managed, enables itself
+  std::unique_ptr<nic::QueuePair> ctl_peer;   // ctl's partner; posts the boot enables
+  uint8_t* down_ring = nullptr;
+  uint8_t* loop_ring = nullptr;
+  uint8_t* ctl_ring = nullptr;
+  uint8_t* forward = nullptr;                 // ring_ops slots of forward_stride bytes
+  uint32_t forward_stride = 0;
+  uint32_t ctl_depth = 0;
+};
+
+// Where a replica's chains send to (learned at connection setup).
+struct Downstream {
+  uint64_t region_iova = 0;  // next replica's region (gWRITE forwarding); unused by the tail
+  uint32_t region_rkey = 0;
+  // The client's acknowledgement buffer of each chain (tail only): ring_ops
+  // slots of ack_stride bytes; gCAS result maps land there.
+  std::array<uint64_t, kChainCount> ack_slots{};
+  uint32_t ack_rkey = 0;
+  uint32_t ack_stride = 0;   // bytes per ring slot
+};
+
+struct ReplicaNode {
+  uint32_t index = 0;
+  uint32_t replicas = 0;
+  GroupOptions options;
+  std::unique_ptr<Host> host;
+  pm::Region* wq = nullptr;  // DRAM holding rings, forward buffers and scratch
+  std::unique_ptr<nic::MemoryRegion> wq_mr;
+  uint8_t* discard = nullptr;
+  std::unique_ptr<nic::CompletionQueue> misc_cq;  // count-only, for queues nobody waits on
+  std::unique_ptr<nic::QueuePair> admin;          // the client writes control images through it
+  std::array<ReplicaChain, kChainCount> chains;
+  std::unique_ptr<Agent> agent;
+
+  ReplicaNode() = default;
+  ReplicaNode(const ReplicaNode&) = delete;
+  ReplicaNode& operator=(const ReplicaNode&) = delete;
+  ~ReplicaNode();
+
+  bool tail() const { return index + 1 == replicas; }
+  uint64_t wq_iova(const void* p) const { return reinterpret_cast<uint64_t>(p); }
+};
+
+// Setup step 1 (on the agent): the WQE region, CQs and QPs (in RESET).
+Status create_replica_queues(ReplicaNode& r);
+// Setup step 2 (on the agent, after the connection manager connected the
+// QPs): RECVs with their scatter lists, WQE templates, the first lap of
+// control blocks, and the boot enables.
+Status post_replica_chains(ReplicaNode& r, const Downstream& down);
+
+}  // namespace ferry::hyperloop::detail
