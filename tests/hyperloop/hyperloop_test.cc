@@ -1,52 +1,517 @@
-// HyperLoop group primitives on a deterministic manual engine.
+// HyperLoop group primitives (SIGCOMM'18 §4.2), run on a deterministic
+// manual engine: every test is reproducible from its seed.
 #include "ferry/hyperloop/hyperloop.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
 
 #include "ferry/common/clock.h"
+#include "ferry/common/rng.h"
 
 namespace ferry::hyperloop {
 namespace {
 
-class HyperLoopTest : public ::testing::Test {
- protected:
-  HyperLoopTest() {
+struct Fixture {
+  explicit Fixture(const nic::FaultModel& faults = {}) {
     nic::EngineOptions eo;
     eo.threaded = false;
-    eo.clock = &clock_;
-    engine_ = std::make_unique<nic::Engine>(eo);
-    client_ = HyperLoopClient::create(*engine_).value();
+    eo.clock = &clock;
+    eo.faults = faults;
+    engine = std::make_unique<nic::Engine>(eo);
+    client = HyperLoopClient::create(*engine).value();
   }
-  ~HyperLoopTest() override { client_.reset(); }
+  ~Fixture() { client.reset(); }
 
-  GroupId make_group(uint32_t replicas, pm::Media media = pm::Media::kDram) {
+  GroupId group(uint32_t replicas, pm::Media media = pm::Media::kDram, uint32_t ring_ops = 16, uint32_t window = 4,
+                bool flush_verb = false) {
     GroupOptions o;
     o.replicas = replicas;
     o.region_bytes = 64 << 10;
     o.media = media;
-    o.ring_ops = 16;
-    o.window = 4;
-    auto gid = client_->create_group(o);
+    o.ring_ops = ring_ops;
+    o.window = window;
+    o.flush_verb = flush_verb;
+    auto gid = client->create_group(o);
     EXPECT_TRUE(gid.ok()) << gid.status().to_string();
-    return gid.value();
+    return gid.ok() ? gid.value() : 0;
   }
+  std::span<uint8_t> mem(GroupId g) { return client->client_memory(g).value(); }
+  uint8_t* replica(GroupId g, uint32_t r) { return client->replica(g, r).value().region->data(); }
 
-  FakeClock clock_;
-  std::unique_ptr<nic::Engine> engine_;
-  std::unique_ptr<HyperLoopClient> client_;
+  FakeClock clock;
+  std::unique_ptr<nic::Engine> engine;
+  std::unique_ptr<HyperLoopClient> client;
 };
 
-TEST_F(HyperLoopTest, GwriteReachesEveryReplica) {
-  const GroupId g = make_group(3);
-  auto mem = client_->client_memory(g).value();
+uint64_t word(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+void set_word(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// ---- the four primitives ------------------------------------------------------
+
+TEST(HyperLoop, GwriteReplicatesTheClientsBytesToEveryReplica) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto mem = f.mem(g);
   for (int i = 0; i < 100; ++i) mem[1000 + i] = static_cast<uint8_t>(i + 1);
-  ASSERT_TRUE(client_->gwrite(g, 1000, 100).ok());
+  ASSERT_TRUE(f.client->gwrite(g, 1000, 100).ok());
   for (uint32_t r = 0; r < 3; ++r) {
-    auto view = client_->replica(g, r).value();
-    EXPECT_EQ(std::memcmp(view.region->data() + 1000, mem.data() + 1000, 100), 0) << "replica " << r;
+    EXPECT_EQ(std::memcmp(f.replica(g, r) + 1000, mem.data() + 1000, 100), 0) << "replica " << r;
+    EXPECT_EQ(f.replica(g, r)[999], 0) << "nothing before the range";
+    EXPECT_EQ(f.replica(g, r)[1100], 0) << "nothing after the range";
   }
+}
+
+TEST(HyperLoop, GwriteOfSeveralPacketsAndAtTheRegionsEnd) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto mem = f.mem(g);
+  const uint32_t size = 3 * 4096 + 17;  // four MTU packets
+  const uint64_t offset = mem.size() - size;
+  Rng rng(3);
+  for (uint32_t i = 0; i < size; ++i) mem[offset + i] = static_cast<uint8_t>(rng.next());
+  ASSERT_TRUE(f.client->gwrite(g, offset, size).ok());
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(std::memcmp(f.replica(g, r) + offset, mem.data() + offset, size), 0);
+}
+
+TEST(HyperLoop, GcasExecutesOnlyWhereTheExecuteMapSaysAndReportsWhatEachReplicaSaw) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  // Everyone holds 0: the lock is free.
+  auto r1 = f.client->gcas(g, 64, 0, 5, 0b111);
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  EXPECT_EQ(r1->executed, 0b111);
+  EXPECT_EQ(r1->succeeded, 0b111);
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(word(f.replica(g, r) + 64), 5u);
+    EXPECT_EQ(r1->original[r], 0u);
+  }
+  // Replica 1 diverged (someone else holds it there).
+  set_word(f.replica(g, 1) + 64, 9);
+  auto r2 = f.client->gcas(g, 64, 5, 7, 0b111);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->succeeded, 0b101);
+  EXPECT_EQ(r2->original[0], 5u);
+  EXPECT_EQ(r2->original[1], 9u);
+  EXPECT_EQ(r2->original[2], 5u);
+  EXPECT_EQ(word(f.replica(g, 0) + 64), 7u);
+  EXPECT_EQ(word(f.replica(g, 1) + 64), 9u);
+  EXPECT_EQ(word(f.replica(g, 2) + 64), 7u);
+  // Undo (§4.2): swap old and new on exactly the replicas that succeeded.
+  auto undo = f.client->gcas(g, 64, 7, 5, r2->succeeded);
+  ASSERT_TRUE(undo.ok());
+  EXPECT_EQ(undo->executed, 0b101);
+  EXPECT_EQ(undo->succeeded, 0b101);
+  EXPECT_EQ(word(f.replica(g, 0) + 64), 5u);
+  EXPECT_EQ(word(f.replica(g, 1) + 64), 9u) << "a replica outside the execute map is untouched";
+  EXPECT_EQ(word(f.replica(g, 2) + 64), 5u);
+  EXPECT_EQ(undo->original[1], 0u) << "no result for a replica that did not execute";
+}
+
+TEST(HyperLoop, GcasWithAnEmptyExecuteMapChangesNothing) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto r = f.client->gcas(g, 8, 0, 1, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->executed, 0);
+  EXPECT_EQ(r->succeeded, 0);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(word(f.replica(g, i) + 8), 0u);
+}
+
+TEST(HyperLoop, GmemcpyCopiesInsideEachReplica) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  // Different bytes on each replica: each copies its own.
+  const uint32_t size = 9000;
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (uint32_t i = 0; i < size; ++i) f.replica(g, r)[100 + i] = static_cast<uint8_t>(i * 7 + r);
+  }
+  ASSERT_TRUE(f.client->gmemcpy(g, 100, 20000, size).ok());
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(std::memcmp(f.replica(g, r) + 20000, f.replica(g, r) + 100, size), 0) << "replica " << r;
+  }
+}
+
+// ---- ordering, windows, laps --------------------------------------------------
+
+TEST(HyperLoop, AsyncOperationsCompleteInOrderWithinTheWindow) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kDram, 16, 4);
+  auto mem = f.mem(g);
+  std::memset(mem.data(), 0x5a, 4096);
+  std::vector<uint64_t> seqs;
+  uint32_t max_outstanding = 0;
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(f.client->gwrite_async(g, static_cast<uint64_t>(i) * 64, 64, false, [&](const OpResult& r) {
+      EXPECT_TRUE(r.status.ok());
+      seqs.push_back(r.seq);
+    }).ok());
+    max_outstanding = std::max(max_outstanding, f.client->outstanding(g).value());
+  }
+  ASSERT_TRUE(f.client->drain(g).ok());
+  ASSERT_EQ(seqs.size(), 40u);
+  for (uint64_t i = 0; i < 40; ++i) EXPECT_EQ(seqs[i], i);
+  EXPECT_EQ(max_outstanding, 4u) << "several operations in the chain at once, never more than the window";
+  EXPECT_GT(f.client->stats().window_waits, 0u);
+}
+
+TEST(HyperLoop, CallbacksMaySubmitMoreOperations) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto mem = f.mem(g);
+  std::memset(mem.data(), 1, 1024);
+  int completed = 0;
+  std::function<void(const OpResult&)> chain = [&](const OpResult& r) {
+    ASSERT_TRUE(r.status.ok());
+    if (++completed < 10) {
+      ASSERT_TRUE(f.client->gwrite_async(g, completed * 8, 8, false, chain).ok());
+    }
+  };
+  ASSERT_TRUE(f.client->gwrite_async(g, 0, 8, false, chain).ok());
+  ASSERT_TRUE(f.client->drain(g).ok());
+  EXPECT_EQ(completed, 10);
+}
+
+// The replicas' application threads do setup and then nothing: at least
+// 10 x 1024 operations run, lapping every ring many times (re-armed by the
+// client), while those threads stay blocked and use no CPU at all.
+TEST(HyperLoop, TenThousandOperationsWithReplicaThreadsBlockedAndNoReplicaCpu) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kDram, 16, 4);
+  auto mem = f.mem(g);
+  // gMEMCPY's source: set once, never written again.
+  for (int b = 0; b < 64; ++b) mem[58000 + b] = static_cast<uint8_t>(b ^ 0x3c);
+  ASSERT_TRUE(f.client->gwrite(g, 58000, 64).ok());
+  const uint64_t cpu_before = f.client->replica_cpu_ns();
+  Rng rng(11);
+  const int kOps = 10 * 1024 + 300;
+  int done = 0;
+  uint64_t counter = 0;
+  auto ok = [&](const OpResult& r) {
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    ++done;
+  };
+  for (int i = 0; i < kOps; ++i) {
+    switch (i % 3) {
+      case 0: {
+        // A fresh source for this gwrite; nothing in flight reads it (the
+        // slot was last used 900 operations ago).
+        const uint64_t offset = (static_cast<uint64_t>(i) % 900) * 64;
+        for (uint32_t b = 0; b < 64; ++b) mem[offset + b] = static_cast<uint8_t>(rng.next());
+        ASSERT_TRUE(f.client->gwrite_async(g, offset, 64, false, ok).ok());
+        break;
+      }
+      case 1:
+        ASSERT_TRUE(f.client->gcas_async(g, 65536 - 8, counter, counter + 1, 0b111, false, [&](const OpResult& r) {
+          EXPECT_EQ(r.cas.succeeded, 0b111) << "the counter advances in order";
+          ok(r);
+        }).ok());
+        ++counter;
+        break;
+      default:
+        ASSERT_TRUE(f.client->gmemcpy_async(g, 58000, 60000 + (i % 8) * 64, 64, false, ok).ok());
+        break;
+    }
+  }
+  ASSERT_TRUE(f.client->drain(g).ok());
+  EXPECT_EQ(done, kOps);
+  for (uint32_t r = 0; r < 3; ++r) {
+    const uint8_t* rep = f.replica(g, r);
+    EXPECT_EQ(std::memcmp(rep, mem.data(), 900 * 64), 0) << "replica " << r;
+    for (int b = 0; b < 8; ++b) EXPECT_EQ(std::memcmp(rep + 60000 + b * 64, mem.data() + 58000, 64), 0);
+    EXPECT_EQ(word(rep + 65536 - 8), counter) << "replica " << r;
+  }
+  EXPECT_EQ(f.client->replica_cpu_ns(), cpu_before) << "replica threads did no work at all";
+  const HyperLoopStats s = f.client->stats();
+  // Each chain laps its 16-operation rings hundreds of times; the client
+  // re-armed the control rings every 8 operations of each chain.
+  EXPECT_GE(s.rearm_batches, static_cast<uint64_t>(kOps / 8) - 12);
+  std::printf("ops %d, re-arm batches %lu, re-arm bytes %lu, re-arm waits %lu, window waits %lu\n", kOps,
+              static_cast<unsigned long>(s.rearm_batches), static_cast<unsigned long>(s.rearm_bytes),
+              static_cast<unsigned long>(s.rearm_waits), static_cast<unsigned long>(s.window_waits));
+}
+
+// ---- seeded random mixes --------------------------------------------------------
+
+// Replicas must end byte-identical to a model of the client's intent. Within
+// a phase, operations of one primitive are outstanding together (ordered on
+// their chain); phases are separated by drains (primitives run on separate
+// chains and are ordered only by completion).
+void random_mix(uint32_t replicas, uint64_t seed, const nic::FaultModel& faults, int phases) {
+  SCOPED_TRACE("replicas " + std::to_string(replicas) + " seed " + std::to_string(seed));
+  std::printf("random mix: replicas %u seed %lu drop %.3f\n", replicas, static_cast<unsigned long>(seed), faults.drop);
+  Fixture f(faults);
+  const GroupId g = f.group(replicas, pm::Media::kDram, 32, 8);
+  auto mem = f.mem(g);
+  const size_t size = mem.size();
+  std::vector<std::vector<uint8_t>> model(replicas, std::vector<uint8_t>(size, 0));
+  Rng rng(seed);
+  auto pick = [&](uint64_t n) { return rng.next() % n; };
+  const uint64_t kCasArea = size - 512;  // 64 words used by gCAS only
+  int total_ops = 0;
+
+  for (int phase = 0; phase < phases; ++phase) {
+    const int kind = static_cast<int>(pick(4));
+    const int ops = 1 + static_cast<int>(pick(24));
+    int callbacks = 0;
+    if (kind == 0) {
+      for (size_t i = 0; i < kCasArea; ++i) mem[i] = static_cast<uint8_t>(rng.next());
+      for (int k = 0; k < ops; ++k) {
+        const uint64_t off = pick(kCasArea - 1);
+        const uint32_t len = 1 + static_cast<uint32_t>(pick(std::min<uint64_t>(kCasArea - off, 6000)));
+        const bool flush = pick(4) == 0;
+        ASSERT_TRUE(f.client->gwrite_async(g, off, len, flush, [&](const OpResult& r) {
+          ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+          ++callbacks;
+        }).ok());
+        for (auto& m : model) std::memcpy(m.data() + off, mem.data() + off, len);
+      }
+    } else if (kind == 1) {
+      for (int k = 0; k < ops; ++k) {
+        const uint64_t off = kCasArea + 8 * pick(64);
+        const uint8_t map = static_cast<uint8_t>(pick(1u << replicas));
+        // Compare against replica 0's current value half the time.
+        uint64_t cur = word(model[0].data() + off);
+        const uint64_t old_value = pick(2) ? cur : pick(3);
+        const uint64_t new_value = rng.next();
+        std::vector<uint64_t> expect(replicas);
+        uint8_t expect_ok = 0;
+        for (uint32_t r = 0; r < replicas; ++r) {
+          const uint64_t v = word(model[r].data() + off);
+          if (!((map >> r) & 1)) continue;
+          expect[r] = v;
+          if (v == old_value) {
+            expect_ok |= static_cast<uint8_t>(1u << r);
+            set_word(model[r].data() + off, new_value);
+          }
+        }
+        ASSERT_TRUE(f.client->gcas_async(g, off, old_value, new_value, map, pick(4) == 0, [=, &callbacks](const OpResult& r) {
+          ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+          EXPECT_EQ(r.cas.executed, map);
+          EXPECT_EQ(r.cas.succeeded, expect_ok);
+          for (uint32_t i = 0; i < replicas; ++i) EXPECT_EQ(r.cas.original[i], (map >> i) & 1 ? expect[i] : 0);
+          ++callbacks;
+        }).ok());
+      }
+    } else if (kind == 2) {
+      for (int k = 0; k < ops; ++k) {
+        const uint32_t len = 1 + static_cast<uint32_t>(pick(5000));
+        const uint64_t src = pick(kCasArea - len);
+        uint64_t dst = pick(kCasArea - len);
+        if (src < dst + len && dst < src + len) dst = src + len <= kCasArea - len ? src + len : 0;
+        if (src < dst + len && dst < src + len) continue;
+        ASSERT_TRUE(f.client->gmemcpy_async(g, src, dst, len, pick(4) == 0, [&](const OpResult& r) {
+          ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+          ++callbacks;
+        }).ok());
+        for (auto& m : model) std::memcpy(m.data() + dst, m.data() + src, len);
+      }
+    } else {
+      ASSERT_TRUE(f.client->gflush_async(g, [&](const OpResult& r) {
+        ASSERT_TRUE(r.status.ok());
+        EXPECT_EQ(r.primitive, Primitive::kFlush);
+        ++callbacks;
+      }).ok());
+    }
+    ASSERT_TRUE(f.client->drain(g).ok()) << "phase " << phase;
+    ASSERT_GT(callbacks, 0);
+    total_ops += callbacks;
+  }
+  std::printf("  %d operations\n", total_ops);
+  for (uint32_t r = 0; r < replicas; ++r) {
+    const uint8_t* got = f.replica(g, r);
+    size_t first_diff = size;
+    for (size_t i = 0; i < size; ++i) {
+      if (got[i] != model[r][i]) {
+        first_diff = i;
+        break;
+      }
+    }
+    EXPECT_EQ(first_diff, size) << "replica " << r << " differs from the model first at byte " << first_diff;
+  }
+}
+
+class GroupSizes : public ::testing::TestWithParam<uint32_t> {};
+TEST_P(GroupSizes, RandomMixOfAllFourPrimitivesLeavesReplicasAsTheModel) {
+  for (uint64_t seed : {1, 2, 3}) random_mix(GetParam(), seed * 1000 + GetParam(), {}, 40);
+}
+INSTANTIATE_TEST_SUITE_P(HyperLoop, GroupSizes, ::testing::Values(1u, 3u, 5u, 7u));
+
+TEST(HyperLoop, RandomMixUnderPacketLossDuplicationAndReorderingStillCompletesInOrder) {
+  for (uint64_t seed : {21, 22}) {
+    nic::FaultModel faults;
+    faults.seed = seed;
+    faults.drop = 0.02;
+    faults.duplicate = 0.01;
+    faults.delay = 0.02;
+    faults.delay_max_ns = 50'000;
+    random_mix(3, seed, faults, 25);
+  }
+}
+
+// ---- durability -----------------------------------------------------------------
+
+struct Durability {
+  uint64_t lost_seeds = 0;  // seeds under which some replica lost some byte
+};
+
+Durability check_images(Fixture& f, GroupId g, uint32_t replicas, uint64_t offset, const std::vector<uint8_t>& want,
+                        int seeds) {
+  Durability d;
+  for (int seed = 0; seed < seeds; ++seed) {
+    bool lost = false;
+    for (uint32_t r = 0; r < replicas; ++r) {
+      ReplicaView v = f.client->replica(g, r).value();
+      auto image = v.domain->image_after_power_fail(*v.region, static_cast<uint64_t>(seed) * 7919 + r);
+      if (std::memcmp(image.data() + offset, want.data(), want.size()) != 0) lost = true;
+    }
+    d.lost_seeds += lost;
+  }
+  return d;
+}
+
+class FlushKinds : public ::testing::TestWithParam<bool> {};  // 0-byte READ, or the FLUSH verb
+
+TEST_P(FlushKinds, GwriteWithFlushIsOnEveryReplicaAfterAnyPowerFailure) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kPm, 16, 4, GetParam());
+  auto mem = f.mem(g);
+  std::vector<uint8_t> want(3000);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 13 + 1);
+  std::memcpy(mem.data() + 4096, want.data(), want.size());
+  ASSERT_TRUE(f.client->gwrite(g, 4096, 3000, /*flush=*/true).ok());
+  EXPECT_EQ(check_images(f, g, 3, 4096, want, 300).lost_seeds, 0u);
+}
+
+TEST_P(FlushKinds, GwriteWithoutFlushCanBeLostAndAStandaloneGflushMakesItDurable) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kPm, 16, 4, GetParam());
+  auto mem = f.mem(g);
+  std::vector<uint8_t> want(3000);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 31 + 7);
+  std::memcpy(mem.data() + 8192, want.data(), want.size());
+  ASSERT_TRUE(f.client->gwrite(g, 8192, 3000).ok());
+  EXPECT_GT(check_images(f, g, 3, 8192, want, 300).lost_seeds, 0u)
+      << "an acknowledged gWRITE without gFLUSH still sits in NIC buffers";
+  ASSERT_TRUE(f.client->gflush(g).ok());
+  EXPECT_EQ(check_images(f, g, 3, 8192, want, 300).lost_seeds, 0u);
+}
+
+TEST_P(FlushKinds, GcasAndGmemcpyWithFlushAreDurableAndGflushCoversThemToo) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kPm, 16, 4, GetParam());
+  auto mem = f.mem(g);
+  std::vector<uint8_t> data(2000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i + 3);
+  std::memcpy(mem.data(), data.data(), data.size());
+  ASSERT_TRUE(f.client->gwrite(g, 0, 2000, true).ok());
+  ASSERT_TRUE(f.client->gmemcpy(g, 0, 30000, 2000, /*flush=*/true).ok());
+  EXPECT_EQ(check_images(f, g, 3, 30000, data, 200).lost_seeds, 0u);
+  ASSERT_TRUE(f.client->gcas(g, 40000, 0, 0xabcdef, 0b111, /*flush=*/true).ok());
+  std::vector<uint8_t> w(8);
+  set_word(w.data(), 0xabcdef);
+  EXPECT_EQ(check_images(f, g, 3, 40000, w, 200).lost_seeds, 0u);
+
+  // Without flush: can be lost, until a gflush.
+  ASSERT_TRUE(f.client->gmemcpy(g, 0, 50000, 2000).ok());
+  ASSERT_TRUE(f.client->gcas(g, 40008, 0, 0x77, 0b111).ok());
+  set_word(w.data(), 0x77);
+  EXPECT_GT(check_images(f, g, 3, 50000, data, 200).lost_seeds + check_images(f, g, 3, 40008, w, 200).lost_seeds, 0u);
+  ASSERT_TRUE(f.client->gflush(g).ok());
+  EXPECT_EQ(check_images(f, g, 3, 50000, data, 200).lost_seeds, 0u);
+  EXPECT_EQ(check_images(f, g, 3, 40008, w, 200).lost_seeds, 0u);
+}
+
+TEST_P(FlushKinds, AfterARealPowerFailureEveryFlushedOperationSurvivesOnEveryReplica) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kPm, 16, 4, GetParam());
+  auto mem = f.mem(g);
+  Rng rng(99);
+  for (size_t i = 0; i < 32768; ++i) mem[i] = static_cast<uint8_t>(rng.next());
+  // Flushed writes to even 1 KiB blocks, unflushed ones to odd blocks.
+  for (int b = 0; b < 32; ++b) ASSERT_TRUE(f.client->gwrite(g, b * 1024, 1024, b % 2 == 0).ok());
+  uint64_t odd_lost = 0;
+  for (uint32_t r = 0; r < 3; ++r) {
+    ReplicaView v = f.client->replica(g, r).value();
+    v.domain->power_fail(1234 + r);
+    for (int b = 0; b < 32; ++b) {
+      const bool same = std::memcmp(v.region->data() + b * 1024, mem.data() + b * 1024, 1024) == 0;
+      if (b % 2 == 0) {
+        EXPECT_TRUE(same) << "replica " << r << " lost flushed block " << b;
+      } else {
+        odd_lost += !same;
+      }
+    }
+  }
+  std::printf("unflushed blocks lost across replicas: %lu of 48\n", static_cast<unsigned long>(odd_lost));
+}
+INSTANTIATE_TEST_SUITE_P(HyperLoop, FlushKinds, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "FlushVerb" : "ZeroByteRead"; });
+
+// ---- errors ----------------------------------------------------------------------
+
+TEST(HyperLoop, BadArgumentsAreRejectedWithClearErrorsAndNothingIsSent) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto noop = [](const OpResult&) { FAIL() << "no callback for a rejected operation"; };
+  EXPECT_EQ(f.client->gwrite(7, 0, 8).code(), Code::kNotFound);
+  EXPECT_EQ(f.client->gflush(7).code(), Code::kNotFound);
+  EXPECT_EQ(f.client->gwrite(g, 65536 - 4, 8).code(), Code::kOutOfRange);
+  EXPECT_EQ(f.client->gwrite(g, ~uint64_t{0} - 2, 8).code(), Code::kOutOfRange);
+  EXPECT_EQ(f.client->gwrite(g, 0, 0).code(), Code::kInvalidArgument);
+  EXPECT_EQ(f.client->gcas(g, 12, 0, 1, 0b111).status().code(), Code::kInvalidArgument) << "misaligned CAS";
+  EXPECT_EQ(f.client->gcas(g, 65536, 0, 1, 0b111).status().code(), Code::kOutOfRange);
+  EXPECT_EQ(f.client->gcas(g, 0, 0, 1, 0b1000).status().code(), Code::kInvalidArgument) << "replica 3 of 3";
+  EXPECT_EQ(f.client->gmemcpy(g, 0, 100, 200).code(), Code::kInvalidArgument) << "overlap";
+  EXPECT_EQ(f.client->gmemcpy(g, 0, 65000, 1000).code(), Code::kOutOfRange);
+  EXPECT_EQ(f.client->gwrite_async(g, 65536, 1, false, noop).code(), Code::kOutOfRange);
+  EXPECT_EQ(f.client->outstanding(g).value(), 0u);
+  EXPECT_EQ(f.client->replica(g, 3).status().code(), Code::kOutOfRange);
+  auto msg = f.client->gcas(g, 12, 0, 1, 1).status().message();
+  EXPECT_NE(msg.find("aligned"), std::string::npos) << msg;
+  // The group still works.
+  EXPECT_TRUE(f.client->gwrite(g, 0, 8).ok());
+}
+
+TEST(HyperLoop, BadGroupOptionsAreRejected) {
+  Fixture f;
+  GroupOptions o;
+  o.region_bytes = 64 << 10;
+  o.replicas = 0;
+  EXPECT_EQ(f.client->create_group(o).status().code(), Code::kInvalidArgument);
+  o.replicas = 8;
+  EXPECT_EQ(f.client->create_group(o).status().code(), Code::kInvalidArgument);
+  o.replicas = 3;
+  o.ring_ops = 100;
+  EXPECT_EQ(f.client->create_group(o).status().code(), Code::kInvalidArgument);
+  o.ring_ops = 16;
+  o.window = 5;
+  EXPECT_EQ(f.client->create_group(o).status().code(), Code::kInvalidArgument);
+  o.window = 4;
+  o.media = pm::Media::kPm;
+  o.pm_dir = "/nonexistent/ferry";
+  auto bad = f.client->create_group(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("/nonexistent/ferry"), std::string::npos) << bad.status().message();
+}
+
+TEST(HyperLoop, SeveralGroupsAreIndependent) {
+  Fixture f;
+  const GroupId a = f.group(3);
+  const GroupId b = f.group(5);
+  std::memset(f.mem(a).data(), 0xaa, 64);
+  std::memset(f.mem(b).data(), 0xbb, 64);
+  ASSERT_TRUE(f.client->gwrite(a, 0, 64).ok());
+  ASSERT_TRUE(f.client->gwrite(b, 0, 64).ok());
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(f.replica(a, r)[10], 0xaa);
+  for (uint32_t r = 0; r < 5; ++r) EXPECT_EQ(f.replica(b, r)[10], 0xbb);
 }
 
 }  // namespace
