@@ -176,7 +176,8 @@ Status HyperLoopClient::Impl::build(Group& g) {
     r->options = o;
     FERRY_ASSIGN_OR_RETURN(r->host, detail::make_host(engine, prefix + "-r" + std::to_string(i), o,
                                                       o.media == pm::Media::kPm));
-    r->agent = std::make_unique<detail::Agent>("hl-" + prefix + "-r" + std::to_string(i));
+    r->agent = std::make_unique<detail::Agent>("hl-" + prefix + "-r" + std::to_string(i),
+                                               self->client_options().replica_cpu);
     Status st;
     r->agent->run([&] { st = detail::create_replica_queues(*r); });
     FERRY_RETURN_IF_ERROR(st);

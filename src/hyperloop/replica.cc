@@ -18,7 +18,7 @@ using nic::WrOpcode;
 
 // ---- Agent -------------------------------------------------------------------
 
-Agent::Agent(std::string name) : name_(std::move(name)) {
+Agent::Agent(std::string name, int cpu) : name_(std::move(name)), cpu_(cpu) {
   thread_ = std::thread([this] { main(); });
 }
 
@@ -34,6 +34,7 @@ Agent::~Agent() {
 void Agent::main() {
   const std::string short_name = name_.substr(0, 15);
   pthread_setname_np(pthread_self(), short_name.c_str());
+  if (cpu_ >= 0) (void)pin_current_thread(cpu_);  // best effort: a report says where it ran
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     // Blocked here between setup steps and for the whole life of the group:

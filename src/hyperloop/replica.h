@@ -23,7 +23,7 @@ namespace ferry::hyperloop::detail {
 // blocks. Its CPU time is what the benchmark reports as replica CPU.
 class Agent {
  public:
-  explicit Agent(std::string name);
+  Agent(std::string name, int cpu);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -40,6 +40,7 @@ class Agent {
   bool stop_ = false;
   std::thread thread_;
   std::string name_;
+  int cpu_ = -1;
 };
 
 struct ReplicaChain {

@@ -93,6 +93,9 @@ struct ClientOptions {
   // A synchronous call or drain() gives up after this long (kTimedOut);
   // simulated time when the engine runs on a FakeClock.
   uint64_t op_timeout_ns = 10'000'000'000ULL;
+  // Pin the replicas' application threads to this CPU (-1: leave them where
+  // they start). Benchmarks put them, and the load, on one CPU.
+  int replica_cpu = -1;
 };
 
 // What a replica host holds, for the application and for verification.
