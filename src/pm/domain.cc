@@ -291,6 +291,21 @@ void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uin
   for (size_t i = 0; i < through; ++i) drain_front(config);
 }
 
+void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, RegionState* r, size_t off,
+                                                   size_t len) {
+  if (r->nic_pending_writes == 0 || len == 0) return;
+  size_t through = 0;
+  for (size_t i = fifo.size(); i > 0; --i) {
+    const PendingWrite& w = fifo[i - 1];
+    if (w.region == r && w.offset < off + len && off < w.offset + w.length) {
+      through = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < through; ++i) drain_front(config);
+  apply_drained(config);
+}
+
 void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {
   if (len == 0) return;
   std::lock_guard<SpinLock> lock(impl_->mu);

@@ -68,6 +68,7 @@ void Region::store(void* dst, const void* src, size_t len) {
   domain_->impl_->apply_drained(domain_->config_);
   if (state_->media == Media::kPm) {
     const size_t off = state_->offset_of(dst);
+    domain_->impl_->drain_through_range(domain_->config_, state_, off, len);
     for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) {
       if (state_->lines[line].cache_pos == 0) {
         // A cached store reads the line first (read for ownership).
@@ -105,6 +106,7 @@ void Region::store_nt(void* dst, const void* src, size_t len) {
     return;
   }
   const size_t off = state_->offset_of(dst);
+  domain_->impl_->drain_through_range(domain_->config_, state_, off, len);
   for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) {
     const size_t lo = std::max<size_t>(off, line * kLine);
     const size_t hi = std::min<size_t>(off + len, (line + 1) * kLine);
@@ -139,6 +141,9 @@ void Region::flush(const void* addr, size_t len) {
   const size_t off = state_->offset_of(addr);
   const size_t first = off / kLine * kLine;
   const size_t end = std::min(state_->size, (off + len + kLine - 1) / kLine * kLine);
+  // The lines hold what the CPU sees, NIC writes included: those left the
+  // NIC's buffer before the CPU could see them.
+  impl.drain_through_range(domain_->config_, state_, first, end - first);
   for (uint64_t line = first / kLine; line < end / kLine; ++line) {
     if (state_->lines[line].cache_pos != 0) {
       state_->media_model.write_line(line);  // write-back of a dirty line
@@ -148,16 +153,6 @@ void Region::flush(const void* addr, size_t len) {
   // clwb writes back the lines as they are now; the fence makes that durable.
   impl.fence.push_back({state_, first, end - first, impl.fence_bytes.size()});
   impl.fence_bytes.insert(impl.fence_bytes.end(), state_->base + first, state_->base + end);
-  // Bytes the NIC has not delivered yet are not in the cache lines written back.
-  if (state_->nic_pending_writes != 0) {
-    uint8_t* snap = impl.fence_bytes.data() + impl.fence.back().at;
-    for (auto it = impl.fifo.rbegin(); it != impl.fifo.rend(); ++it) {
-      if (it->region != state_) continue;
-      const size_t lo = std::max(first, it->offset);
-      const size_t hi = std::min(end, it->offset + it->length);
-      if (lo < hi) std::memcpy(snap + (lo - first), it->before.data() + (lo - it->offset), hi - lo);
-    }
-  }
   if (real_pm()) pmem2_get_flush_fn(state_->map)(state_->base + first, end - first);
 }
 

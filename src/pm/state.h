@@ -126,6 +126,11 @@ struct PersistenceDomain::Impl {
   // Applies every drained write's effects (see `drained`).
   void apply_drained(const PlatformConfig& config);
   void drain_through_qp(const PlatformConfig& config, uint32_t qpn);
+  // The CPU is about to write (back) [off, off+len) of r: every NIC write
+  // still buffered over those bytes -- and, PCIe being ordered, everything
+  // queued before it -- has reached memory, because the CPU can only build
+  // on bytes it could see.
+  void drain_through_range(const PlatformConfig& config, detail::RegionState* r, size_t off, size_t len);
   // Copies the visible bytes of [off, off+len) into the durable image, except
   // bytes still covered by NIC-pending writes, which keep their pre-write value.
   void make_durable(detail::RegionState* r, size_t off, size_t len);

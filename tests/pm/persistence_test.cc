@@ -64,6 +64,29 @@ TEST_F(PmTest, CpuStoreWithoutPersistCanBeLostAndWithPersistNever) {
   EXPECT_EQ(count_survivals(100, 128, 21, kManySeeds), kManySeeds);
 }
 
+TEST_F(PmTest, CpuPersistOverAnUnflushedNicWriteKeepsTheCpusBytesAndTheNics) {
+  // A replica CPU updates bytes a remote WRITE delivered (e.g. a lock word)
+  // and persists them. The CPU could only see those bytes once the NIC had
+  // delivered them, so the NIC's write is in memory too, and must not land
+  // later on top of the CPU's newer value.
+  for (const bool ddio : {false, true}) {
+    SCOPED_TRACE(ddio ? "DDIO on" : "DDIO off");
+    build({.ddio = ddio});
+    remote_write(4096, 256, 7);  // acknowledged, still in the NIC buffer
+    for (int i = 0; i < 16; ++i) pm_->data()[4096 + 64 + i] = 0xEE;
+    pm_->persist(pm_->data() + 4096, 256);
+    remote_read0();  // drains whatever is left; must not undo the CPU's bytes
+    for (int s = 0; s < 500; ++s) {
+      const auto image = domain_->image_after_power_fail(*pm_, s);
+      for (int i = 0; i < 256; ++i) {
+        const uint8_t want = (i >= 64 && i < 80) ? 0xEE : static_cast<uint8_t>(7 + i * 3);
+        ASSERT_EQ(image[4096 + i], want) << "seed " << s << " byte " << i;
+      }
+    }
+    TearDown();
+  }
+}
+
 TEST_F(PmTest, UnpersistedCpuStoresAreLostPerEightByteWord) {
   build({});
   for (int i = 0; i < 64; ++i) pm_->data()[i] = 0xAA;
