@@ -4,7 +4,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "nic_core.h"
 
@@ -119,7 +121,10 @@ int CompletionChannel::fd() const { return core_->event_fd; }
 
 Result<CompletionQueue*> CompletionChannel::get_event(int timeout_ms) {
   // The event list is the truth; the eventfd only wakes pollers and is
-  // drained whenever it is seen readable.
+  // drained whenever it is seen readable. A wake-up that finds no event (its
+  // event was taken by another waiter) waits only for what is left of the
+  // timeout.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(core_->mu);
@@ -129,8 +134,13 @@ Result<CompletionQueue*> CompletionChannel::get_event(int timeout_ms) {
         return cq;
       }
     }
+    int wait_ms = timeout_ms;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
     pollfd pfd{core_->event_fd, POLLIN, 0};
-    const int rc = ::poll(&pfd, 1, timeout_ms);
+    const int rc = ::poll(&pfd, 1, wait_ms);
     if (rc == 0) return timed_out("get_event: no completion event within " + std::to_string(timeout_ms) + " ms");
     if (rc < 0) {
       if (errno == EINTR) continue;
