@@ -199,6 +199,41 @@ nic_seeds = {
 }
 write_corpus("nic_rx_fuzz", nic_seeds)
 
+
+# ---- naive_header_fuzz: Naive-RDMA operation headers (src/hyperloop/naive_wire.h) -------
+# 112 bytes, little-endian; the target parses them against a 1 MiB region (and a
+# 113th byte, when present, picks a small region: byte * 4096 + 8).
+NAIVE_MAGIC, NAIVE_VERSION = 0x564E5246, 1
+GWRITE, GCAS, GMEMCPY, GFLUSH = range(4)
+NAIVE_REGION = 1 << 20
+
+
+def naive_header(primitive, replicas=3, seq=0, offset=0, src_offset=0, size=0, flush=False, execute_map=0,
+                 old=0, new=0, results=(), magic=NAIVE_MAGIC, version=NAIVE_VERSION):
+    res = list(results) + [0] * (7 - len(results))
+    return struct.pack("<IBBBBQQQIB3xQQ7Q", magic, version, primitive, 1 if flush else 0, replicas, seq, offset,
+                       src_offset, size, execute_map, old, new, *res)
+
+
+naive_seeds = {
+    "gwrite_3000": naive_header(GWRITE, seq=1, offset=100, size=3000),
+    "gwrite_flush_last_byte": naive_header(GWRITE, replicas=7, seq=2, offset=NAIVE_REGION - 1, size=1, flush=True),
+    "gcas_partial_map": naive_header(GCAS, seq=3, offset=4096, size=8, execute_map=0b101, old=0xAAAA, new=0x5555,
+                                     results=(0xAAAA, 0, 7)),
+    "gcas_all_of_7": naive_header(GCAS, replicas=7, seq=4, offset=NAIVE_REGION - 8, size=8, execute_map=0x7F,
+                                  flush=True, old=1, new=2, results=(1, 2, 3, 4, 5, 6, 7)),
+    "gcas_empty_map": naive_header(GCAS, replicas=1, seq=5, offset=0, size=8),
+    "gmemcpy_flush": naive_header(GMEMCPY, seq=6, offset=8192, src_offset=0, size=4096, flush=True),
+    "gflush": naive_header(GFLUSH, seq=0xFFFFFFFFFFFFFFFF, flush=True),
+    "gwrite_small_region": naive_header(GWRITE, seq=7, offset=4000, size=100) + bytes([1]),
+    # Near misses.
+    "bad_magic": naive_header(GWRITE, offset=100, size=10, magic=0x564E5247),
+    "gcas_misaligned": naive_header(GCAS, offset=4100, size=8, execute_map=1),
+    "gmemcpy_overlap": naive_header(GMEMCPY, offset=8192, src_offset=8000, size=4096),
+    "truncated": naive_header(GWRITE, offset=100, size=10)[:100],
+}
+write_corpus("naive_header_fuzz", naive_seeds)
+
 if __name__ == "__main__":
-    for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz"):
+    for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz", "naive_header_fuzz"):
         print(t, len(os.listdir(os.path.join(HERE, "corpus", t))), "seeds")
