@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "demo.h"
+#include "group_bench.h"
 #include "nic_bench.h"
 #include "pm_bench.h"
 
@@ -42,9 +43,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   CLI::App* demo = app.add_subcommand(
-      "demo", "Walk through the software RNIC: each verb, WAIT/ENABLE and a remote WQE rewrite, with latencies");
+      "demo",
+      "Walk through the software RNIC (each verb, WAIT/ENABLE, a remote WQE rewrite), then a 3-replica HyperLoop "
+      "group doing each primitive, verified on every replica");
   int demo_engine_cpu = 1;
+  std::string demo_part = "all";
   demo->add_option("--engine-cpu", demo_engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")
+      ->capture_default_str();
+  demo->add_option("--part", demo_part, "nic (the software RNIC), group (HyperLoop primitives) or all")
+      ->check(CLI::IsMember({"nic", "group", "all"}))
       ->capture_default_str();
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each measures its physical reference in the same run)");
@@ -101,9 +108,59 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   pm->add_flag("--json", pm_opts.json, "print one JSON object per configuration");
 
+  CLI::App* group = bench->add_subcommand(
+      "group",
+      "HyperLoop §6.1: gWRITE/gMEMCPY/gCAS latency, gWRITE throughput and group-size scaling against Naive-RDMA "
+      "(event and poll), quiet and with the replica CPU loaded");
+  ferry::bench::GroupBenchOptions group_opts;
+  std::string group_sizes_spec = "64-8192";
+  std::string group_groups_spec = "3,5,7";
+  size_t group_region_mib = 16;
+  std::string group_media = "pm";
+  group->add_option("--experiments", group_opts.experiments, "latency (Fig. 8), cas (Table 2), throughput (Fig. 9), "
+                                                              "group_size (Fig. 10)")
+      ->delimiter(',')
+      ->capture_default_str();
+  group->add_option("--systems", group_opts.systems, "hyperloop, naive-event, naive-poll")
+      ->delimiter(',')
+      ->capture_default_str();
+  group->add_option("--sizes", group_sizes_spec, "message sizes: list or power-of-two range")->capture_default_str();
+  group->add_option("--group-sizes", group_groups_spec, "chain lengths for the group_size experiment (1..7)")
+      ->capture_default_str();
+  group->add_option("--group-size-bytes", group_opts.group_size_bytes, "message size of the group_size experiment")
+      ->capture_default_str();
+  group->add_option("--loads", group_opts.loads, "quiet, load (ten busy processes on the replica CPU), or both")
+      ->delimiter(',')
+      ->capture_default_str();
+  group->add_option("--iters", group_opts.iters, "operations per latency point (the paper: 10,000)")
+      ->capture_default_str();
+  group->add_option("--max-seconds", group_opts.max_seconds, "cap on the time of any one point")->capture_default_str();
+  group->add_option("--throughput-bytes", group_opts.throughput_bytes, "bytes written per throughput point (1 GiB)")
+      ->capture_default_str();
+  group->add_option("--window", group_opts.window, "operations outstanding in the throughput experiment (1..32)")
+      ->capture_default_str();
+  group->add_option("--load-processes", group_opts.load_processes, "busy processes pinned to the replica CPU")
+      ->capture_default_str();
+  group->add_option("--client-cpu", group_opts.client_cpu, "CPU of the client thread, which also steps the NICs")
+      ->capture_default_str();
+  group->add_option("--replica-cpu", group_opts.replica_cpu, "CPU of the replicas' application threads and the load")
+      ->capture_default_str();
+  group->add_option("--region-mib", group_region_mib, "region size on each replica")->capture_default_str();
+  group->add_option("--media", group_media, "replica regions: pm (libpmem2 file, modeled persistence) or dram")
+      ->check(CLI::IsMember({"pm", "dram"}))
+      ->capture_default_str();
+  group->add_option("--pm-dir", group_opts.pm_dir, "directory for PM files (default /dev/shm)");
+  group->add_flag("--flush", group_opts.flush, "interleave gFLUSH with every gWRITE and gMEMCPY");
+  group->add_flag("--json", group_opts.json, "print one JSON object per run");
+
   CLI11_PARSE(app, argc, argv);
 
-  if (demo->parsed()) return ferry::apps::run_demo(std::cout, demo_engine_cpu);
+  if (demo->parsed()) {
+    int rc = 0;
+    if (demo_part != "group") rc |= ferry::apps::run_demo(std::cout, demo_engine_cpu);
+    if (demo_part != "nic") rc |= ferry::apps::run_group_demo(std::cout, demo_engine_cpu);
+    return rc;
+  }
   if (nic->parsed()) {
     try {
       nic_opts.sizes = parse_sizes(sizes);
@@ -130,6 +187,24 @@ int main(int argc, char** argv) {
     const ferry::Status s = ferry::bench::run_pm_bench(pm_opts, std::cout, std::cerr);
     if (!s.ok()) {
       std::cerr << "ferry bench pm: " << s.to_string() << "\n";
+      return 2;
+    }
+    return 0;
+  }
+  if (group->parsed()) {
+    try {
+      group_opts.sizes = parse_sizes(group_sizes_spec);
+      group_opts.group_sizes = parse_sizes(group_groups_spec);
+    } catch (const std::exception&) {
+      std::cerr << "ferry bench group: cannot parse --sizes/--group-sizes '" << group_sizes_spec << "' / '"
+                << group_groups_spec << "'\n";
+      return 2;
+    }
+    group_opts.region_bytes = group_region_mib << 20;
+    group_opts.media = group_media == "dram" ? ferry::pm::Media::kDram : ferry::pm::Media::kPm;
+    const ferry::Status s = ferry::bench::run_group_bench(group_opts, std::cout, std::cerr);
+    if (!s.ok()) {
+      std::cerr << "ferry bench group: " << s.to_string() << "\n";
       return 2;
     }
     return 0;

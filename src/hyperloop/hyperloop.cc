@@ -288,6 +288,7 @@ Status HyperLoopClient::Impl::build(Group& g) {
     }
   }
   g.joins.resize(o.window);
+  for (auto& r : g.replicas) r->agent->wait_asleep();
   return ok_status();
 }
 

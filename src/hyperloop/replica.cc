@@ -2,8 +2,11 @@
 #include "replica.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "ferry/common/cpu.h"
@@ -34,6 +37,7 @@ Agent::~Agent() {
 void Agent::main() {
   const std::string short_name = name_.substr(0, 15);
   pthread_setname_np(pthread_self(), short_name.c_str());
+  tid_.store(static_cast<int>(gettid()), std::memory_order_release);
   if (cpu_ >= 0) (void)pin_current_thread(cpu_);  // best effort: a report says where it ran
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -54,6 +58,28 @@ void Agent::run(const std::function<void()>& fn) {
   done_ = false;
   cv_.notify_all();
   cv_.wait(lock, [&] { return done_; });
+}
+
+void Agent::wait_asleep() const {
+  int tid = 0;
+  for (int i = 0; i < 10000 && (tid = tid_.load(std::memory_order_acquire)) == 0; ++i) usleep(100);
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  for (int i = 0; i < 10000; ++i) {
+    // Field 3 of stat, after the parenthesized name: R running, S sleeping.
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) return;
+    if (line[close + 2] == 'S') {
+      // Asleep -- but perhaps on the mutex on its way back to the wait: it is
+      // settled when its CPU time also stays put.
+      const uint64_t before = cpu_ns();
+      usleep(1000);
+      if (cpu_ns() == before) return;
+    }
+    usleep(100);
+  }
 }
 
 uint64_t Agent::cpu_ns() const { return thread_cpu_time_ns(const_cast<std::thread&>(thread_).native_handle()); }

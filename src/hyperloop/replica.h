@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -30,6 +31,10 @@ class Agent {
   // Runs fn on the agent's thread and waits for it.
   void run(const std::function<void()>& fn);
   uint64_t cpu_ns() const;
+  // Waits (up to a second) until the thread is asleep in the kernel again
+  // after its last task, so that cpu_ns() stops moving: the few microseconds
+  // it takes to get back into its wait are setup, not data-path work.
+  void wait_asleep() const;
 
  private:
   void main();
@@ -41,6 +46,7 @@ class Agent {
   std::thread thread_;
   std::string name_;
   int cpu_ = -1;
+  std::atomic<int> tid_{0};
 };
 
 struct ReplicaChain {

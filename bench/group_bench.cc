@@ -1,0 +1,396 @@
+#include "group_bench.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "cpu_load.h"
+#include "ferry/common/cpu.h"
+#include "ferry/common/histogram.h"
+#include "ferry/hyperloop/hyperloop.h"
+#include "ferry/hyperloop/naive.h"
+#include "report.h"
+
+namespace ferry::bench {
+
+using hyperloop::GroupClient;
+using hyperloop::GroupId;
+using hyperloop::Primitive;
+
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+struct Point {
+  std::string experiment;
+  std::string system;
+  Primitive primitive = Primitive::kWrite;
+  uint32_t size = 0;
+  uint32_t group = 3;
+  bool load = false;
+  uint32_t window = 1;
+  Histogram hist;
+  uint64_t ops = 0;
+  double seconds = 0;
+  uint64_t replica_cpu_ns = 0;
+  bool capped = false;  // stopped by max_seconds before its operation count
+};
+
+// One system's client, engine and groups, alive for the points that use it.
+struct SystemUnderTest {
+  std::string name;
+  std::unique_ptr<nic::Engine> engine;
+  std::unique_ptr<GroupClient> client;
+  std::map<uint32_t, GroupId> groups;  // by group size
+};
+
+Result<std::unique_ptr<SystemUnderTest>> start_system(const std::string& name, const GroupBenchOptions& o) {
+  auto s = std::make_unique<SystemUnderTest>();
+  s->name = name;
+  nic::EngineOptions eo;
+  eo.threaded = false;  // stepped by the client thread: see group_bench.h
+  s->engine = std::make_unique<nic::Engine>(eo);
+  hyperloop::ClientOptions co;
+  co.op_timeout_ns = 60'000'000'000ULL;
+  co.replica_cpu = o.replica_cpu;
+  if (name == "hyperloop") {
+    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(*s->engine, co));
+    s->client = std::move(c);
+  } else if (name == "naive-event" || name == "naive-poll") {
+    hyperloop::NaiveOptions no;
+    no.mode = name == "naive-event" ? hyperloop::NaiveMode::kEvent : hyperloop::NaiveMode::kPoll;
+    no.client = co;
+    no.replica_cpu = o.replica_cpu;
+    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::NaiveClient::create(*s->engine, no));
+    s->client = std::move(c);
+  } else {
+    return invalid_argument("unknown system '" + name + "' (hyperloop, naive-event, naive-poll)");
+  }
+  return s;
+}
+
+Result<GroupId> group_of(SystemUnderTest& s, uint32_t replicas, const GroupBenchOptions& o) {
+  auto it = s.groups.find(replicas);
+  if (it != s.groups.end()) return it->second;
+  hyperloop::GroupOptions g;
+  g.replicas = replicas;
+  g.region_bytes = o.region_bytes;
+  g.media = o.media;
+  g.pm_dir = o.pm_dir;
+  g.ring_ops = 128;
+  g.window = std::min<uint32_t>(std::max<uint32_t>(o.window, 1), 32);
+  FERRY_ASSIGN_OR_RETURN(GroupId gid, s.client->create_group(g));
+  s.groups[replicas] = gid;
+  return gid;
+}
+
+// Offsets: distinct slots cycling through the first half of the region
+// (gMEMCPY copies to the second half).
+struct Slots {
+  Slots(size_t region, uint32_t size) : stride((size + 63) / 64 * 64), count(std::max<size_t>(1, region / 2 / stride)) {}
+  uint64_t at(uint64_t i) const { return (i % count) * stride; }
+  uint64_t stride;
+  uint64_t count;
+};
+
+Status one_op(GroupClient& c, GroupId g, Primitive p, uint32_t size, uint64_t i, const Slots& slots, size_t region,
+              bool flush) {
+  if (p == Primitive::kMemcpy) return c.gmemcpy(g, slots.at(i), region / 2 + slots.at(i), size, flush);
+  return c.gwrite(g, slots.at(i), size, flush);
+}
+
+Status latency_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o, uint64_t* cas_counter) {
+  GroupClient& c = *s.client;
+  const Slots slots(o.region_bytes, pt.size);
+  auto run = [&](uint64_t i) -> Status {
+    if (pt.primitive == Primitive::kCas) {
+      auto r = c.gcas(g, 0, *cas_counter, *cas_counter + 1, static_cast<uint8_t>((1u << pt.group) - 1), false);
+      if (!r.ok()) return r.status();
+      if (r->succeeded != static_cast<uint8_t>((1u << pt.group) - 1)) return internal_error("gcas counter lost a race");
+      ++*cas_counter;
+      return ok_status();
+    }
+    return one_op(c, g, pt.primitive, pt.size, i, slots, o.region_bytes, o.flush);
+  };
+  for (uint64_t i = 0; i < 100; ++i) FERRY_RETURN_IF_ERROR(run(i));  // warm-up
+  const uint64_t cpu0 = c.replica_cpu_ns();
+  const uint64_t start = now_ns();
+  const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
+  uint64_t i = 0;
+  for (; i < o.iters; ++i) {
+    const uint64_t t0 = now_ns();
+    if (t0 - start > cap) {
+      pt.capped = true;
+      break;
+    }
+    FERRY_RETURN_IF_ERROR(run(i));
+    pt.hist.record(now_ns() - t0);
+  }
+  pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
+  pt.ops = i;
+  pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
+  return ok_status();
+}
+
+Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o) {
+  GroupClient& c = *s.client;
+  const Slots slots(o.region_bytes, pt.size);
+  const uint64_t target_ops = std::max<uint64_t>(1, o.throughput_bytes / pt.size);
+  std::vector<uint64_t> started(4096);
+  Status failure;
+  auto done = [&](const hyperloop::OpResult& r) {
+    if (!r.status.ok() && failure.ok()) failure = r.status;
+    pt.hist.record(now_ns() - started[r.seq % started.size()]);
+  };
+  // Warm-up, then measure.
+  for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(c.gwrite(g, slots.at(i), pt.size, o.flush));
+  const uint64_t cpu0 = c.replica_cpu_ns();
+  const uint64_t start = now_ns();
+  const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
+  uint64_t i = 0;
+  uint64_t seq_base = 0;
+  {
+    // The group's next sequence number: completions carry it.
+    bool got = false;
+    FERRY_RETURN_IF_ERROR(c.gwrite_async(g, 0, pt.size, false, [&](const hyperloop::OpResult& r) {
+      seq_base = r.seq + 1;
+      got = true;
+    }));
+    FERRY_RETURN_IF_ERROR(c.drain(g));
+    if (!got) return internal_error("throughput: no completion for the probe operation");
+  }
+  for (; i < target_ops; ++i) {
+    const uint64_t t0 = now_ns();
+    if ((i & 63) == 0 && t0 - start > cap) {
+      pt.capped = true;
+      break;
+    }
+    started[(seq_base + i) % started.size()] = t0;
+    FERRY_RETURN_IF_ERROR(c.gwrite_async(g, slots.at(i), pt.size, o.flush, done));
+    if (!failure.ok()) return failure;
+  }
+  FERRY_RETURN_IF_ERROR(c.drain(g));
+  FERRY_RETURN_IF_ERROR(failure);
+  pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
+  pt.ops = i;
+  pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
+  return ok_status();
+}
+
+double us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+nlohmann::json point_json(const Point& p, const GroupBenchOptions& o, const std::string& where) {
+  nlohmann::json j;
+  j["experiment"] = p.experiment;
+  j["system"] = p.system;
+  j["primitive"] = std::string(hyperloop::primitive_name(p.primitive));
+  j["size"] = p.size;
+  j["group"] = p.group;
+  j["load"] = p.load;
+  j["window"] = p.window;
+  j["ops"] = p.ops;
+  j["seconds"] = p.seconds;
+  j["capped"] = p.capped;
+  j["avg_us"] = p.hist.mean() / 1000.0;
+  j["p50_us"] = us(p.hist.percentile(0.50));
+  j["p95_us"] = us(p.hist.percentile(0.95));
+  j["p99_us"] = us(p.hist.percentile(0.99));
+  j["p999_us"] = us(p.hist.percentile(0.999));
+  j["max_us"] = us(p.hist.max());
+  j["ops_per_s"] = p.seconds > 0 ? static_cast<double>(p.ops) / p.seconds : 0.0;
+  j["gbps"] = p.seconds > 0 ? static_cast<double>(p.ops) * p.size * 8 / p.seconds / 1e9 : 0.0;
+  j["replica_cpu_ns_per_op"] = p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0;
+  // Cores' worth of replica CPU while the point ran (1.0 = one core busy).
+  j["replica_cpu_cores"] = p.seconds > 0 ? static_cast<double>(p.replica_cpu_ns) / (p.seconds * 1e9) : 0.0;
+  j["media"] = o.media == pm::Media::kPm ? "pm" : "dram";
+  j["flush"] = o.flush;
+  j["placement"] = where;
+  return j;
+}
+
+void print_row(std::ostream& out, const Point& p) {
+  out << fmt::format("  {:<12} {:<8} {:>6} B  group {}  {:<5}  ops {:>6}{}  avg {:>9.1f}  p50 {:>9.1f}  p95 {:>9.1f}  "
+                     "p99 {:>9.1f}  p99.9 {:>9.1f}  max {:>9.1f} us  {:>9.0f} op/s  replica CPU {:>8.0f} ns/op\n",
+                     p.system, hyperloop::primitive_name(p.primitive), p.size, p.group, p.load ? "load" : "quiet",
+                     p.ops, p.capped ? "*" : " ", p.hist.mean() / 1000.0, us(p.hist.percentile(0.5)),
+                     us(p.hist.percentile(0.95)), us(p.hist.percentile(0.99)), us(p.hist.percentile(0.999)),
+                     us(p.hist.max()), p.seconds > 0 ? static_cast<double>(p.ops) / p.seconds : 0.0,
+                     p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0);
+}
+
+bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostream& log) {
+  for (const auto& e : o.experiments) {
+    if (!has({"latency", "cas", "throughput", "group_size"}, e)) {
+      return invalid_argument("unknown experiment '" + e + "' (latency, cas, throughput, group_size)");
+    }
+  }
+  for (const auto& s : o.systems) {
+    if (!has({"hyperloop", "naive-event", "naive-poll"}, s)) {
+      return invalid_argument("unknown system '" + s + "' (hyperloop, naive-event, naive-poll)");
+    }
+  }
+  for (const auto& l : o.loads) {
+    if (l != "quiet" && l != "load") return invalid_argument("unknown load '" + l + "' (quiet, load)");
+  }
+  for (uint32_t s : o.sizes) {
+    if (s == 0 || s > o.region_bytes / 4) return invalid_argument("size " + std::to_string(s) + " does not fit the region");
+  }
+  for (uint32_t g : o.group_sizes) {
+    if (g < 1 || g > hyperloop::kMaxReplicas) return invalid_argument("group size " + std::to_string(g) + " not in 1..7");
+  }
+  if (o.iters == 0) return invalid_argument("--iters must be at least 1");
+
+  const int client_cpu = usable_cpu(o.client_cpu);
+  const int replica_cpu = usable_cpu(o.replica_cpu);
+  if (client_cpu >= 0) FERRY_RETURN_IF_ERROR(pin_current_thread(client_cpu));
+  GroupBenchOptions opts = o;
+  opts.replica_cpu = replica_cpu;
+  const std::string where = fmt::format(
+      "NIC engine: manual, stepped by the client thread ({}) -- it stands for every host's NIC and for the unloaded "
+      "client machine; replica application threads {}",
+      client_cpu >= 0 ? fmt::format("pinned to CPU {}", client_cpu) : "not pinned",
+      replica_cpu >= 0 ? fmt::format("pinned to CPU {}", replica_cpu) : "not pinned");
+  log << "ferry bench group: HyperLoop §6.1 against Naive-RDMA (event and poll), same run\n"
+      << "  " << where << "\n"
+      << fmt::format("  load: {} busy processes pinned to CPU {} when 'load'; replica regions: {} ({}), {} MiB; "
+                     "flush: {}\n",
+                     o.load_processes, replica_cpu, o.media == pm::Media::kPm ? "PM" : "DRAM",
+                     o.media == pm::Media::kPm ? "libpmem2 file, persistence modeled" : "volatile",
+                     o.region_bytes >> 20, o.flush ? "interleaved gFLUSH" : "none")
+      << "  machine: " << machine_description() << "\n"
+      << "  (* = stopped by the " << o.max_seconds << " s cap before its operation count)\n";
+
+  std::vector<Point> points;
+  for (const std::string& load_name : o.loads) {
+    const bool loaded = load_name == "load";
+    std::unique_ptr<CpuLoad> load;
+    if (loaded) {
+      FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes)));
+      log << fmt::format("-- load on: {} spinning processes on CPU {}\n", o.load_processes, replica_cpu);
+    } else {
+      log << "-- quiet\n";
+    }
+    for (const std::string& system : o.systems) {
+      FERRY_ASSIGN_OR_RETURN(auto sut, start_system(system, opts));
+      uint64_t cas_counter = 0;
+      auto emit = [&](Point& p) {
+        print_row(log, p);
+        if (o.json) out << point_json(p, o, where).dump() << "\n" << std::flush;
+        points.push_back(std::move(p));
+      };
+      if (has(o.experiments, "latency")) {
+        FERRY_ASSIGN_OR_RETURN(GroupId g, group_of(*sut, 3, opts));
+        for (Primitive prim : {Primitive::kWrite, Primitive::kMemcpy}) {
+          for (uint32_t size : o.sizes) {
+            Point p;
+            p.experiment = "latency";
+            p.system = system;
+            p.primitive = prim;
+            p.size = size;
+            p.group = 3;
+            p.load = loaded;
+            FERRY_RETURN_IF_ERROR(latency_point(*sut, g, p, opts, &cas_counter));
+            emit(p);
+          }
+        }
+      }
+      if (has(o.experiments, "cas")) {
+        FERRY_ASSIGN_OR_RETURN(GroupId g, group_of(*sut, 3, opts));
+        Point p;
+        p.experiment = "cas";
+        p.system = system;
+        p.primitive = Primitive::kCas;
+        p.size = 8;
+        p.group = 3;
+        p.load = loaded;
+        FERRY_RETURN_IF_ERROR(latency_point(*sut, g, p, opts, &cas_counter));
+        emit(p);
+      }
+      if (has(o.experiments, "throughput")) {
+        FERRY_ASSIGN_OR_RETURN(GroupId g, group_of(*sut, 3, opts));
+        for (uint32_t size : o.sizes) {
+          Point p;
+          p.experiment = "throughput";
+          p.system = system;
+          p.primitive = Primitive::kWrite;
+          p.size = size;
+          p.group = 3;
+          p.load = loaded;
+          p.window = std::min<uint32_t>(std::max<uint32_t>(o.window, 1), 32);
+          FERRY_RETURN_IF_ERROR(throughput_point(*sut, g, p, opts));
+          emit(p);
+        }
+      }
+      if (has(o.experiments, "group_size")) {
+        for (uint32_t n : o.group_sizes) {
+          FERRY_ASSIGN_OR_RETURN(GroupId g, group_of(*sut, n, opts));
+          Point p;
+          p.experiment = "group_size";
+          p.system = system;
+          p.primitive = Primitive::kWrite;
+          p.size = o.group_size_bytes;
+          p.group = n;
+          p.load = loaded;
+          FERRY_RETURN_IF_ERROR(latency_point(*sut, g, p, opts, &cas_counter));
+          emit(p);
+        }
+      }
+    }
+  }
+
+  // Ratios from this run: the paper's claims are about them.
+  auto find = [&](const std::string& exp, const std::string& sys, Primitive prim, uint32_t size, uint32_t group,
+                  bool loaded) -> const Point* {
+    for (const Point& p : points) {
+      if (p.experiment == exp && p.system == sys && p.primitive == prim && p.size == size && p.group == group &&
+          p.load == loaded) {
+        return &p;
+      }
+    }
+    return nullptr;
+  };
+  log << "\nratios (same run):\n";
+  for (uint32_t size : o.sizes) {
+    const Point* hq = find("latency", "hyperloop", Primitive::kWrite, size, 3, false);
+    const Point* hl = find("latency", "hyperloop", Primitive::kWrite, size, 3, true);
+    const Point* el = find("latency", "naive-event", Primitive::kWrite, size, 3, true);
+    const Point* pl = find("latency", "naive-poll", Primitive::kWrite, size, 3, true);
+    if (hl != nullptr && el != nullptr) {
+      log << fmt::format("  gwrite {:>5} B under load: p99 naive-event / hyperloop = {:.1f}x", size,
+                         static_cast<double>(el->hist.percentile(0.99)) /
+                             static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(0.99))));
+      if (pl != nullptr) {
+        log << fmt::format(", naive-poll / hyperloop = {:.2f}x",
+                           static_cast<double>(pl->hist.percentile(0.99)) /
+                               static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(0.99))));
+      }
+      log << "\n";
+    }
+    if (hq != nullptr && hl != nullptr) {
+      log << fmt::format("  gwrite {:>5} B hyperloop p99 load / quiet = {:.2f}\n", size,
+                         static_cast<double>(hl->hist.percentile(0.99)) /
+                             static_cast<double>(std::max<uint64_t>(1, hq->hist.percentile(0.99))));
+    }
+    const Point* th = find("throughput", "hyperloop", Primitive::kWrite, size, 3, false);
+    const Point* tp = find("throughput", "naive-poll", Primitive::kWrite, size, 3, false);
+    if (th != nullptr && tp != nullptr && th->seconds > 0 && tp->seconds > 0 && tp->ops > 0) {
+      log << fmt::format("  gwrite {:>5} B quiet throughput hyperloop / naive-poll = {:.2f}\n", size,
+                         (static_cast<double>(th->ops) / th->seconds) / (static_cast<double>(tp->ops) / tp->seconds));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace ferry::bench
