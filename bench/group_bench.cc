@@ -41,6 +41,7 @@ struct Point {
   uint64_t ops = 0;
   double seconds = 0;
   uint64_t replica_cpu_ns = 0;
+  uint64_t client_cpu_ns = 0;  // the client thread, which also runs every NIC
   bool capped = false;  // stopped by max_seconds before its operation count
 };
 
@@ -122,6 +123,7 @@ Status latency_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchO
   };
   for (uint64_t i = 0; i < 100; ++i) FERRY_RETURN_IF_ERROR(run(i));  // warm-up
   const uint64_t cpu0 = c.replica_cpu_ns();
+  const uint64_t client0 = thread_cpu_time_ns();
   const uint64_t start = now_ns();
   const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
   uint64_t i = 0;
@@ -137,6 +139,7 @@ Status latency_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchO
   pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
   pt.ops = i;
   pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
+  pt.client_cpu_ns = thread_cpu_time_ns() - client0;
   return ok_status();
 }
 
@@ -153,6 +156,7 @@ Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBen
   // Warm-up, then measure.
   for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(c.gwrite(g, slots.at(i), pt.size, o.flush));
   const uint64_t cpu0 = c.replica_cpu_ns();
+  const uint64_t client0 = thread_cpu_time_ns();
   const uint64_t start = now_ns();
   const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
   uint64_t i = 0;
@@ -182,6 +186,7 @@ Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBen
   pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
   pt.ops = i;
   pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
+  pt.client_cpu_ns = thread_cpu_time_ns() - client0;
   return ok_status();
 }
 
@@ -210,6 +215,9 @@ nlohmann::json point_json(const Point& p, const GroupBenchOptions& o, const std:
   j["replica_cpu_ns_per_op"] = p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0;
   // Cores' worth of replica CPU while the point ran (1.0 = one core busy).
   j["replica_cpu_cores"] = p.seconds > 0 ? static_cast<double>(p.replica_cpu_ns) / (p.seconds * 1e9) : 0.0;
+  // The client thread's CPU: the client machine plus every emulated NIC.
+  j["client_and_nic_cpu_ns_per_op"] =
+      p.ops ? static_cast<double>(p.client_cpu_ns) / static_cast<double>(p.ops) : 0.0;
   j["media"] = o.media == pm::Media::kPm ? "pm" : "dram";
   j["flush"] = o.flush;
   j["placement"] = where;
