@@ -233,7 +233,9 @@ void PersistenceDomain::Impl::drain_front(const PlatformConfig& config) {
   fifo_bytes -= w.length;
   drained.push_back(std::move(w));
   fifo.pop_front();
-  if (drained.size() >= 1024) apply_drained(config);
+  // Applied at once: batching the bookkeeping would land a batch's whole cost
+  // on one request, a latency spike that belongs to the model, not the NIC.
+  apply_drained(config);
 }
 
 void PersistenceDomain::Impl::apply_drained(const PlatformConfig& config) {

@@ -36,13 +36,28 @@ class MediaModel {
   MediaCounters counters;
 
  private:
-  size_t slot_for(uint64_t xpline);
-  void evict(size_t slot);
+  static constexpr uint32_t kNone = UINT32_MAX;
+  uint32_t slot_for(uint64_t xpline);
+  uint32_t find(uint64_t xpline) const;  // kNone if not held
+  void evict(uint32_t slot);
+  // Index: open addressing, linear probing, backward-shift deletion (no
+  // tombstones); at most a quarter full. The model runs for every drained
+  // write, on the engine thread, so lookups must be O(1).
+  void index_insert(uint64_t xpline, uint32_t slot);
+  void index_erase(uint64_t xpline);
+  size_t home(uint64_t xpline) const { return (xpline * 0x9E3779B97F4A7C15ULL) >> shift_; }
+  void lru_unlink(uint32_t slot);
+  void lru_push_front(uint32_t slot);
+
   std::vector<uint64_t> ids_;     // XPLine held by each slot (UINT64_MAX: free)
   std::vector<uint8_t> masks_;    // which of its four 64 B lines were written
-  std::vector<uint64_t> stamps_;  // LRU
-  uint64_t clock_ = 0;
-  size_t last_ = 0;
+  std::vector<uint32_t> prev_, next_;  // LRU list, most recent first
+  uint32_t head_ = kNone, tail_ = kNone;
+  std::vector<uint32_t> free_;    // free slots
+  std::vector<uint64_t> keys_;    // index: XPLine or UINT64_MAX
+  std::vector<uint32_t> vals_;    // index: slot
+  int shift_ = 64;
+  uint32_t last_ = kNone;
 };
 
 // Per 64 B line of a PM region.
@@ -104,9 +119,8 @@ struct PersistenceDomain::Impl {
   std::deque<detail::PendingWrite> fifo;
   size_t fifo_bytes = 0;
   // Writes that left the NIC buffer but whose effects (durable image, cache,
-  // media counters) the model has not applied yet: a real NIC drains in the
-  // background, so the model's bookkeeping stays off the request's path.
-  // Applied, in order, before anything reads or changes the durable image.
+  // media counters) the model has not applied yet. drain_front applies them
+  // at once; the list keeps the order explicit for every path that drains.
   std::deque<detail::PendingWrite> drained;
   std::vector<std::vector<uint8_t>> spare;  // recycled buffers: no allocation in steady state
   // CPU cache (PM lines only)
