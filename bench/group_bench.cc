@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <memory>
 
 #include "cpu_load.h"
+#include "ferry/common/clock.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
 #include "ferry/hyperloop/hyperloop.h"
@@ -25,11 +25,7 @@ using hyperloop::Primitive;
 
 namespace {
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
+uint64_t now_ns() { return SteadyClock::instance().now_ns(); }
 
 struct Point {
   std::string experiment;
@@ -44,7 +40,7 @@ struct Point {
   double seconds = 0;
   uint64_t replica_cpu_ns = 0;
   uint64_t client_cpu_ns = 0;  // the client thread, which also runs every NIC
-  double core_slowdown = 1.0;  // core_reference_ns() now / quiet
+  double core_slowdown = 1.0;  // core_reference_ns() under this point's load / just before it
   bool capped = false;  // stopped by max_seconds before its operation count
 };
 
@@ -90,7 +86,7 @@ Result<GroupId> group_of(SystemUnderTest& s, uint32_t replicas, const GroupBench
   g.media = o.media;
   g.pm_dir = o.pm_dir;
   g.ring_ops = 128;
-  g.window = std::min<uint32_t>(std::max<uint32_t>(o.window, 1), 32);
+  g.window = o.window;
   FERRY_ASSIGN_OR_RETURN(GroupId gid, s.client->create_group(g));
   s.groups[replicas] = gid;
   return gid;
@@ -150,12 +146,10 @@ Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBen
   GroupClient& c = *s.client;
   const Slots slots(o.region_bytes, pt.size);
   const uint64_t target_ops = std::max<uint64_t>(1, o.throughput_bytes / pt.size);
-  std::vector<uint64_t> started(4096);
-  Status failure;
-  auto done = [&](const hyperloop::OpResult& r) {
-    if (!r.status.ok() && failure.ok()) failure = r.status;
-    pt.hist.record(now_ns() - started[r.seq % started.size()]);
-  };
+  struct Tally {
+    Histogram* hist;
+    Status failure;
+  } tally{&pt.hist, ok_status()};
   // Warm-up, then measure.
   for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(c.gwrite(g, slots.at(i), pt.size, o.flush));
   const uint64_t cpu0 = c.replica_cpu_ns();
@@ -163,29 +157,22 @@ Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBen
   const uint64_t start = now_ns();
   const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
   uint64_t i = 0;
-  uint64_t seq_base = 0;
-  {
-    // The group's next sequence number: completions carry it.
-    bool got = false;
-    FERRY_RETURN_IF_ERROR(c.gwrite_async(g, 0, pt.size, false, [&](const hyperloop::OpResult& r) {
-      seq_base = r.seq + 1;
-      got = true;
-    }));
-    FERRY_RETURN_IF_ERROR(c.drain(g));
-    if (!got) return internal_error("throughput: no completion for the probe operation");
-  }
   for (; i < target_ops; ++i) {
     const uint64_t t0 = now_ns();
     if ((i & 63) == 0 && t0 - start > cap) {
       pt.capped = true;
       break;
     }
-    started[(seq_base + i) % started.size()] = t0;
-    FERRY_RETURN_IF_ERROR(c.gwrite_async(g, slots.at(i), pt.size, o.flush, done));
-    if (!failure.ok()) return failure;
+    // Two words of capture: std::function keeps it inline, no allocation.
+    Tally* t = &tally;
+    FERRY_RETURN_IF_ERROR(c.gwrite_async(g, slots.at(i), pt.size, o.flush, [t, t0](const hyperloop::OpResult& r) {
+      if (!r.status.ok() && t->failure.ok()) t->failure = r.status;
+      t->hist->record(now_ns() - t0);
+    }));
+    if (!tally.failure.ok()) return tally.failure;
   }
   FERRY_RETURN_IF_ERROR(c.drain(g));
-  FERRY_RETURN_IF_ERROR(failure);
+  FERRY_RETURN_IF_ERROR(tally.failure);
   pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
   pt.ops = i;
   pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
@@ -289,7 +276,12 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
     if (g < 1 || g > hyperloop::kMaxReplicas) return invalid_argument("group size " + std::to_string(g) + " not in 1..7");
   }
   if (o.iters == 0) return invalid_argument("--iters must be at least 1");
+  if (o.window < 1 || o.window > 32) {
+    return invalid_argument("--window must be 1..32, not " + std::to_string(o.window));
+  }
 
+  // The report: stdout, or stderr when stdout carries the JSON.
+  std::ostream& text = o.json ? log : out;
   const int client_cpu = usable_cpu(o.client_cpu);
   const int replica_cpu = usable_cpu(o.replica_cpu);
   if (client_cpu >= 0) FERRY_RETURN_IF_ERROR(pin_current_thread(client_cpu));
@@ -300,7 +292,7 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
       "client machine; replica application threads {}",
       client_cpu >= 0 ? fmt::format("pinned to CPU {}", client_cpu) : "not pinned",
       replica_cpu >= 0 ? fmt::format("pinned to CPU {}", replica_cpu) : "not pinned");
-  log << "ferry bench group: HyperLoop §6.1 against Naive-RDMA (event and poll), same run\n"
+  text << "ferry bench group: HyperLoop §6.1 against Naive-RDMA (event and poll), same run\n"
       << "  " << where << "\n"
       << fmt::format("  load: {} busy processes pinned to CPU {} when 'load'; replica regions: {} ({}), {} MiB; "
                      "flush: {}\n",
@@ -333,8 +325,6 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
   }
 
   std::vector<Point> points;
-  const uint64_t quiet_reference = core_reference_ns();
-  log << fmt::format("client/NIC core reference workload, quiet: {:.0f} us\n", quiet_reference / 1000.0);
   double worst_slowdown = 1.0;
   for (const std::string& system : o.systems) {
     FERRY_ASSIGN_OR_RETURN(auto sut, start_system(system, opts));
@@ -346,6 +336,8 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
         std::unique_ptr<CpuLoad> load;
         double slowdown = 1.0;
         if (loaded) {
+          // The reference quiet, then under the load: back to back, like the point's pair.
+          const uint64_t quiet_reference = core_reference_ns();
           FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes)));
           usleep(20000);  // let the spinners start
           slowdown = static_cast<double>(core_reference_ns()) /
@@ -360,20 +352,20 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
         p.group = spec.group;
         p.load = loaded;
         if (spec.experiment == "throughput") {
-          p.window = std::min<uint32_t>(std::max<uint32_t>(o.window, 1), 32);
+          p.window = o.window;
           FERRY_RETURN_IF_ERROR(throughput_point(*sut, g, p, opts));
         } else {
           FERRY_RETURN_IF_ERROR(latency_point(*sut, g, p, opts, &cas_counter));
         }
         p.core_slowdown = slowdown;
-        print_row(log, p);
+        print_row(text, p);
         if (o.json) out << point_json(p, o, where).dump() << "\n" << std::flush;
         points.push_back(std::move(p));
       }
     }
   }
   if (has(o.loads, "load")) {
-    log << fmt::format("under load the client/NIC core ran its reference workload up to {:.2f}x slower than quiet "
+    text << fmt::format("under load the client/NIC core ran its reference workload up to {:.2f}x slower than quiet "
                        "(resources the VM's two vCPUs share; a real NIC would not slow down)\n",
                        worst_slowdown);
   }
@@ -389,32 +381,32 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
     }
     return nullptr;
   };
-  log << "\nratios (same run):\n";
+  text << "\nratios (same run):\n";
   for (uint32_t size : o.sizes) {
     const Point* hq = find("latency", "hyperloop", Primitive::kWrite, size, 3, false);
     const Point* hl = find("latency", "hyperloop", Primitive::kWrite, size, 3, true);
     const Point* el = find("latency", "naive-event", Primitive::kWrite, size, 3, true);
     const Point* pl = find("latency", "naive-poll", Primitive::kWrite, size, 3, true);
     if (hl != nullptr && el != nullptr) {
-      log << fmt::format("  gwrite {:>5} B under load: p99 naive-event / hyperloop = {:.1f}x", size,
+      text << fmt::format("  gwrite {:>5} B under load: p99 naive-event / hyperloop = {:.1f}x", size,
                          static_cast<double>(el->hist.percentile(0.99)) /
                              static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(0.99))));
       if (pl != nullptr) {
-        log << fmt::format(", naive-poll / hyperloop = {:.2f}x",
+        text << fmt::format(", naive-poll / hyperloop = {:.2f}x",
                            static_cast<double>(pl->hist.percentile(0.99)) /
                                static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(0.99))));
       }
-      log << "\n";
+      text << "\n";
     }
     if (hq != nullptr && hl != nullptr) {
-      log << fmt::format("  gwrite {:>5} B hyperloop p99 load / quiet = {:.2f}\n", size,
+      text << fmt::format("  gwrite {:>5} B hyperloop p99 load / quiet = {:.2f}\n", size,
                          static_cast<double>(hl->hist.percentile(0.99)) /
                              static_cast<double>(std::max<uint64_t>(1, hq->hist.percentile(0.99))));
     }
     const Point* th = find("throughput", "hyperloop", Primitive::kWrite, size, 3, false);
     const Point* tp = find("throughput", "naive-poll", Primitive::kWrite, size, 3, false);
     if (th != nullptr && tp != nullptr && th->seconds > 0 && tp->seconds > 0 && tp->ops > 0) {
-      log << fmt::format("  gwrite {:>5} B quiet throughput hyperloop / naive-poll = {:.2f}\n", size,
+      text << fmt::format("  gwrite {:>5} B quiet throughput hyperloop / naive-poll = {:.2f}\n", size,
                          (static_cast<double>(th->ops) / th->seconds) / (static_cast<double>(tp->ops) / tp->seconds));
     }
   }

@@ -2,6 +2,7 @@
 // and the Naive-RDMA baseline, and argument checks.
 #include "ferry/hyperloop/group.h"
 
+#include <charconv>
 #include <memory>
 
 #include "ferry/common/clock.h"
@@ -10,14 +11,9 @@
 namespace ferry::hyperloop {
 
 namespace {
-std::string fmt_hex(uint64_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  do {
-    out.insert(out.begin(), digits[v & 15]);
-    v >>= 4;
-  } while (v != 0);
-  return out;
+std::string hex(uint64_t v) {
+  char buf[16];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v, 16).ptr);
 }
 }  // namespace
 
@@ -50,7 +46,7 @@ Status check_cas_args(uint64_t offset, uint8_t execute_map, const GroupOptions& 
   }
   FERRY_RETURN_IF_ERROR(check_range("gcas", offset, 8, options.region_bytes));
   if ((execute_map >> options.replicas) != 0) {
-    return invalid_argument("gcas: execute map 0x" + fmt_hex(execute_map) + " names replicas beyond the group's " +
+    return invalid_argument("gcas: execute map 0x" + hex(execute_map) + " names replicas beyond the group's " +
                             std::to_string(options.replicas));
   }
   return ok_status();
@@ -127,46 +123,42 @@ Status GroupClient::wait_until(const std::function<bool()>& pred) {
   }
 }
 
-Status GroupClient::gwrite(GroupId gid, uint64_t offset, uint32_t size, bool flush) {
+Result<OpResult> GroupClient::run_sync(const std::function<Status(Callback)>& submit) {
   auto st = std::make_shared<SyncState>();
-  FERRY_RETURN_IF_ERROR(gwrite_async(gid, offset, size, flush, [st](const OpResult& r) {
+  FERRY_RETURN_IF_ERROR(submit([st](const OpResult& r) {
     st->result = r;
     st->done = true;
   }));
   FERRY_RETURN_IF_ERROR(wait_until([&] { return st->done; }));
-  return st->result.status;
+  return st->result;
+}
+
+Status GroupClient::gwrite(GroupId gid, uint64_t offset, uint32_t size, bool flush) {
+  FERRY_ASSIGN_OR_RETURN(OpResult r, run_sync([&](Callback done) {
+    return gwrite_async(gid, offset, size, flush, std::move(done));
+  }));
+  return r.status;
 }
 
 Result<CasResult> GroupClient::gcas(GroupId gid, uint64_t offset, uint64_t old_value, uint64_t new_value,
                                     uint8_t execute_map, bool flush) {
-  auto st = std::make_shared<SyncState>();
-  FERRY_RETURN_IF_ERROR(gcas_async(gid, offset, old_value, new_value, execute_map, flush, [st](const OpResult& r) {
-    st->result = r;
-    st->done = true;
+  FERRY_ASSIGN_OR_RETURN(OpResult r, run_sync([&](Callback done) {
+    return gcas_async(gid, offset, old_value, new_value, execute_map, flush, std::move(done));
   }));
-  FERRY_RETURN_IF_ERROR(wait_until([&] { return st->done; }));
-  if (!st->result.status.ok()) return st->result.status;
-  return st->result.cas;
+  if (!r.status.ok()) return r.status;
+  return r.cas;
 }
 
 Status GroupClient::gmemcpy(GroupId gid, uint64_t src_offset, uint64_t dst_offset, uint32_t size, bool flush) {
-  auto st = std::make_shared<SyncState>();
-  FERRY_RETURN_IF_ERROR(gmemcpy_async(gid, src_offset, dst_offset, size, flush, [st](const OpResult& r) {
-    st->result = r;
-    st->done = true;
+  FERRY_ASSIGN_OR_RETURN(OpResult r, run_sync([&](Callback done) {
+    return gmemcpy_async(gid, src_offset, dst_offset, size, flush, std::move(done));
   }));
-  FERRY_RETURN_IF_ERROR(wait_until([&] { return st->done; }));
-  return st->result.status;
+  return r.status;
 }
 
 Status GroupClient::gflush(GroupId gid) {
-  auto st = std::make_shared<SyncState>();
-  FERRY_RETURN_IF_ERROR(gflush_async(gid, [st](const OpResult& r) {
-    st->result = r;
-    st->done = true;
-  }));
-  FERRY_RETURN_IF_ERROR(wait_until([&] { return st->done; }));
-  return st->result.status;
+  FERRY_ASSIGN_OR_RETURN(OpResult r, run_sync([&](Callback done) { return gflush_async(gid, std::move(done)); }));
+  return r.status;
 }
 
 Status GroupClient::drain(GroupId gid) {

@@ -6,6 +6,9 @@
 
 #include <cstring>
 #include <deque>
+#include <iterator>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/nic/connect.h"
@@ -571,64 +574,56 @@ void HyperLoopClient::Impl::maybe_rearm(Group& g, ClientChain& ch) {
   ++stats.rearm_batches;
 }
 
-size_t HyperLoopClient::Impl::poll_group(Group& g) {
+// Takes every completion `cq` holds, handing each to `on`; a failed poll
+// fails the group. Returns how many it took.
+template <typename OnCompletion>
+size_t drain_cq(HyperLoopClient::Impl& impl, Group& g, nic::CompletionQueue& cq, OnCompletion&& on) {
   nic::WorkCompletion wcs[16];
   size_t seen = 0;
-  for (ClientChain& ch : g.chains) {
-    for (;;) {
-      auto got = ch.head_cq->poll(wcs);
-      if (!got.ok()) {
-        fail(g, got.status());
-        break;
-      }
-      for (uint32_t j = 0; j < got.value(); ++j) {
-        if (wcs[j].status != nic::WcStatus::kSuccess) {
-          fail(g, unavailable("hyperloop " + std::string(detail::chain_name(ch.chain)) +
-                              " chain: sending to replica 0 failed: " + std::string(nic::wc_status_name(wcs[j].status))));
-        }
-      }
-      seen += got.value();
-      if (got.value() < 16) break;
-    }
-    for (;;) {
-      auto got = ch.ack_cq->poll(wcs);
-      if (!got.ok()) {
-        fail(g, got.status());
-        break;
-      }
-      for (uint32_t j = 0; j < got.value(); ++j) {
-        if (wcs[j].status != nic::WcStatus::kSuccess) {
-          fail(g, unavailable("hyperloop " + std::string(detail::chain_name(ch.chain)) +
-                              " chain: acknowledgement failed: " + std::string(nic::wc_status_name(wcs[j].status))));
-        } else if (g.failed.ok()) {
-          complete(g, ch, wcs[j]);
-        }
-      }
-      seen += got.value();
-      if (got.value() < 16) break;
-    }
-  }
   for (;;) {
-    auto got = g.admin_cq->poll(wcs);
+    auto got = cq.poll(wcs);
     if (!got.ok()) {
-      fail(g, got.status());
-      break;
+      impl.fail(g, got.status());
+      return seen;
     }
-    for (uint32_t j = 0; j < got.value(); ++j) {
-      if (wcs[j].status != nic::WcStatus::kSuccess) {
-        fail(g, unavailable("hyperloop: re-arming a replica's control ring failed: " +
-                            std::string(nic::wc_status_name(wcs[j].status))));
-        continue;
-      }
-      ClientChain& ch = g.chains[wcs[j].wr_id % kChainCount];
-      if (ch.arm_writes > 0 && --ch.arm_writes == 0) {
-        ch.armed = ch.arm_to;
-        ch.arming = false;
-      }
-    }
+    for (uint32_t j = 0; j < got.value(); ++j) on(wcs[j]);
     seen += got.value();
-    if (got.value() < 16) break;
+    if (got.value() < std::size(wcs)) return seen;
   }
+}
+
+size_t HyperLoopClient::Impl::poll_group(Group& g) {
+  // Messages are built only on failure: this runs on every poll.
+  auto failure = [&](std::string_view what, const nic::WorkCompletion& wc) {
+    fail(g, unavailable(std::string(what) + ": " + std::string(nic::wc_status_name(wc.status))));
+  };
+  auto chain_failure = [&](const ClientChain& ch, std::string_view what, const nic::WorkCompletion& wc) {
+    failure("hyperloop " + std::string(detail::chain_name(ch.chain)) + " chain: " + std::string(what), wc);
+  };
+  size_t seen = 0;
+  for (ClientChain& ch : g.chains) {
+    seen += drain_cq(*this, g, *ch.head_cq, [&](const nic::WorkCompletion& wc) {
+      if (wc.status != nic::WcStatus::kSuccess) chain_failure(ch, "sending to replica 0 failed", wc);
+    });
+    seen += drain_cq(*this, g, *ch.ack_cq, [&](const nic::WorkCompletion& wc) {
+      if (wc.status != nic::WcStatus::kSuccess) {
+        chain_failure(ch, "acknowledgement failed", wc);
+      } else if (g.failed.ok()) {
+        complete(g, ch, wc);
+      }
+    });
+  }
+  seen += drain_cq(*this, g, *g.admin_cq, [&](const nic::WorkCompletion& wc) {
+    if (wc.status != nic::WcStatus::kSuccess) {
+      failure("hyperloop: re-arming a replica's control ring failed", wc);
+      return;
+    }
+    ClientChain& ch = g.chains[wc.wr_id % kChainCount];
+    if (ch.arm_writes > 0 && --ch.arm_writes == 0) {
+      ch.armed = ch.arm_to;
+      ch.arming = false;
+    }
+  });
   for (ClientChain& ch : g.chains) maybe_rearm(g, ch);
   return seen;
 }

@@ -165,6 +165,10 @@ class GroupClient {
   Status wait_until(const std::function<bool()>& pred);
 
  private:
+  // Submits one operation through `submit` and waits for its callback: the
+  // synchronous forms.
+  Result<OpResult> run_sync(const std::function<Status(Callback)>& submit);
+
   nic::Engine* engine_;
   ClientOptions options_;
 };
