@@ -4,7 +4,7 @@
 #   2. ASan + UBSan build: all tests
 #   3. TSan build: the tests where application and engine threads share state
 #   4. clang + libFuzzer: each fuzz target for FUZZ_SECONDS (default 20)
-# Environment: JOBS (parallelism, default nproc), FUZZ_SECONDS, SKIP_SANITIZERS=1,
+# Environment: JOBS (parallelism, default nproc), FUZZ_SECONDS, FUZZ_SEED, SKIP_SANITIZERS=1,
 # SKIP_FUZZ=1 (for quick local runs; CI runs everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,18 +51,26 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   cmake -S . -B build-fuzz -DFERRY_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   cmake --build build-fuzz -j "$JOBS"
+  # One seed for every target, printed, so that a failing run can be replayed.
+  FUZZ_SEED=${FUZZ_SEED:-$(( $(date +%s) % 1000000000 + 1 ))}
+  echo "fuzz seed $FUZZ_SEED (replay: FUZZ_SEED=$FUZZ_SEED make test)"
   for target in packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz naive_header_fuzz; do
     step "fuzz $target for ${FUZZ_SECONDS}s"
     corpus=$(mktemp -d)
+    log=$(mktemp)
     cp tests/fuzz/corpus/"$target"/* "$corpus"/ 2>/dev/null || true
-    (cd build-fuzz && ./"$target" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 "$corpus" 2>&1 | \
-      grep -E "stat::number_of_executed_units|ERROR|crash|SUMMARY" || true)
-    # libFuzzer exits non-zero on a finding; re-run the saved crash to fail loudly.
-    if ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* >/dev/null 2>&1; then
-      echo "fuzzer $target found a failing input:" && ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* 2>/dev/null
+    # libFuzzer exits non-zero on any finding (crash, leak, timeout, OOM) or
+    # if the target cannot start; its artifact lands in build-fuzz/.
+    rc=0
+    (cd build-fuzz && ./"$target" -seed="$FUZZ_SEED" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+      "$corpus" >"$log" 2>&1) || rc=$?
+    grep -E "stat::number_of_executed_units" "$log" || true
+    if [[ $rc != 0 ]]; then
+      echo "fuzzer $target failed (exit $rc, seed $FUZZ_SEED):"
+      tail -n 60 "$log"
       exit 1
     fi
-    rm -rf "$corpus"
+    rm -rf "$corpus" "$log"
   done
 fi
 
