@@ -1,12 +1,13 @@
 # Ferry: `make demo` runs the main job, `make test` passes the tests.
 # Both install missing Debian packages (scripts/install-deps.sh), configure
 # and build. Build trees: build/ (release with assertions), build-asan/,
-# build-tsan/, build-fuzz/.
+# build-tsan/, build-fuzz/. `make test` reads JOBS, FUZZ_SECONDS (default 20),
+# SKIP_SANITIZERS and SKIP_FUZZ from the environment or the command line
+# (see scripts/run-tests.sh).
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
-FUZZ_SECONDS ?= 20
 
-.PHONY: all build deps demo test test-unit test-asan test-tsan test-fuzz bench plots clean
+.PHONY: all build deps demo test test-unit clean
 
 all: build
 

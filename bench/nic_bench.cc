@@ -11,7 +11,6 @@
 
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
-#include "ferry/common/tsc.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nic/verbs.h"
@@ -84,17 +83,6 @@ class Testbed {
     FERRY_ASSERT(s.ok(), s.to_string());
     for (uint32_t i = 0; i < kServerRecvs; ++i) repost_server_recv(i);
   }
-  ~Testbed() {
-    cqp_.reset();
-    sqp_.reset();
-    ccq_.reset();
-    scq_.reset();
-    cmr_.reset();
-    smr_.reset();
-    cpd_.reset();
-    spd_.reset();
-  }
-
   // Waits until the engine thread has parked (it spins for spin_ns after
   // its last work), so a reference measured now has its CPU to itself.
   void let_engine_sleep() {
@@ -121,14 +109,22 @@ class Testbed {
     if (op == "write") wr.opcode = WrOpcode::kRdmaWrite;
     if (op == "read") wr.opcode = WrOpcode::kRdmaRead;
     if (op == "send") wr.opcode = WrOpcode::kSend;
-    if (op == "atomic") {
+    // Decided once: nothing compares strings inside the timed loop.
+    const bool atomic = op == "atomic";
+    const bool send = op == "send";
+    if (atomic) {
       wr.opcode = WrOpcode::kAtomicFetchAndAdd;
       wr.compare_add = 1;
     }
     const uint64_t total = warmup + iters;
     std::vector<uint64_t> posted_at(window);
-    uint64_t posted = 0, done = 0, start_ticks = 0, engine_cpu_start = 0;
-    const double ns_per_tick = Tsc::ns_per_tick();
+    uint64_t posted = 0, done = 0, start_ns = 0, engine_cpu_start = 0;
+    const Clock& clock = timing_clock();
+    auto begin_measurement = [&] {
+      start_ns = clock.now_ns();
+      engine_cpu_start = engine_cpu_ns();
+    };
+    if (warmup == 0) begin_measurement();
     WorkCompletion wcs[32];
     while (done < total) {
       while (posted < total && posted - done < window) {
@@ -136,8 +132,8 @@ class Testbed {
         const Sge sge = cmr_->sge(static_cast<size_t>(slot) * slot_bytes_, size);
         wr.wr_id = posted;
         wr.sg_list = std::span<const Sge>(&sge, 1);
-        wr.remote_addr = op == "atomic" ? smr_->iova() : smr_->iova() + static_cast<uint64_t>(slot) * slot_bytes_;
-        posted_at[slot] = Tsc::now();
+        wr.remote_addr = atomic ? smr_->iova() : smr_->iova() + static_cast<uint64_t>(slot) * slot_bytes_;
+        posted_at[slot] = clock.now_ns();
         const Status s = cqp_->post_send(wr);
         FERRY_ASSERT(s.ok(), s.to_string());
         ++posted;
@@ -145,34 +141,31 @@ class Testbed {
       if (inline_) engine_->step();
       auto n = ccq_->poll(wcs);
       FERRY_ASSERT(n.ok(), n.status().to_string());
-      const uint64_t now = n.value() != 0 ? Tsc::now() : 0;
+      const uint64_t now = n.value() != 0 ? clock.now_ns() : 0;
       for (uint32_t i = 0; i < n.value(); ++i) {
         FERRY_ASSERT(wcs[i].status == WcStatus::kSuccess, "benchmark op failed: ", wc_status_name(wcs[i].status));
-        if (done >= warmup) {
-          p.latency.record(static_cast<uint64_t>(
-              static_cast<double>(now - posted_at[wcs[i].wr_id % window]) * ns_per_tick));
-        }
+        if (done >= warmup) p.latency.record(now - posted_at[wcs[i].wr_id % window]);
         ++done;
-        if (done == warmup) {
-          start_ticks = Tsc::now();
-          engine_cpu_start = engine_->stats().thread_cpu_ns;
-        }
+        if (done == warmup) begin_measurement();
       }
-      if (op == "send") {
+      if (send) {
         // The server application's share: recycle its RECVs (off the
         // measured path of a single op, on this thread).
         auto m = scq_->poll(wcs);
         for (uint32_t i = 0; i < m.value(); ++i) repost_server_recv(wcs[i].wr_id + kServerRecvs);
       }
     }
-    const uint64_t end_ticks = Tsc::now();
-    p.seconds = static_cast<double>(end_ticks - start_ticks) * ns_per_tick / 1e9;
-    const uint64_t engine_cpu_ns = engine_->stats().thread_cpu_ns - engine_cpu_start;
-    p.engine_cpu_fraction = p.seconds > 0 ? static_cast<double>(engine_cpu_ns) / 1e9 / p.seconds : 0;
+    p.seconds = static_cast<double>(clock.now_ns() - start_ns) / 1e9;
+    const uint64_t engine_cpu_used_ns = engine_cpu_ns() - engine_cpu_start;
+    p.engine_cpu_fraction = p.seconds > 0 ? static_cast<double>(engine_cpu_used_ns) / 1e9 / p.seconds : 0;
     return p;
   }
 
  private:
+  // CPU time of the thread doing the NIC's work: the engine thread, or in
+  // inline mode this (the client's) thread, which then does both.
+  uint64_t engine_cpu_ns() const { return inline_ ? thread_cpu_time_ns() : engine_->stats().thread_cpu_ns; }
+
   uint32_t slot_bytes_;
   bool inline_ = false;
   Aligned client_mem_, server_mem_;
@@ -213,7 +206,7 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
   // The ping-pong partner: the engine's CPU, or in inline mode the CPU it would have had.
   const int reference_cpu = usable_cpu(o.engine_cpu);
   placement.engine_fifo = o.engine_fifo;
-  log << "ferry bench nic: " << placement_text(placement) << "\n";
+  log << "ferry bench nic: " << placement_text(placement) << "; timing clock: " << timing_clock_name() << "\n";
   if (placement.engine_cpu >= 0 && placement.engine_cpu == placement.client_cpu) {
     log << "warning: client and engine share CPU " << placement.engine_cpu << "; latency will include scheduling\n";
   }
@@ -226,10 +219,12 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
     out << placement_text(placement) << "\n";
     out << "Latency = post to completion (a full round trip); rate with `outstanding` in flight.\n"
         << "ref_p50 = cross-thread ping-pong RTT and ref_Gbps = memcpy of the same working set, both measured\n"
-        << "right before each point on the same CPUs.\n";
-    out << fmt::format("{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>8}{:>9}{:>9}{:>8}{:>7}\n", "op", "size", "out",
-                       "iters", "p50_ns", "p99_ns", "p999_ns", "max_ns", "Mops", "Gbps", "ref_p50", "ref_Gbps",
-                       "p50/ref", "bw/ref");
+        << "right before each point on the same CPUs. eng_cpu = the engine thread's CPU time over the run's\n"
+        << "wall time" << (o.inline_engine ? " (inline: the client thread's, which does the engine's work too)" : "")
+        << ".\n";
+    out << fmt::format("{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>8}{:>9}{:>9}{:>8}{:>7}{:>8}\n", "op", "size",
+                       "out", "iters", "p50_ns", "p99_ns", "p999_ns", "max_ns", "Mops", "Gbps", "ref_p50", "ref_Gbps",
+                       "p50/ref", "bw/ref", "eng_cpu");
   }
   for (const std::string& op : o.ops) {
     std::vector<uint32_t> sizes = op == "atomic" ? std::vector<uint32_t>{8} : o.sizes;
@@ -245,14 +240,17 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
         // The references are measured right before each point, with the engine
         // parked, so they see the same vCPU placement as the point itself.
         bed.let_engine_sleep();
+        // pingpong_rtt leaves this thread pinned to the client CPU.
         const Histogram pingpong = pingpong_rtt(placement.client_cpu, reference_cpu, 20'000);
-        if (placement.client_cpu >= 0) (void)pin_current_thread(placement.client_cpu);
         const double ref_gbps = memcpy_bytes_per_second(size, window, 0.02) * 8 / 1e9;
         const uint64_t ref_p50 = pingpong.percentile(0.5);
         log << fmt::format("  {} {} B x{} ({} ops; ping-pong p50 {} ns) ...\n", op, size, window, iters, ref_p50);
         const Point p = bed.run(op, size, window, std::min<uint64_t>(iters / 10, 5000), iters);
         const double mops = static_cast<double>(p.iters) / p.seconds / 1e6;
         const double gbps = static_cast<double>(p.iters) * size * 8 / p.seconds / 1e9;
+        const double p50_over_ref =
+            static_cast<double>(p.latency.percentile(0.5)) / static_cast<double>(std::max<uint64_t>(ref_p50, 1));
+        const double gbps_over_ref = ref_gbps > 0 ? gbps / ref_gbps : 0.0;
         if (o.json) {
           nlohmann::json j;
           j["op"] = op;
@@ -263,6 +261,8 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
           j["mops"] = mops;
           j["gbps"] = gbps;
           j["reference"] = {{"p50_ns", ref_p50}, {"gbps", ref_gbps}};
+          j["p50_over_ref"] = p50_over_ref;
+          j["gbps_over_ref"] = gbps_over_ref;
           j["engine"] = placement_json(placement);
           j["engine"]["mode"] = o.inline_engine ? "inline" : "thread";
           j["engine"]["cpu_busy_fraction"] = p.engine_cpu_fraction;
@@ -270,11 +270,10 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
           j["load"] = placement.load;
           out << j.dump() << std::endl;
         } else {
-          out << fmt::format("{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10.3f}{:>8.2f}{:>9}{:>9.1f}{:>8.2f}{:>7.2f}\n", op,
-                             size, window, p.iters, p.latency.percentile(0.5), p.latency.percentile(0.99),
-                             p.latency.percentile(0.999), p.latency.max(), mops, gbps, ref_p50, ref_gbps,
-                             static_cast<double>(p.latency.percentile(0.5)) / static_cast<double>(ref_p50),
-                             gbps / ref_gbps);
+          out << fmt::format(
+              "{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10.3f}{:>8.2f}{:>9}{:>9.1f}{:>8.2f}{:>7.2f}{:>8.2f}\n", op,
+              size, window, p.iters, p.latency.percentile(0.5), p.latency.percentile(0.99), p.latency.percentile(0.999),
+              p.latency.max(), mops, gbps, ref_p50, ref_gbps, p50_over_ref, gbps_over_ref, p.engine_cpu_fraction);
           out.flush();
         }
       }

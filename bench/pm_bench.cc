@@ -12,7 +12,6 @@
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
 #include "ferry/common/rng.h"
-#include "ferry/common/tsc.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
 #include "ferry/pm/domain.h"
@@ -43,11 +42,32 @@ struct Variant {
   CpuWriteHints cpu{false, false};
 };
 
-struct Result {
+// One measured run: its latency distribution and the wall time and engine
+// CPU time of the measured operations (warm-up excluded).
+struct Measurement {
   Histogram latency;
   uint64_t iters = 0;
   double seconds = 0;
+  uint64_t engine_cpu_ns = 0;
   MediaCounters counters;
+
+  double mops() const { return seconds > 0 ? static_cast<double>(iters) / seconds / 1e6 : 0.0; }
+  double engine_cpu_fraction() const { return seconds > 0 ? static_cast<double>(engine_cpu_ns) / 1e9 / seconds : 0.0; }
+  // Adds another run's operations (latency, time, CPU; not counters).
+  void add(const Measurement& m) {
+    latency.merge(m.latency);
+    iters += m.iters;
+    seconds += m.seconds;
+    engine_cpu_ns += m.engine_cpu_ns;
+  }
+};
+
+// How the persist experiment makes a remote write durable.
+enum class PersistMode {
+  kPlain,     // a WRITE alone (not durable: the reference)
+  kH9,        // WRITE + READ behind one doorbell (H9)
+  kH9Flush,   // WRITE + FLUSH behind one doorbell
+  kStrawman,  // WRITE, wait, READ, wait
 };
 
 // Two hosts: a client with DRAM buffers, a server whose memory is a
@@ -101,20 +121,6 @@ class PmTestbed {
     const Status s = connect_qps(*cqp_, *client_, *sqp_, *server_);
     FERRY_ASSERT(s.ok(), s.to_string());
   }
-  ~PmTestbed() {
-    cqp_.reset();
-    sqp_.reset();
-    ccq_.reset();
-    scq_.reset();
-    cmr_.reset();
-    smr_.reset();
-    rmr_.reset();
-    lmr_.reset();
-    cpd_.reset();
-    spd_.reset();
-    engine_.reset();
-  }
-
   Region& region() { return *region_; }
 
   // A random target offset for a write of `size` under the variant's hints.
@@ -128,46 +134,52 @@ class PmTestbed {
   // Runs `warmup + iters` operations keeping `window` in flight; `post(i)`
   // issues operation i and `done(wc)` reports whether a completion ends one.
   template <typename Post, typename Done>
-  Result drive(uint64_t warmup, uint64_t iters, uint32_t window, Post post, Done done) {
-    Result r;
+  Measurement drive(uint64_t warmup, uint64_t iters, uint32_t window, Post post, Done done) {
+    Measurement r;
     r.iters = iters;
     const uint64_t total = warmup + iters;
     std::vector<uint64_t> posted_at(window);
-    uint64_t posted = 0, finished = 0, start = 0;
-    const double ns_per_tick = Tsc::ns_per_tick();
+    uint64_t posted = 0, finished = 0, start_ns = 0, engine_cpu_start = 0;
+    const Clock& clock = timing_clock();
+    // Called once every warm-up operation has completed and before any
+    // measured one is posted: the model's cleanup is neither timed nor
+    // counted, and the counters hold measured operations only.
+    auto begin_measurement = [&] {
+      region_->settle_media_model();
+      region_->reset_counters();
+      engine_cpu_start = engine_->stats().thread_cpu_ns;
+      start_ns = clock.now_ns();
+    };
+    if (warmup == 0) begin_measurement();
     WorkCompletion wcs[32];
     while (finished < total) {
-      while (posted < total && posted - finished < window) {
-        posted_at[posted % window] = Tsc::now();
+      const uint64_t post_limit = finished < warmup ? warmup : total;
+      while (posted < post_limit && posted - finished < window) {
+        posted_at[posted % window] = clock.now_ns();
         post(posted);
         ++posted;
       }
       serve_server_side();
       auto n = ccq_->poll(wcs);
       FERRY_ASSERT(n.ok(), n.status().to_string());
-      const uint64_t now = n.value() ? Tsc::now() : 0;
+      const uint64_t now = n.value() ? clock.now_ns() : 0;
       for (uint32_t i = 0; i < n.value(); ++i) {
         FERRY_ASSERT(wcs[i].status == WcStatus::kSuccess, "pm bench op failed: ", wc_status_name(wcs[i].status));
         uint64_t id;
         if (!done(wcs[i], &id)) continue;
-        if (finished >= warmup) {
-          r.latency.record(static_cast<uint64_t>(static_cast<double>(now - posted_at[id % window]) * ns_per_tick));
-        }
+        if (finished >= warmup) r.latency.record(now - posted_at[id % window]);
         ++finished;
-        if (finished == warmup) {
-          start = Tsc::now();
-          region_->settle_media_model();
-          region_->reset_counters();
-        }
+        if (finished == warmup) begin_measurement();
       }
     }
-    r.seconds = static_cast<double>(Tsc::now() - start) * ns_per_tick / 1e9;
+    r.seconds = static_cast<double>(clock.now_ns() - start_ns) / 1e9;
+    r.engine_cpu_ns = engine_->stats().thread_cpu_ns - engine_cpu_start;
     region_->settle_media_model();
     r.counters = region_->counters();
     return r;
   }
 
-  Result one_sided(uint32_t size, uint32_t window, uint64_t warmup, uint64_t iters) {
+  Measurement one_sided(uint32_t size, uint32_t window, uint64_t warmup, uint64_t iters) {
     const uint32_t len = variant_.padded ? static_cast<uint32_t>(padded_size(size)) : size;
     return drive(
         warmup, iters, window,
@@ -191,7 +203,7 @@ class PmTestbed {
 
   // Client SENDs the payload; the server application copies it into the
   // region and persists it, then answers with an empty SEND.
-  Result two_sided(uint32_t size, uint32_t window, uint64_t warmup, uint64_t iters) {
+  Measurement two_sided(uint32_t size, uint32_t window, uint64_t warmup, uint64_t iters) {
     two_sided_size_ = size;
     serving_ = true;
     if (!recvs_posted_) {
@@ -203,7 +215,7 @@ class PmTestbed {
       }
       recvs_posted_ = true;
     }
-    Result r = drive(
+    Measurement r = drive(
         warmup, iters, window,
         [&](uint64_t i) {
           const Sge sge = cmr_->sge((i % window) * kRecvSlot, size);
@@ -229,7 +241,7 @@ class PmTestbed {
     return r;
   }
 
-  Result atomic(bool on_pm, uint32_t window, uint64_t warmup, uint64_t iters) {
+  Measurement atomic(bool on_pm, uint32_t window, uint64_t warmup, uint64_t iters) {
     return drive(
         warmup, iters, window,
         [&](uint64_t i) {
@@ -257,10 +269,11 @@ class PmTestbed {
         });
   }
 
-  // Persistent-write latency, one at a time: "plain", "h9", "h9_flush", "strawman".
-  Histogram persist(const std::string& mode, uint32_t size, uint64_t warmup, uint64_t iters) {
-    Histogram h;
-    const double ns_per_tick = Tsc::ns_per_tick();
+  // Persistent-write latency and rate, one write at a time.
+  Measurement persist(PersistMode mode, uint32_t size, uint64_t warmup, uint64_t iters) {
+    Measurement m;
+    m.iters = iters;
+    const Clock& clock = timing_clock();
     const Sge local = cmr_->sge(0, size);
     WorkCompletion wc;
     auto wait = [&] {
@@ -272,31 +285,48 @@ class PmTestbed {
       }
       FERRY_ASSERT(wc.status == WcStatus::kSuccess, "persist bench op failed");
     };
-    for (uint64_t i = 0; i < warmup + iters; ++i) {
-      const uint64_t remote = smr_->iova() + target(size);
-      const uint64_t t0 = Tsc::now();
-      if (mode == "plain") {
-        SendWr wr;
-        wr.opcode = WrOpcode::kRdmaWrite;
-        wr.flags = kSendSignaled;
-        wr.sg_list = std::span<const Sge>(&local, 1);
-        wr.remote_addr = remote;
-        wr.rkey = smr_->rkey();
-        const Status s = cqp_->post_send(wr);
-        FERRY_ASSERT(s.ok(), s.to_string());
-        wait();
-      } else if (mode == "h9" || mode == "h9_flush") {
-        const PersistPoint p = mode == "h9" ? PersistPoint::kRead : PersistPoint::kFlush;
-        const Status s = post_persistent_write(*cqp_, local, remote, smr_->rkey(), i, p);
-        FERRY_ASSERT(s.ok(), s.to_string());
-        wait();
-      } else {
-        const Status s = persistent_write_strawman(*cqp_, *ccq_, local, remote, smr_->rkey(), PersistPoint::kRead);
-        FERRY_ASSERT(s.ok(), s.to_string());
+    // One durable (or, for kPlain, merely completed) write to `remote`.
+    auto write = [&](uint64_t i, uint64_t remote) {
+      switch (mode) {
+        case PersistMode::kPlain: {
+          SendWr wr;
+          wr.opcode = WrOpcode::kRdmaWrite;
+          wr.flags = kSendSignaled;
+          wr.sg_list = std::span<const Sge>(&local, 1);
+          wr.remote_addr = remote;
+          wr.rkey = smr_->rkey();
+          const Status s = cqp_->post_send(wr);
+          FERRY_ASSERT(s.ok(), s.to_string());
+          wait();
+          break;
+        }
+        case PersistMode::kH9:
+        case PersistMode::kH9Flush: {
+          const PersistPoint p = mode == PersistMode::kH9 ? PersistPoint::kRead : PersistPoint::kFlush;
+          const Status s = post_persistent_write(*cqp_, local, remote, smr_->rkey(), i, p);
+          FERRY_ASSERT(s.ok(), s.to_string());
+          wait();
+          break;
+        }
+        case PersistMode::kStrawman: {
+          const Status s = persistent_write_strawman(*cqp_, *ccq_, local, remote, smr_->rkey(), PersistPoint::kRead);
+          FERRY_ASSERT(s.ok(), s.to_string());
+          break;
+        }
       }
-      if (i >= warmup) h.record(static_cast<uint64_t>(static_cast<double>(Tsc::now() - t0) * ns_per_tick));
+    };
+    for (uint64_t i = 0; i < warmup; ++i) write(i, smr_->iova() + target(size));
+    const uint64_t engine_cpu_start = engine_->stats().thread_cpu_ns;
+    const uint64_t start_ns = clock.now_ns();
+    for (uint64_t i = warmup; i < warmup + iters; ++i) {
+      const uint64_t remote = smr_->iova() + target(size);
+      const uint64_t t0 = clock.now_ns();
+      write(i, remote);
+      m.latency.record(clock.now_ns() - t0);
     }
-    return h;
+    m.seconds = static_cast<double>(clock.now_ns() - start_ns) / 1e9;
+    m.engine_cpu_ns = engine_->stats().thread_cpu_ns - engine_cpu_start;
+    return m;
   }
 
  private:
@@ -380,6 +410,7 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
       return invalid_argument("unknown experiment '" + e + "' (one_sided, two_sided, atomic, persist)");
     }
   }
+  if (o.sizes.empty()) return invalid_argument("no sizes given");
   for (uint32_t s : o.sizes) {
     if (s == 0 || s > 4096) return invalid_argument("sizes must be in 1..4096");
   }
@@ -399,13 +430,16 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
   if (placement.client_cpu >= 0) (void)pin_current_thread(placement.client_cpu);
   log << "ferry bench pm: " << placement_text(placement) << "\n"
       << "PM region: " << pm_path << " (" << (o.region_bytes >> 20) << " MiB). Media counters and media-bound rates "
-      << "come from the model (docs/persistence.md), not from hardware; rates are this emulator's, measured.\n";
+      << "come from the model (docs/persistence.md), not from hardware; rates are this emulator's, measured. "
+      << "Timing clock: " << timing_clock_name() << ".\n";
 
   bool real_pm = false;
   std::string granularity;
-  auto emit = [&](nlohmann::json j) {
+  auto emit = [&](nlohmann::json j, double engine_cpu_fraction) {
     j["bench"] = "pm";
     j["engine"] = placement_json(placement);
+    j["engine"]["mode"] = "thread";
+    j["engine"]["cpu_busy_fraction"] = engine_cpu_fraction;
     j["client_cpu"] = placement.client_cpu;
     j["load"] = placement.load;
     j["real_pm"] = real_pm;
@@ -417,11 +451,12 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
     if (o.iters) return o.iters;
     return static_cast<uint64_t>(std::clamp(o.seconds_per_point / std::max(per_op_seconds, 1e-9), 2000.0, 500000.0));
   };
-  auto table_header = [&](const char* title) {
+  auto table_header = [&](const std::string& title) {
     if (!o.json) {
       out << "\n" << title << "\n"
-          << fmt::format("{:<11}{:<18}{:>6}{:>9}{:>9}{:>9}{:>9}  {:>7}{:>8}{:>8}{:>8}{:>10}\n", "memory", "variant", "size",
-                         "Mops", "p50_ns", "p99_ns", "p999_ns", "wr_amp", "rmw/op", "rfo/op", "rd/op", "media_Mops");
+          << fmt::format("{:<11}{:<18}{:>6}{:>9}{:>9}{:>9}{:>9}  {:>7}{:>8}{:>8}{:>8}{:>11}\n", "memory", "variant",
+                         "size", "Mops", "p50_ns", "p99_ns", "p999_ns", "wr_amp", "rmw/op", "rfo/op", "rd/op",
+                         "media_Mops");
     }
   };
 
@@ -440,21 +475,25 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
       variants = {{"dram", {}, false, false, false, false, {false, false}},
                   {"baseline", {}, true, false, false, false, {false, false}},  // cached stores, unaligned
                   {"+H4", {"H4"}, true, false, false, false, {true, false}},
-                  {"+H4+H7", {"H4", "H7"}, true, false, true, true, {true, true}}};
+                  {"+H4+H5/H6+H7", {"H4", "H5", "H6", "H7"}, true, false, true, true, {true, true}}};
     }
-    table_header(one ? "One-sided remote write (RDMA WRITE, random addresses, 16 outstanding)"
-                     : "Two-sided remote write (SEND; server CPU copies into the region and persists)");
+    table_header(
+        one ? fmt::format("One-sided remote write (RDMA WRITE, random addresses, {} outstanding)", o.outstanding)
+            : fmt::format("Two-sided remote write (SEND, {} outstanding; server CPU copies into the region "
+                          "and persists)",
+                          o.outstanding));
     for (const Variant& v : variants) {
       PmTestbed bed(o, placement, v, pm_path);
       real_pm = bed.region().real_pm();
       granularity = bed.region().granularity();
       for (uint32_t size : o.sizes) {
-        const Result probe = one ? bed.one_sided(size, o.outstanding, 200, 1000) : bed.two_sided(size, o.outstanding, 200, 1000);
+        const Measurement probe =
+            one ? bed.one_sided(size, o.outstanding, 200, 1000) : bed.two_sided(size, o.outstanding, 200, 1000);
         const uint64_t iters = iters_for(probe.seconds / 1000.0);
         log << fmt::format("  {} {} {} B ({} ops) ...\n", exp, v.name, size, iters);
-        const Result r = one ? bed.one_sided(size, o.outstanding, std::min<uint64_t>(iters / 10, 5000), iters)
-                             : bed.two_sided(size, o.outstanding, std::min<uint64_t>(iters / 10, 5000), iters);
-        const double mops = static_cast<double>(r.iters) / r.seconds / 1e6;
+        const Measurement r = one ? bed.one_sided(size, o.outstanding, std::min<uint64_t>(iters / 10, 5000), iters)
+                                  : bed.two_sided(size, o.outstanding, std::min<uint64_t>(iters / 10, 5000), iters);
+        const double mops = r.mops();
         nlohmann::json j;
         j["experiment"] = exp;
         j["memory"] = v.pm ? "pm" : "dram";
@@ -468,10 +507,10 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
         j["mops"] = mops;
         j["gbps"] = mops * 1e6 * size * 8 / 1e9;
         j["modeled"] = modeled_json(r.counters, r.iters);
-        emit(j);
+        emit(j, r.engine_cpu_fraction());
         if (!o.json) {
           const auto& m = j["modeled"];
-          out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>10.1f}\n",
+          out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
                              v.pm ? "pm" : "dram", v.name, size, mops, r.latency.percentile(0.5),
                              r.latency.percentile(0.99), r.latency.percentile(0.999),
                              m["write_amplification"].get<double>(),
@@ -491,11 +530,11 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
     real_pm = bed.region().real_pm();
     granularity = bed.region().granularity();
     for (bool on_pm : {true, false}) {
-      const Result probe = bed.atomic(on_pm, o.outstanding, 200, 1000);
+      const Measurement probe = bed.atomic(on_pm, o.outstanding, 200, 1000);
       const uint64_t iters = iters_for(probe.seconds / 1000.0);
       log << fmt::format("  atomic {} ({} ops) ...\n", on_pm ? "on PM" : "DRAM lock table", iters);
-      const Result r = bed.atomic(on_pm, o.outstanding, std::min<uint64_t>(iters / 10, 5000), iters);
-      const double mops = static_cast<double>(r.iters) / r.seconds / 1e6;
+      const Measurement r = bed.atomic(on_pm, o.outstanding, std::min<uint64_t>(iters / 10, 5000), iters);
+      const double mops = r.mops();
       nlohmann::json j;
       j["experiment"] = "atomic";
       j["memory"] = on_pm ? "pm" : "dram";
@@ -506,12 +545,12 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
       j["outstanding"] = o.outstanding;
       add_percentiles_ns(j, r.latency);
       j["mops"] = mops;
-      j["gbps"] = mops * 1e6 * 64 / 1e9;
+      j["gbps"] = mops * 1e6 * 8 * 8 / 1e9;  // 8-byte operands
       j["modeled"] = modeled_json(r.counters, r.iters);
-      emit(j);
+      emit(j, r.engine_cpu_fraction());
       if (!o.json) {
         const auto& m = j["modeled"];
-        out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>10.1f}\n",
+        out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
                            on_pm ? "pm" : "dram", on_pm ? "locks on PM" : "+H8", 8, mops, r.latency.percentile(0.5),
                            r.latency.percentile(0.99), r.latency.percentile(0.999),
                            m["write_amplification"].get<double>(), m["pcie_rmw_per_op"].get<double>(),
@@ -525,66 +564,84 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
   if (std::find(o.experiments.begin(), o.experiments.end(), "persist") != o.experiments.end()) {
     if (!o.json) {
       out << "\nPersistent remote write latency, one at a time (PM, DDIO off), ratios to a plain WRITE's p50\n"
-          << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10}{:>12}{:>14}\n", "size", "plain_p50", "h9_p50",
+          << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10}{:>12}{:>15}\n", "size", "plain_p50", "h9_p50",
                          "h9flush_p50", "strawman_p50", "h9/plain", "flush/plain", "strawman/plain");
     }
-    struct Run {
-      Histogram plain, h9, h9f, straw;
+    struct PersistRun {
+      Measurement plain, h9, h9_flush, strawman;
     };
-    auto measure = [&](uint64_t wire_delay_ns, uint32_t size) {
+    constexpr std::pair<const char*, Measurement PersistRun::*> kModes[] = {{"plain", &PersistRun::plain},
+                                                                            {"h9", &PersistRun::h9},
+                                                                            {"h9_flush", &PersistRun::h9_flush},
+                                                                            {"strawman", &PersistRun::strawman}};
+    // Every size on one testbed (one PM file) per wire delay.
+    auto measure_sizes = [&](uint64_t wire_delay_ns) {
       PmTestbed bed(o, placement, {"persist", {"H3", "H9"}, true, false, true, true, {}}, pm_path, wire_delay_ns);
       real_pm = bed.region().real_pm();
       granularity = bed.region().granularity();
       const uint64_t iters = o.iters ? o.iters : (wire_delay_ns ? 4000 : 20000);
-      log << fmt::format("  persist {} B, wire delay {} ns ({} each) ...\n", size, wire_delay_ns, iters);
-      // Interleave the four modes in rounds so drift affects them alike.
-      Run r;
-      for (int round = 0; round < 4; ++round) {
-        r.plain.merge(bed.persist("plain", size, 200, iters / 4));
-        r.h9.merge(bed.persist("h9", size, 200, iters / 4));
-        r.h9f.merge(bed.persist("h9_flush", size, 200, iters / 4));
-        r.straw.merge(bed.persist("strawman", size, 200, iters / 4));
+      const uint64_t per_round = std::max<uint64_t>(iters / 4, 1);
+      std::vector<PersistRun> runs;
+      for (uint32_t size : o.sizes) {
+        log << fmt::format("  persist {} B, wire delay {} ns ({} each) ...\n", size, wire_delay_ns, 4 * per_round);
+        // Interleave the four modes in rounds so drift affects them alike.
+        PersistRun r;
+        for (int round = 0; round < 4; ++round) {
+          r.plain.add(bed.persist(PersistMode::kPlain, size, 200, per_round));
+          r.h9.add(bed.persist(PersistMode::kH9, size, 200, per_round));
+          r.h9_flush.add(bed.persist(PersistMode::kH9Flush, size, 200, per_round));
+          r.strawman.add(bed.persist(PersistMode::kStrawman, size, 200, per_round));
+        }
+        runs.push_back(std::move(r));
       }
-      return r;
+      return runs;
     };
-    auto ratios = [](const Run& r, nlohmann::json& j) {
-      const double base = static_cast<double>(r.plain.percentile(0.5));
-      for (auto [name, h] : {std::pair<const char*, const Histogram*>{"plain", &r.plain}, {"h9", &r.h9},
-                             {"h9_flush", &r.h9f}, {"strawman", &r.straw}}) {
+    auto ratios = [&](const PersistRun& r, uint32_t size, nlohmann::json& j) {
+      const double base = static_cast<double>(std::max<uint64_t>(r.plain.latency.percentile(0.5), 1));
+      for (const auto& [name, member] : kModes) {
+        const Measurement& m = r.*member;
         nlohmann::json d;
-        add_percentiles_ns(d, *h);
-        d["avg_ns"] = h->mean();
+        add_percentiles_ns(d, m.latency);
+        d["avg_ns"] = m.latency.mean();
+        d["mops"] = m.mops();
+        d["gbps"] = m.mops() * 1e6 * size * 8 / 1e9;
         j[name] = d;
       }
-      j["persist_ratio_h9"] = static_cast<double>(r.h9.percentile(0.5)) / base;
-      j["persist_ratio_h9_flush"] = static_cast<double>(r.h9f.percentile(0.5)) / base;
-      j["persist_ratio_strawman"] = static_cast<double>(r.straw.percentile(0.5)) / base;
+      j["persist_ratio_h9"] = static_cast<double>(r.h9.latency.percentile(0.5)) / base;
+      j["persist_ratio_h9_flush"] = static_cast<double>(r.h9_flush.latency.percentile(0.5)) / base;
+      j["persist_ratio_strawman"] = static_cast<double>(r.strawman.latency.percentile(0.5)) / base;
     };
-    for (uint32_t size : o.sizes) {
-      const Run r = measure(0, size);
+    const std::vector<PersistRun> runs = measure_sizes(0);
+    std::vector<PersistRun> wired_runs;
+    if (o.modeled_wire_delay_ns != 0) wired_runs = measure_sizes(o.modeled_wire_delay_ns);
+    for (size_t k = 0; k < o.sizes.size(); ++k) {
+      const uint32_t size = o.sizes[k];
+      const PersistRun& r = runs[k];
       nlohmann::json j;
       j["experiment"] = "persist";
       j["memory"] = "pm";
       j["size"] = size;
-      j["iters"] = r.plain.count();
+      j["iters"] = r.plain.iters;
       j["outstanding"] = 1;
-      add_percentiles_ns(j, r.plain);  // the plain WRITE is the reference
-      j["mops"] = 1e3 / static_cast<double>(std::max<uint64_t>(r.plain.percentile(0.5), 1));
-      j["gbps"] = 0.0;
+      // The plain WRITE is the reference: its distribution and its measured
+      // one-at-a-time rate are the row's; the other modes' are under their names.
+      add_percentiles_ns(j, r.plain.latency);
+      j["mops"] = r.plain.mops();
+      j["gbps"] = r.plain.mops() * 1e6 * size * 8 / 1e9;
       j["wire_delay_ns"] = 0;
-      ratios(r, j);
+      ratios(r, size, j);
       nlohmann::json wired;
       if (o.modeled_wire_delay_ns != 0) {
-        const Run w = measure(o.modeled_wire_delay_ns, size);
         wired["source"] = "emulator plus a modeled one-way wire delay (not measured hardware)";
         wired["wire_delay_ns"] = o.modeled_wire_delay_ns;
-        ratios(w, wired);
+        ratios(wired_runs[k], size, wired);
         j["with_modeled_wire"] = wired;
       }
-      emit(j);
+      emit(j, r.plain.engine_cpu_fraction());
       if (!o.json) {
-        out << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10.2f}{:>12.2f}{:>14.2f}", size, r.plain.percentile(0.5),
-                           r.h9.percentile(0.5), r.h9f.percentile(0.5), r.straw.percentile(0.5),
+        out << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10.2f}{:>12.2f}{:>15.2f}", size,
+                           r.plain.latency.percentile(0.5), r.h9.latency.percentile(0.5),
+                           r.h9_flush.latency.percentile(0.5), r.strawman.latency.percentile(0.5),
                            j["persist_ratio_h9"].get<double>(), j["persist_ratio_h9_flush"].get<double>(),
                            j["persist_ratio_strawman"].get<double>());
         if (o.modeled_wire_delay_ns != 0) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ferry/common/cpu.h"
+#include "ferry/common/tsc.h"
 
 namespace ferry::bench {
 
@@ -30,5 +31,12 @@ void add_percentiles_ns(nlohmann::json& j, const Histogram& h) {
 }
 
 int usable_cpu(int wanted) { return (wanted >= 0 && wanted < available_cpus()) ? wanted : -1; }
+
+const Clock& timing_clock() {
+  if (Tsc::invariant()) return TscClock::instance();
+  return SteadyClock::instance();
+}
+
+const char* timing_clock_name() { return Tsc::invariant() ? "tsc" : "clock_monotonic"; }
 
 }  // namespace ferry::bench

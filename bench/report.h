@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 
+#include "ferry/common/clock.h"
 #include "ferry/common/histogram.h"
 
 namespace ferry::bench {
@@ -28,5 +29,13 @@ void add_percentiles_ns(nlohmann::json& j, const Histogram& h);
 
 // Picks a usable CPU: `wanted` if it exists on this machine, else -1.
 int usable_cpu(int wanted);
+
+// The clock benchmarks time single operations with: the TSC when it is
+// invariant (a read costs ~10 ns against ~25 ns for clock_gettime), else
+// CLOCK_MONOTONIC -- never a TSC that may drift between cores or stop when idle.
+// Thread-safe; lives for the whole process.
+const Clock& timing_clock();
+// "tsc" or "clock_monotonic": which one timing_clock() is, for reports.
+const char* timing_clock_name();
 
 }  // namespace ferry::bench

@@ -13,6 +13,7 @@ in=$1
 out=${2:-$(dirname "$in")}
 [[ -s "$in" ]] || { echo "plot-nic: no data in $in" >&2; exit 1; }
 command -v gnuplot >/dev/null || { echo "plot-nic: gnuplot missing (scripts/install-deps.sh)" >&2; exit 1; }
+command -v jq >/dev/null || { echo "plot-nic: jq missing (scripts/install-deps.sh)" >&2; exit 1; }
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

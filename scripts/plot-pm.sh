@@ -13,6 +13,7 @@ in=$1
 out=${2:-$(dirname "$in")}
 [[ -s "$in" ]] || { echo "plot-pm: no data in $in" >&2; exit 1; }
 command -v gnuplot >/dev/null || { echo "plot-pm: gnuplot missing (scripts/install-deps.sh)" >&2; exit 1; }
+command -v jq >/dev/null || { echo "plot-pm: jq missing (scripts/install-deps.sh)" >&2; exit 1; }
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,7 +25,7 @@ for exp in one_sided two_sided; do
   while IFS= read -r variant; do
     f="$tmp/$exp-$i.tsv"
     jq -r --arg e "$exp" --arg v "$variant" \
-      'select(.experiment == $e and .variant == $v and .memory == "pm") | [.size, .modeled.media_bound_mops, .modeled.write_amplification, .mops] | @tsv' \
+      'select(.experiment == $e and .variant == $v and .memory == "pm") | [.size, .modeled.media_bound_mops, .modeled.write_amplification] | @tsv' \
       "$in" | sort -n > "$f"
     if [[ -s "$f" ]]; then
       plot_rate+="'$f' using 1:2 with linespoints title '$variant', "
@@ -63,7 +64,7 @@ set grid
 set key left top
 set xlabel 'write size (bytes)'
 set ylabel 'p50 / plain WRITE p50'
-set yrange [0.8:2.3]
+set yrange [0.8:*]
 plot '$tmp/persist.tsv' using 1:2 with linespoints lw 2 title 'H9 (emulator)', \
      '' using 1:3 with linespoints lw 2 title 'strawman (emulator)', \
      '' using 1:4 with linespoints dt 2 title 'H9 (+${wire} ns modeled wire)', \

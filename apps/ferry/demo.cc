@@ -13,12 +13,11 @@
 
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
-#include "ferry/common/tsc.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nic/verbs.h"
 #include "ferry/nic/wqe.h"
-#include "reference.h"
+#include "report.h"
 
 namespace ferry::apps {
 namespace {
@@ -43,9 +42,9 @@ struct Host {
 
 class Demo {
  public:
-  Demo(std::ostream& out, int engine_cpu) : out_(out) {
+  Demo(std::ostream& out, int engine_cpu) : out_(out), steps_(out) {
     EngineOptions eo;
-    eo.cpu = engine_cpu >= 0 && engine_cpu < available_cpus() ? engine_cpu : -1;
+    eo.cpu = bench::usable_cpu(engine_cpu);
     engine_cpu_ = eo.cpu;
     engine_ = std::make_unique<Engine>(eo);
   }
@@ -91,14 +90,6 @@ class Demo {
       cpu_relax();
     }
   }
-  void step(const std::string& title, const std::string& words) {
-    out_ << fmt::format("\n[{}] {}\n    {}\n", ++step_, title, words);
-  }
-  bool check(bool ok, const std::string& what) {
-    out_ << fmt::format("    {} {}\n", ok ? "ok:" : "FAILED:", what);
-    if (!ok) ++failures_;
-    return ok;
-  }
 
   static constexpr size_t kMem = 1 << 20;
   std::ostream& out_;
@@ -108,8 +99,7 @@ class Demo {
   std::vector<std::unique_ptr<CompletionQueue>> extra_cqs_;
   std::vector<std::unique_ptr<QueuePair>> qps_;
   std::unique_ptr<MemoryRegion> ring_mr_;
-  int step_ = 0;
-  int failures_ = 0;
+  DemoSteps steps_;
 };
 
 int Demo::run() {
@@ -125,7 +115,8 @@ int Demo::run() {
   connect(c_r1, client, r1_c, r1);
 
   // ---- one-sided verbs ----
-  step("RDMA WRITE", "The client writes bytes straight into replica-1's memory; replica-1's CPU is not involved.");
+  steps_.step("RDMA WRITE",
+              "The client writes bytes straight into replica-1's memory; replica-1's CPU is not involved.");
   const char* msg = "hello from the client";
   std::strcpy(reinterpret_cast<char*>(client.mem), msg);
   Sge sge = client.mr->sge(0, static_cast<uint32_t>(std::strlen(msg) + 1));
@@ -137,20 +128,20 @@ int Demo::run() {
   wr.rkey = r1.mr->rkey();
   (void)c_r1.post_send(wr);
   WorkCompletion wc = wait(*client.cq);
-  check(wc.status == WcStatus::kSuccess && std::strcmp(reinterpret_cast<char*>(r1.mem + 4096), msg) == 0,
-        fmt::format("replica-1 memory now holds \"{}\"", reinterpret_cast<char*>(r1.mem + 4096)));
+  steps_.check(wc.status == WcStatus::kSuccess && std::strcmp(reinterpret_cast<char*>(r1.mem + 4096), msg) == 0,
+               fmt::format("replica-1 memory now holds \"{}\"", reinterpret_cast<char*>(r1.mem + 4096)));
 
-  step("RDMA READ", "The client reads it back; the response packets come from replica-1's NIC alone.");
+  steps_.step("RDMA READ", "The client reads it back; the response packets come from replica-1's NIC alone.");
   sge = client.mr->sge(8192, 64);
   wr.opcode = WrOpcode::kRdmaRead;
   wr.remote_addr = r1.va(4096);
   (void)c_r1.post_send(wr);
   wc = wait(*client.cq);
-  check(wc.status == WcStatus::kSuccess && std::strcmp(reinterpret_cast<char*>(client.mem + 8192), msg) == 0,
-        "the READ returned the same bytes");
+  steps_.check(wc.status == WcStatus::kSuccess && std::strcmp(reinterpret_cast<char*>(client.mem + 8192), msg) == 0,
+               "the READ returned the same bytes");
 
-  step("ATOMIC CMP_AND_SWP as a lock",
-       "Compare-and-swap 0 -> 1 on a lock word at replica-1 acquires it; a second attempt sees 1 and fails.");
+  steps_.step("ATOMIC CMP_AND_SWP as a lock",
+              "Compare-and-swap 0 -> 1 on a lock word at replica-1 acquires it; a second attempt sees 1 and fails.");
   uint64_t* lock = reinterpret_cast<uint64_t*>(r1.mem + 16384);
   *lock = 0;
   sge = client.mr->sge(12288, 8);
@@ -166,9 +157,9 @@ int Demo::run() {
   (void)c_r1.post_send(wr);
   wait(*client.cq);
   std::memcpy(&seen, client.mem + 12288, 8);
-  check(first && seen == 1 && *lock == 1, "first CAS returned 0 (acquired), second returned 1 (held)");
+  steps_.check(first && seen == 1 && *lock == 1, "first CAS returned 0 (acquired), second returned 1 (held)");
 
-  step("ATOMIC FETCH_AND_ADD", "Ten remote increments of a counter; each returns the value before it.");
+  steps_.step("ATOMIC FETCH_AND_ADD", "Ten remote increments of a counter; each returns the value before it.");
   uint64_t* counter = reinterpret_cast<uint64_t*>(r1.mem + 16392);
   wr.opcode = WrOpcode::kAtomicFetchAndAdd;
   wr.remote_addr = r1.va(16392);
@@ -177,11 +168,11 @@ int Demo::run() {
     (void)c_r1.post_send(wr);
     wait(*client.cq);
   }
-  check(*counter == 10, fmt::format("counter = {}", *counter));
+  steps_.check(*counter == 10, fmt::format("counter = {}", *counter));
 
   // ---- two-sided verbs ----
-  step("SEND / RECV with immediate",
-       "Replica-1 posts a RECV; the client's SEND consumes it and delivers a 32-bit immediate alongside.");
+  steps_.step("SEND / RECV with immediate",
+              "Replica-1 posts a RECV; the client's SEND consumes it and delivers a 32-bit immediate alongside.");
   Sge rs = r1.mr->sge(20000, 64);
   (void)r1_c.post_recv(RecvWr{77, std::span<const Sge>(&rs, 1)});
   std::strcpy(reinterpret_cast<char*>(client.mem), "a message");
@@ -191,11 +182,11 @@ int Demo::run() {
   (void)c_r1.post_send(wr);
   wait(*client.cq);
   wc = wait(*r1.cq);
-  check(wc.wr_id == 77 && wc.has_imm && wc.imm_data == 0xFE44 && wc.byte_len == 10 &&
-            std::strcmp(reinterpret_cast<char*>(r1.mem + 20000), "a message") == 0,
-        fmt::format("replica-1 got {} bytes, immediate 0x{:X}", wc.byte_len, wc.imm_data));
+  steps_.check(wc.wr_id == 77 && wc.has_imm && wc.imm_data == 0xFE44 && wc.byte_len == 10 &&
+                   std::strcmp(reinterpret_cast<char*>(r1.mem + 20000), "a message") == 0,
+               fmt::format("replica-1 got {} bytes, immediate 0x{:X}", wc.byte_len, wc.imm_data));
 
-  step("RDMA WRITE_WITH_IMM", "A WRITE that also consumes a RECV, so the target learns that data arrived.");
+  steps_.step("RDMA WRITE_WITH_IMM", "A WRITE that also consumes a RECV, so the target learns that data arrived.");
   (void)r1_c.post_recv(RecvWr{78, std::span<const Sge>(&rs, 1)});
   wr.opcode = WrOpcode::kRdmaWriteWithImm;
   wr.remote_addr = r1.va(24576);
@@ -203,15 +194,16 @@ int Demo::run() {
   (void)c_r1.post_send(wr);
   wait(*client.cq);
   wc = wait(*r1.cq);
-  check(wc.opcode == WcOpcode::kRecvRdmaWithImm && wc.imm_data == 7 &&
-            std::strcmp(reinterpret_cast<char*>(r1.mem + 24576), "a message") == 0,
-        "data placed by the WRITE, completion on replica-1 with the immediate");
+  steps_.check(wc.opcode == WcOpcode::kRecvRdmaWithImm && wc.imm_data == 7 &&
+                   std::strcmp(reinterpret_cast<char*>(r1.mem + 24576), "a message") == 0,
+               "data placed by the WRITE, completion on replica-1 with the immediate");
 
   // ---- cross-channel: the HyperLoop mechanisms ----
-  step("WAIT + SEND_ENABLE: forwarding without the replica's CPU",
-       "Replica-1 pre-posts, once: a WRITE toward replica-2 on a *managed* queue (it runs only when enabled), and "
-       "on a control queue WAIT(recv CQ reaches 1) then SEND_ENABLE(managed queue, 1). From then on its CPU does "
-       "nothing: the client's SEND completes a RECV, the WAIT releases, the ENABLE lets the WRITE go.");
+  steps_.step(
+      "WAIT + SEND_ENABLE: forwarding without the replica's CPU",
+      "Replica-1 pre-posts, once: a WRITE toward replica-2 on a *managed* queue (it runs only when enabled), and "
+      "on a control queue WAIT(recv CQ reaches 1) then SEND_ENABLE(managed queue, 1). From then on its CPU does "
+      "nothing: the client's SEND completes a RECV, the WAIT releases, the ENABLE lets the WRITE go.");
   CqInitAttr count_only;
   count_only.count_only = true;
   extra_cqs_.push_back(r1.nic->create_cq(count_only).value());
@@ -259,15 +251,16 @@ int Demo::run() {
   wait(*client.cq);
   wait(*r1.cq);  // the forwarded WRITE's completion (polled only to print it)
   const uint64_t r1_posts_after_setup = r1_posted() - r1_posts_at_setup;
-  check(quiet_before && r1_posts_after_setup == 0 &&
-            std::strcmp(reinterpret_cast<char*>(r2.mem), "forwarded by replica-1's NIC") == 0,
-        fmt::format("replica-2 received \"{}\"; replica-1's application posted {} work requests after setup",
-                    reinterpret_cast<char*>(r2.mem), r1_posts_after_setup));
+  steps_.check(quiet_before && r1_posts_after_setup == 0 &&
+                   std::strcmp(reinterpret_cast<char*>(r2.mem), "forwarded by replica-1's NIC") == 0,
+               fmt::format("replica-2 received \"{}\"; replica-1's application posted {} work requests after setup",
+                           reinterpret_cast<char*>(r2.mem), r1_posts_after_setup));
 
-  step("Remote rewrite of a pre-posted WQE",
-       "Replica-1 registers its managed send ring as a memory region. The client RDMA-WRITEs a new remote address "
-       "and local buffer into the pre-posted WQE, then triggers it. The NIC reads a WQE only when it starts it, so "
-       "the WRITE runs with the client's contents -- what HyperLoop uses to replicate arbitrary data.");
+  steps_.step(
+      "Remote rewrite of a pre-posted WQE",
+      "Replica-1 registers its managed send ring as a memory region. The client RDMA-WRITEs a new remote address "
+      "and local buffer into the pre-posted WQE, then triggers it. The NIC reads a WQE only when it starts it, so "
+      "the WRITE runs with the client's contents -- what HyperLoop uses to replicate arbitrary data.");
   std::span<uint8_t> ring = r1_fwd.send_ring();
   ring_mr_ = r1.nic->reg_mr(*r1.pd, ring.data(), ring.size(), kAccessLocalWrite | kAccessRemoteWrite).value();
   fwd_sge = r1.mr->sge(32768, 8);  // placeholder contents
@@ -294,32 +287,31 @@ int Demo::run() {
   (void)c_in.post_send(rewrite);
   wait(*client.cq);
   wait(*r1.cq);
-  check(std::strcmp(reinterpret_cast<char*>(r2.mem + 8192), "bytes the client chose") == 0,
-        fmt::format("replica-2 has \"{}\" at the address the client wrote into replica-1's WQE",
-                    reinterpret_cast<char*>(r2.mem + 8192)));
+  steps_.check(std::strcmp(reinterpret_cast<char*>(r2.mem + 8192), "bytes the client chose") == 0,
+               fmt::format("replica-2 has \"{}\" at the address the client wrote into replica-1's WQE",
+                           reinterpret_cast<char*>(r2.mem + 8192)));
 
   // ---- latency summary ----
-  step("Latency summary", "20,000 64-byte RDMA WRITEs, one at a time, client -> replica-1, post to completion.");
+  steps_.step("Latency summary", "20,000 64-byte RDMA WRITEs, one at a time, client -> replica-1, post to completion.");
   const int kIters = 20000;
   Histogram h;
   sge = client.mr->sge(0, 64);
   wr.opcode = WrOpcode::kRdmaWrite;
   wr.remote_addr = r1.va(0);
-  const double ns_per_tick = Tsc::ns_per_tick();
+  const Clock& clock = bench::timing_clock();
   for (int i = 0; i < kIters + 2000; ++i) {
-    const uint64_t t0 = Tsc::now();
+    const uint64_t t0 = clock.now_ns();
     (void)c_r1.post_send(wr);
     wait(*client.cq);
-    if (i >= 2000) h.record(static_cast<uint64_t>(static_cast<double>(Tsc::now() - t0) * ns_per_tick));
+    if (i >= 2000) h.record(clock.now_ns() - t0);
   }
   out_ << fmt::format("    64 B WRITE round trip: p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns\n", h.percentile(0.5),
                       h.percentile(0.99), h.percentile(0.999), h.max());
   out_ << "    (emulated NIC: the engine thread does the NIC's work; `ferry bench nic` compares it with a\n"
        << "     cross-thread ping-pong measured in the same run)\n";
-  check(h.count() == static_cast<uint64_t>(kIters), "all writes completed");
+  steps_.check(h.count() == static_cast<uint64_t>(kIters), "all writes completed");
 
-  out_ << fmt::format("\n{} steps, {} failed.\n", step_, failures_);
-  return failures_ == 0 ? 0 : 1;
+  return steps_.summary();
 }
 
 }  // namespace

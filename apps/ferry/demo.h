@@ -1,7 +1,10 @@
 // `ferry demo`: the main job on its embedded default.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <ostream>
+#include <string>
 
 namespace ferry::apps {
 
@@ -10,5 +13,33 @@ namespace ferry::apps {
 int run_demo(std::ostream& out, int engine_cpu);
 // Part 2: a HyperLoop group of three replicas doing each primitive.
 int run_group_demo(std::ostream& out, int engine_cpu);
+
+// Numbered steps and verified checks, printed to `out` (which must outlive
+// this object); shared by both parts of the demo.
+class DemoSteps {
+ public:
+  explicit DemoSteps(std::ostream& out) : out_(out) {}
+
+  // Starts the next numbered step: its title and what it shows.
+  void step(const std::string& title, const std::string& words) {
+    out_ << fmt::format("\n[{}] {}\n    {}\n", ++steps_, title, words);
+  }
+  // Prints `what` as verified or FAILED and counts failures; returns `ok`.
+  bool check(bool ok, const std::string& what) {
+    out_ << fmt::format("    {} {}\n", ok ? "ok:" : "FAILED:", what);
+    if (!ok) ++failures_;
+    return ok;
+  }
+  // Prints the tally; returns the exit code (0 when every check passed).
+  int summary() {
+    out_ << fmt::format("\n{} steps, {} failed.\n", steps_, failures_);
+    return failures_ == 0 ? 0 : 1;
+  }
+
+ private:
+  std::ostream& out_;
+  int steps_ = 0;
+  int failures_ = 0;
+};
 
 }  // namespace ferry::apps

@@ -4,51 +4,35 @@
 // Naive-RDMA baseline. Every step is verified; a failed check exits non-zero.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "demo.h"
-#include "ferry/common/cpu.h"
+#include "ferry/common/clock.h"
 #include "ferry/common/histogram.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
+#include "report.h"
 
 namespace ferry::apps {
 namespace {
 
 using namespace ferry::hyperloop;
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
+uint64_t now_ns() { return SteadyClock::instance().now_ns(); }
 
 class GroupDemo {
  public:
-  GroupDemo(std::ostream& out, int engine_cpu) : out_(out) {
+  GroupDemo(std::ostream& out, int engine_cpu) : out_(out), steps_(out) {
     nic::EngineOptions eo;
-    eo.cpu = engine_cpu >= 0 && engine_cpu < available_cpus() ? engine_cpu : -1;
+    eo.cpu = bench::usable_cpu(engine_cpu);
     engine_cpu_ = eo.cpu;
     engine_ = std::make_unique<nic::Engine>(eo);
-  }
-  ~GroupDemo() {
-    client_.reset();
-    engine_.reset();
   }
   int run();
 
  private:
-  void step(const std::string& title, const std::string& words) {
-    out_ << fmt::format("\n[{}] {}\n    {}\n", ++step_, title, words);
-  }
-  bool check(bool ok, const std::string& what) {
-    out_ << fmt::format("    {} {}\n", ok ? "ok:" : "FAILED:", what);
-    if (!ok) ++failures_;
-    return ok;
-  }
   bool replicas_hold(uint64_t offset, const void* bytes, size_t len) {
     for (uint32_t r = 0; r < kReplicas; ++r) {
       if (std::memcmp(client_->replica(gid_, r).value().region->data() + offset, bytes, len) != 0) return false;
@@ -83,8 +67,7 @@ class GroupDemo {
   std::unique_ptr<nic::Engine> engine_;
   std::unique_ptr<HyperLoopClient> client_;
   GroupId gid_ = 0;
-  int step_ = 0;
-  int failures_ = 0;
+  DemoSteps steps_;
 };
 
 int GroupDemo::run() {
@@ -101,40 +84,43 @@ int GroupDemo::run() {
   o.replicas = kReplicas;
   o.region_bytes = 2 << 20;
   auto gid = client_->create_group(o);
-  if (!check(gid.ok(), "group created: " + gid.status().to_string())) return 1;
+  if (!steps_.check(gid.ok(), "group created: " + gid.status().to_string())) return 1;
   gid_ = gid.value();
   auto mem = client_->client_memory(gid_).value();
 
-  step("gWRITE", "The client replicates a log record from its memory to offset 0 of every replica.");
+  steps_.step("gWRITE", "The client replicates a log record from its memory to offset 0 of every replica.");
   const char* record = "txn 42: balance[alice] -= 10; balance[bob] += 10";
   const size_t record_len = std::strlen(record) + 1;
   std::memcpy(mem.data(), record, record_len);
-  check(client_->gwrite(gid_, 0, static_cast<uint32_t>(record_len)).ok(), "acknowledged by the tail");
-  check(replicas_hold(0, record, record_len), "all 3 replicas hold the record");
+  steps_.check(client_->gwrite(gid_, 0, static_cast<uint32_t>(record_len)).ok(), "acknowledged by the tail");
+  steps_.check(replicas_hold(0, record, record_len), "all 3 replicas hold the record");
   // From here on, the replicas' application threads are blocked for good.
   const uint64_t cpu_after_setup = client_->replica_cpu_ns();
 
-  step("Durability without gFLUSH",
-       "An acknowledged gWRITE may still sit in a NIC's volatile write buffer. Probe 200 power-failure seeds.");
+  steps_.step("Durability without gFLUSH",
+              "An acknowledged gWRITE may still sit in a NIC's volatile write buffer. Probe 200 power-failure seeds.");
   const int lost_before = lost_under(0, record, record_len, 200);
   out_ << fmt::format("    lost on some replica under {} of 200 seeds\n", lost_before);
-  check(lost_before > 0, "an unflushed gWRITE can be lost");
+  steps_.check(lost_before > 0, "an unflushed gWRITE can be lost");
 
-  step("gFLUSH", "A 0-byte READ per hop drains each replica's NIC buffer before the chain moves on.");
-  check(client_->gflush(gid_).ok(), "gflush acknowledged");
-  check(lost_under(0, record, record_len, 200) == 0, "now survives all 200 power-failure seeds on every replica");
+  steps_.step("gFLUSH", "A 0-byte READ per hop drains each replica's NIC buffer before the chain moves on.");
+  steps_.check(client_->gflush(gid_).ok(), "gflush acknowledged");
+  steps_.check(lost_under(0, record, record_len, 200) == 0,
+               "now survives all 200 power-failure seeds on every replica");
   const char* record2 = "txn 43: balance[bob] -= 5; balance[carol] += 5";
   const size_t record2_len = std::strlen(record2) + 1;
   std::memcpy(mem.data() + 256, record2, record2_len);
-  check(client_->gwrite(gid_, 256, static_cast<uint32_t>(record2_len), /*flush=*/true).ok() &&
-            lost_under(256, record2, record2_len, 200) == 0,
-        "a gWRITE with interleaved gFLUSH is durable on every replica when acknowledged");
+  steps_.check(client_->gwrite(gid_, 256, static_cast<uint32_t>(record2_len), /*flush=*/true).ok() &&
+                   lost_under(256, record2, record2_len, 200) == 0,
+               "a gWRITE with interleaved gFLUSH is durable on every replica when acknowledged");
 
-  step("gCAS as a group lock", "Compare-and-swap word 8192 on every replica: 0 -> 1 means 'locked by client 1'.");
+  steps_.step("gCAS as a group lock",
+              "Compare-and-swap word 8192 on every replica: 0 -> 1 means 'locked by client 1'.");
   auto lock = client_->gcas(gid_, 8192, 0, 1, 0b111);
-  check(lock.ok() && lock->succeeded == 0b111,
-        fmt::format("result map: replicas saw [{}, {}, {}], all swapped", lock->original[0], lock->original[1],
-                    lock->original[2]));
+  steps_.check(lock.ok() && lock->succeeded == 0b111,
+               lock.ok() ? fmt::format("result map: replicas saw [{}, {}, {}], all swapped", lock->original[0],
+                                       lock->original[1], lock->original[2])
+                         : "gCAS failed: " + lock.status().to_string());
   // Another client holds the lock on replica 2 (a divergence a real system
   // can see after a partial failure).
   uint8_t* r2 = client_->replica(gid_, 2).value().region->data();
@@ -142,19 +128,21 @@ int GroupDemo::run() {
   const uint64_t held = 7;
   std::memcpy(r2 + other, &held, 8);
   auto partial = client_->gcas(gid_, other, 0, 1, 0b111);
-  check(partial.ok() && partial->succeeded == 0b011,
-        fmt::format("word {}: replica 2 held 7, so only replicas 0 and 1 swapped (succeeded map 0b{:03b})", other,
-                    partial.ok() ? partial->succeeded : 0));
+  steps_.check(partial.ok() && partial->succeeded == 0b011,
+               fmt::format("word {}: replica 2 held 7, so only replicas 0 and 1 swapped (succeeded map 0b{:03b})",
+                           other, partial.ok() ? partial->succeeded : 0));
   auto undo = client_->gcas(gid_, other, 1, 0, partial.ok() ? partial->succeeded : 0);
-  check(undo.ok() && undo->succeeded == 0b011 &&
-            word(client_->replica(gid_, 0).value().region->data() + other) == 0 && word(r2 + other) == 7,
-        "undo: gCAS(new -> old) on exactly the replicas that succeeded; replica 2 untouched");
+  steps_.check(undo.ok() && undo->succeeded == 0b011 &&
+                   word(client_->replica(gid_, 0).value().region->data() + other) == 0 && word(r2 + other) == 7,
+               "undo: gCAS(new -> old) on exactly the replicas that succeeded; replica 2 untouched");
 
-  step("gMEMCPY", "Apply the log: every replica's NIC copies the record from the log (0) to the data area (65536).");
-  check(client_->gmemcpy(gid_, 0, 65536, static_cast<uint32_t>(record_len), /*flush=*/true).ok(), "acknowledged");
-  check(replicas_hold(65536, record, record_len), "each replica copied its own bytes");
+  steps_.step("gMEMCPY",
+              "Apply the log: every replica's NIC copies the record from the log (0) to the data area (65536).");
+  steps_.check(client_->gmemcpy(gid_, 0, 65536, static_cast<uint32_t>(record_len), /*flush=*/true).ok(),
+               "acknowledged");
+  steps_.check(replicas_hold(65536, record, record_len), "each replica copied its own bytes");
 
-  step("Pipelined gWRITEs", "5,000 asynchronous 256-byte gWRITEs, up to 16 in the chain at once.");
+  steps_.step("Pipelined gWRITEs", "5,000 asynchronous 256-byte gWRITEs, up to 16 in the chain at once.");
   for (size_t i = 0; i < 5000 * 256; ++i) mem[131072 + i] = static_cast<uint8_t>(i * 7 + 1);
   int done = 0;
   Status first_error;
@@ -169,12 +157,13 @@ int GroupDemo::run() {
   }
   const bool drained = client_->drain(gid_).ok();
   const double secs = static_cast<double>(now_ns() - t0) / 1e9;
-  check(drained && done == 5000, fmt::format("5,000 completed in order, {:.0f} operations/s{}", 5000 / secs,
-                                             first_error.ok() ? "" : " -- " + first_error.to_string()));
-  check(replicas_hold(131072, mem.data() + 131072, 5000 * 256), "every replica identical to the client's bytes");
+  steps_.check(drained && done == 5000, fmt::format("5,000 completed in order, {:.0f} operations/s{}", 5000 / secs,
+                                                    first_error.ok() ? "" : " -- " + first_error.to_string()));
+  steps_.check(replicas_hold(131072, mem.data() + 131072, 5000 * 256), "every replica identical to the client's bytes");
 
-  step("Latency and replica CPU", "2,000 of each primitive, one at a time; then the same gWRITEs on Naive-RDMA.");
-  auto measure = [&](GroupClient& c, GroupId g, int which) {
+  steps_.step("Latency and replica CPU",
+              "2,000 of each primitive, one at a time; then the same gWRITEs on Naive-RDMA.");
+  auto measure = [&](GroupClient& c, GroupId g, int which) -> Result<Histogram> {
     Histogram h;
     for (int i = 0; i < 2000; ++i) {
       const uint64_t a = now_ns();
@@ -182,37 +171,46 @@ int GroupDemo::run() {
       if (which == 0) s = c.gwrite(g, 4096 + (i % 64) * 64, 64);
       if (which == 1) s = c.gcas(g, 16384, static_cast<uint64_t>(i), static_cast<uint64_t>(i) + 1, 0b111).status();
       if (which == 2) s = c.gmemcpy(g, 0, 32768, 64);
-      if (!s.ok()) return Histogram{};
+      if (!s.ok()) return s;
       h.record(now_ns() - a);
     }
     return h;
   };
   const char* names[] = {"gWRITE 64 B", "gCAS", "gMEMCPY 64 B"};
   for (int which = 0; which < 3; ++which) {
-    Histogram h = measure(*client_, gid_, which);
+    const Result<Histogram> h = measure(*client_, gid_, which);
+    if (!h.ok()) {
+      steps_.check(false, fmt::format("hyperloop {}: {}", names[which], h.status().to_string()));
+      continue;
+    }
     out_ << fmt::format("    hyperloop    {:<13} p50 {:6.1f} us  p99 {:6.1f} us\n", names[which],
-                        static_cast<double>(h.percentile(0.5)) / 1000, static_cast<double>(h.percentile(0.99)) / 1000);
+                        static_cast<double>(h->percentile(0.5)) / 1000,
+                        static_cast<double>(h->percentile(0.99)) / 1000);
   }
   const uint64_t hl_cpu = client_->replica_cpu_ns() - cpu_after_setup;
-  check(hl_cpu == 0, fmt::format("HyperLoop replica application threads used {} ns of CPU for all of the above", hl_cpu));
+  steps_.check(hl_cpu == 0,
+               fmt::format("HyperLoop replica application threads used {} ns of CPU for all of the above", hl_cpu));
   {
     auto naive = NaiveClient::create(*engine_, NaiveOptions{}).value();
     GroupOptions no = o;
     auto ng = naive->create_group(no);
-    if (check(ng.ok(), "naive-event group created")) {
+    if (steps_.check(ng.ok(), "naive-event group created")) {
       const uint64_t before = naive->replica_cpu_ns();
-      Histogram h = measure(*naive, ng.value(), 0);
+      const Result<Histogram> h = measure(*naive, ng.value(), 0);
       const double per_op = static_cast<double>(naive->replica_cpu_ns() - before) / 2000.0;
-      out_ << fmt::format("    naive-event  {:<13} p50 {:6.1f} us  p99 {:6.1f} us  replica CPU {:.0f} ns/op\n",
-                          names[0], static_cast<double>(h.percentile(0.5)) / 1000,
-                          static_cast<double>(h.percentile(0.99)) / 1000, per_op);
-      check(h.count() == 2000 && per_op > 0, "the baseline's replica threads woke for every operation");
+      if (!h.ok()) {
+        steps_.check(false, "naive-event " + std::string(names[0]) + ": " + h.status().to_string());
+      } else {
+        out_ << fmt::format("    naive-event  {:<13} p50 {:6.1f} us  p99 {:6.1f} us  replica CPU {:.0f} ns/op\n",
+                            names[0], static_cast<double>(h->percentile(0.5)) / 1000,
+                            static_cast<double>(h->percentile(0.99)) / 1000, per_op);
+        steps_.check(h->count() == 2000 && per_op > 0, "the baseline's replica threads woke for every operation");
+      }
     }
   }
   out_ << "    (`ferry bench group` runs the paper's experiments, quiet and with the replica CPU loaded.)\n";
 
-  out_ << fmt::format("\n{} steps, {} failed.\n", step_, failures_);
-  return failures_ == 0 ? 0 : 1;
+  return steps_.summary();
 }
 
 }  // namespace

@@ -2,9 +2,16 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cstdint>
 #include <iostream>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "demo.h"
+#include "ferry/common/status.h"
 #include "group_bench.h"
 #include "nic_bench.h"
 #include "pm_bench.h"
@@ -13,24 +20,73 @@ namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
-std::vector<uint32_t> parse_sizes(const std::string& spec) {
-  // "8,64,4096" or "8-65536" (powers of two in the range).
+// One whole decimal number in 1..UINT32_MAX ("64x", "", "-1" and
+// 4294967296 are rejected, not truncated or wrapped).
+ferry::Result<uint32_t> parse_count(std::string_view token) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (token.empty()) return ferry::invalid_argument("empty entry");
+  if (error != std::errc() || end != token.data() + token.size()) {
+    return ferry::invalid_argument("'" + std::string(token) + "' is not a whole number");
+  }
+  if (value == 0 || value > std::numeric_limits<uint32_t>::max()) {
+    return ferry::invalid_argument("'" + std::string(token) + "' is outside 1..4294967295");
+  }
+  return static_cast<uint32_t>(value);
+}
+
+// "8,64,4096" (a list) or "8-65536" (every power of two from 8 to 65536; both
+// ends must be powers of two). Never returns an empty list.
+ferry::Result<std::vector<uint32_t>> parse_sizes(std::string_view spec) {
   std::vector<uint32_t> sizes;
-  const auto dash = spec.find('-');
-  if (dash != std::string::npos && spec.find(',') == std::string::npos) {
-    const unsigned long lo = std::stoul(spec.substr(0, dash));
-    const unsigned long hi = std::stoul(spec.substr(dash + 1));
-    for (unsigned long s = lo; s <= hi && s != 0; s *= 2) sizes.push_back(static_cast<uint32_t>(s));
+  const size_t dash = spec.find('-');
+  if (dash != std::string_view::npos && dash != 0 && spec.find(',') == std::string_view::npos) {
+    FERRY_ASSIGN_OR_RETURN(const uint32_t lo, parse_count(spec.substr(0, dash)));
+    FERRY_ASSIGN_OR_RETURN(const uint32_t hi, parse_count(spec.substr(dash + 1)));
+    if ((lo & (lo - 1)) != 0 || (hi & (hi - 1)) != 0) {
+      return ferry::invalid_argument("both ends of a range must be powers of two");
+    }
+    if (lo > hi) return ferry::invalid_argument("empty range: its start is above its end");
+    for (uint64_t s = lo; s <= hi; s *= 2) sizes.push_back(static_cast<uint32_t>(s));
     return sizes;
   }
   size_t start = 0;
-  while (start < spec.size()) {
+  for (;;) {
     const size_t comma = spec.find(',', start);
-    sizes.push_back(static_cast<uint32_t>(std::stoul(spec.substr(start, comma - start))));
-    if (comma == std::string::npos) break;
+    FERRY_ASSIGN_OR_RETURN(const uint32_t size, parse_count(spec.substr(start, comma - start)));
+    sizes.push_back(size);
+    if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
   return sizes;
+}
+
+// Parses a --sizes-style option into `*out`; on bad input says which option
+// and why on stderr and returns false.
+bool parse_list_option(const std::string& command, const std::string& option, const std::string& spec,
+                       std::vector<uint32_t>* out) {
+  auto parsed = parse_sizes(spec);
+  if (!parsed.ok()) {
+    std::cerr << command << ": " << option << " '" << spec << "': " << parsed.status().message() << "\n";
+    return false;
+  }
+  *out = std::move(parsed).value();
+  return true;
+}
+
+// The options every throughput benchmark shares: run length and placement.
+void add_run_options(CLI::App* app, uint64_t& iters, double& seconds_per_point, int& client_cpu, int& engine_cpu) {
+  app->add_option("--iters", iters, "measured operations per point (0: sized by --seconds)")->capture_default_str();
+  app->add_option("--seconds", seconds_per_point, "target duration per point when --iters is 0")->capture_default_str();
+  app->add_option("--client-cpu", client_cpu, "CPU for the measuring thread (-1: no pinning)")->capture_default_str();
+  app->add_option("--engine-cpu", engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")->capture_default_str();
+}
+
+// The exit code for a benchmark's result, saying why on stderr if it failed.
+int exit_code(const std::string& command, const ferry::Status& s) {
+  if (s.ok()) return 0;
+  std::cerr << command << ": " << s.to_string() << "\n";
+  return 2;
 }
 
 }  // namespace
@@ -65,14 +121,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   nic->add_option("--outstanding", outstanding, "operations in flight: 1 = latency test, >1 = rate test (list)")
       ->capture_default_str();
-  nic->add_option("--iters", nic_opts.iters, "measured operations per point (0: sized by --seconds)")
-      ->capture_default_str();
-  nic->add_option("--seconds", nic_opts.seconds_per_point, "target duration per point when --iters is 0")
-      ->capture_default_str();
-  nic->add_option("--client-cpu", nic_opts.client_cpu, "CPU for the measuring thread (-1: no pinning)")
-      ->capture_default_str();
-  nic->add_option("--engine-cpu", nic_opts.engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")
-      ->capture_default_str();
+  add_run_options(nic, nic_opts.iters, nic_opts.seconds_per_point, nic_opts.client_cpu, nic_opts.engine_cpu);
   nic->add_option("--engine-fifo", nic_opts.engine_fifo, "SCHED_FIFO priority for the engine (0: normal)")
       ->capture_default_str();
   nic->add_option("--mtu", nic_opts.mtu, "path MTU (256..4096)")->capture_default_str();
@@ -90,19 +139,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   pm->add_option("--sizes", pm_sizes, "write sizes in bytes (list or power-of-two range), at most 4096")
       ->capture_default_str();
-  pm->add_option("--iters", pm_opts.iters, "measured operations per point (0: sized by --seconds)")
-      ->capture_default_str();
-  pm->add_option("--seconds", pm_opts.seconds_per_point, "target duration per point when --iters is 0")
-      ->capture_default_str();
+  add_run_options(pm, pm_opts.iters, pm_opts.seconds_per_point, pm_opts.client_cpu, pm_opts.engine_cpu);
   pm->add_option("--outstanding", pm_opts.outstanding, "operations in flight for throughput experiments")
       ->capture_default_str();
   pm->add_option("--region-mib", region_mib, "size of the PM (or DRAM) target region")->capture_default_str();
   pm->add_option("--pm-dir", pm_opts.pm_dir, "directory for the PM file (default $TMPDIR or /tmp; a DAX mount "
                                              "for real PM)");
-  pm->add_option("--client-cpu", pm_opts.client_cpu, "CPU for the measuring thread (-1: no pinning)")
-      ->capture_default_str();
-  pm->add_option("--engine-cpu", pm_opts.engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")
-      ->capture_default_str();
   pm->add_option("--modeled-wire-ns", pm_opts.modeled_wire_delay_ns,
                  "persist experiment: also report ratios with this modeled one-way wire delay (0: skip)")
       ->capture_default_str();
@@ -162,52 +204,25 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (nic->parsed()) {
-    try {
-      nic_opts.sizes = parse_sizes(sizes);
-      nic_opts.outstanding = parse_sizes(outstanding);
-    } catch (const std::exception&) {
-      std::cerr << "ferry bench nic: cannot parse --sizes/--outstanding '" << sizes << "' / '" << outstanding << "'\n";
+    if (!parse_list_option("ferry bench nic", "--sizes", sizes, &nic_opts.sizes) ||
+        !parse_list_option("ferry bench nic", "--outstanding", outstanding, &nic_opts.outstanding)) {
       return 2;
     }
-    const ferry::Status s = ferry::bench::run_nic_bench(nic_opts, std::cout, std::cerr);
-    if (!s.ok()) {
-      std::cerr << "ferry bench nic: " << s.to_string() << "\n";
-      return 2;
-    }
-    return 0;
+    return exit_code("ferry bench nic", ferry::bench::run_nic_bench(nic_opts, std::cout, std::cerr));
   }
   if (pm->parsed()) {
-    try {
-      pm_opts.sizes = parse_sizes(pm_sizes);
-    } catch (const std::exception&) {
-      std::cerr << "ferry bench pm: cannot parse --sizes '" << pm_sizes << "'\n";
-      return 2;
-    }
+    if (!parse_list_option("ferry bench pm", "--sizes", pm_sizes, &pm_opts.sizes)) return 2;
     pm_opts.region_bytes = region_mib << 20;
-    const ferry::Status s = ferry::bench::run_pm_bench(pm_opts, std::cout, std::cerr);
-    if (!s.ok()) {
-      std::cerr << "ferry bench pm: " << s.to_string() << "\n";
-      return 2;
-    }
-    return 0;
+    return exit_code("ferry bench pm", ferry::bench::run_pm_bench(pm_opts, std::cout, std::cerr));
   }
   if (group->parsed()) {
-    try {
-      group_opts.sizes = parse_sizes(group_sizes_spec);
-      group_opts.group_sizes = parse_sizes(group_groups_spec);
-    } catch (const std::exception&) {
-      std::cerr << "ferry bench group: cannot parse --sizes/--group-sizes '" << group_sizes_spec << "' / '"
-                << group_groups_spec << "'\n";
+    if (!parse_list_option("ferry bench group", "--sizes", group_sizes_spec, &group_opts.sizes) ||
+        !parse_list_option("ferry bench group", "--group-sizes", group_groups_spec, &group_opts.group_sizes)) {
       return 2;
     }
     group_opts.region_bytes = group_region_mib << 20;
     group_opts.media = group_media == "dram" ? ferry::pm::Media::kDram : ferry::pm::Media::kPm;
-    const ferry::Status s = ferry::bench::run_group_bench(group_opts, std::cout, std::cerr);
-    if (!s.ok()) {
-      std::cerr << "ferry bench group: " << s.to_string() << "\n";
-      return 2;
-    }
-    return 0;
+    return exit_code("ferry bench group", ferry::bench::run_group_bench(group_opts, std::cout, std::cerr));
   }
   return 0;
 }
