@@ -32,7 +32,7 @@ PersistenceDomain::~PersistenceDomain() {
       if (s->config) pmem2_config_delete(&s->config);
       if (s->fd >= 0) close(s->fd);
     } else {
-      std::free(s->dram);
+      std::free(s->base);
     }
   }
 }
@@ -106,14 +106,7 @@ Result<Region*> PersistenceDomain::map_pm(const std::string& path, size_t size, 
   s->durable.assign(s->base, s->base + size);
   s->lines.resize((size + kLine - 1) / kLine);
   s->media_model = detail::MediaModel(config_.xbuffer_xplines);
-  std::lock_guard<SpinLock> lock(impl_->mu);
-  RegionState* raw = s.get();
-  impl_->states.push_back(std::move(s));
-  impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
-  impl_->by_address.push_back(raw);
-  std::sort(impl_->by_address.begin(), impl_->by_address.end(),
-            [](const RegionState* a, const RegionState* b) { return a->base < b->base; });
-  return impl_->regions.back().get();
+  return add_region(std::move(s));
 }
 
 Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
@@ -122,17 +115,21 @@ Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
   s->media = Media::kDram;
   s->granularity = -1;
   s->size = size;
-  s->dram = std::aligned_alloc(4096, (size + 4095) & ~size_t{4095});
-  if (s->dram == nullptr) return resource_exhausted("alloc_dram: out of memory for " + std::to_string(size) + " bytes");
-  s->base = static_cast<uint8_t*>(s->dram);
+  s->base = static_cast<uint8_t*>(std::aligned_alloc(4096, (size + 4095) & ~size_t{4095}));
+  if (s->base == nullptr) return resource_exhausted("alloc_dram: out of memory for " + std::to_string(size) + " bytes");
   std::memset(s->base, 0, size);
+  return add_region(std::move(s));
+}
+
+Region* PersistenceDomain::add_region(std::unique_ptr<RegionState> state) {
   std::lock_guard<SpinLock> lock(impl_->mu);
-  RegionState* raw = s.get();
-  impl_->states.push_back(std::move(s));
+  RegionState* raw = state.get();
+  impl_->states.push_back(std::move(state));
   impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
-  impl_->by_address.push_back(raw);
-  std::sort(impl_->by_address.begin(), impl_->by_address.end(),
-            [](const RegionState* a, const RegionState* b) { return a->base < b->base; });
+  impl_->by_address.insert(
+      std::upper_bound(impl_->by_address.begin(), impl_->by_address.end(), raw,
+                       [](const RegionState* a, const RegionState* b) { return a->base < b->base; }),
+      raw);
   return impl_->regions.back().get();
 }
 
@@ -141,7 +138,6 @@ void PersistenceDomain::release(Region* region) {
   RegionState* s = region->state_;
   // Drain what the NIC still holds for it, drop it from the cache model.
   while (s->nic_pending_writes != 0) impl_->drain_front(config_);
-  impl_->apply_drained(config_);
   for (uint64_t line = 0; line < s->lines.size(); ++line) {
     if (s->lines[line].cache_pos != 0) impl_->cache_remove(s, line, false);
   }
@@ -155,7 +151,7 @@ void PersistenceDomain::release(Region* region) {
     pmem2_config_delete(&s->config);
     close(s->fd);
   } else {
-    std::free(s->dram);
+    std::free(s->base);
   }
   for (size_t i = 0; i < impl_->states.size(); ++i) {
     if (impl_->states[i].get() == s) {
@@ -206,75 +202,78 @@ void PersistenceDomain::Impl::cache_evict_random() {
 }
 
 void PersistenceDomain::Impl::make_durable(RegionState* r, size_t off, size_t len) {
+  if (len == 0) return;
   std::memcpy(r->durable.data() + off, r->base + off, len);
-  if (r->nic_pending_writes == 0 || len == 0) return;
   bool covered = false;  // the per-line counts spare a scan of the whole buffer
-  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine && !covered; ++line) {
+  for (uint64_t line = off / kLine; r->nic_pending_writes != 0 && line <= (off + len - 1) / kLine && !covered; ++line) {
     covered = r->lines[line].nic_pending != 0;
   }
-  if (!covered) return;
-  // Bytes the NIC has not delivered yet are not in memory: the durable image
-  // keeps the value they replaced (the oldest pending write's `before`).
-  for (auto it = fifo.rbegin(); it != fifo.rend(); ++it) {
-    if (it->region != r) continue;
-    const size_t lo = std::max(off, it->offset);
-    const size_t hi = std::min(off + len, it->offset + it->length);
-    if (lo < hi) std::memcpy(r->durable.data() + lo, it->before.data() + (lo - it->offset), hi - lo);
+  if (covered) {
+    // Bytes the NIC has not delivered yet are not in memory: the durable
+    // image keeps the value they replaced (the oldest pending write's `before`).
+    for (auto it = fifo.rbegin(); it != fifo.rend(); ++it) {
+      if (it->region != r) continue;
+      const size_t lo = std::max(off, it->offset);
+      const size_t hi = std::min(off + len, it->offset + it->length);
+      if (lo < hi) std::memcpy(r->durable.data() + lo, it->before.data() + (lo - it->offset), hi - lo);
+    }
+  }
+  supersede_snapshots(r, off, len);
+}
+
+void PersistenceDomain::Impl::supersede_snapshots(RegionState* r, size_t off, size_t len) {
+  // On hardware the write-back leaves the cache when clwb runs and reaches
+  // the controller before anything that writes the line later; the model
+  // holds it until the fence, so it must not carry stale bytes there.
+  for (const detail::FenceSnapshot& f : fence) {
+    if (f.region != r) continue;
+    const size_t lo = std::max(off, f.offset);
+    const size_t hi = std::min(off + len, f.offset + f.length);
+    if (lo < hi) std::memcpy(fence_bytes.data() + f.at + (lo - f.offset), r->durable.data() + lo, hi - lo);
   }
 }
 
 // ---- the NIC write buffer ----------------------------------------------------
 
 void PersistenceDomain::Impl::drain_front(const PlatformConfig& config) {
-  PendingWrite& w = fifo.front();
+  // Off the buffer before its effects: a write-back they cause (eviction)
+  // must not take this write for one still pending.
+  PendingWrite w = std::move(fifo.front());
+  fifo.pop_front();
   RegionState* r = w.region;
-  for (uint64_t line = w.offset / kLine; line <= (w.offset + w.length - 1) / kLine; ++line) --r->lines[line].nic_pending;
+  const uint64_t first = w.offset / kLine;
+  const uint64_t last = (w.offset + w.length - 1) / kLine;
+  for (uint64_t line = first; line <= last; ++line) --r->lines[line].nic_pending;
   --r->nic_pending_writes;
   fifo_bytes -= w.length;
-  drained.push_back(std::move(w));
-  fifo.pop_front();
-  // Applied at once: batching the bookkeeping would land a batch's whole cost
-  // on one request, a latency spike that belongs to the model, not the NIC.
-  apply_drained(config);
-}
-
-void PersistenceDomain::Impl::apply_drained(const PlatformConfig& config) {
-  while (!drained.empty()) {
-    PendingWrite& w = drained.front();
-    RegionState* r = w.region;
-    const uint64_t first = w.offset / kLine;
-    const uint64_t last = (w.offset + w.length - 1) / kLine;
-    if (!config.ddio) {
-      // Straight to the PM controller: durable, and seen by the media model
-      // in the order the NIC issued it.
-      std::memcpy(r->durable.data() + w.offset, w.data.data(), w.length);
-      for (uint64_t line = first; line <= last; ++line) {
-        const bool partial =
-            (line == first && w.offset % kLine != 0) || (line == last && (w.offset + w.length) % kLine != 0);
-        if (partial) {
-          ++r->media_model.counters.pcie_rmw;  // a PCIe partial write: read-modify-write (H6)
-          r->media_model.read_line(line);
-        }
-        r->media_model.write_line(line);
-      }
-    } else {
-      // DDIO: into the last-level cache; durable only under eADR, otherwise
-      // at eviction or when someone persists the range.
-      if (config.eadr) std::memcpy(r->durable.data() + w.offset, w.data.data(), w.length);
-      for (uint64_t line = first; line <= last; ++line) {
-        const bool partial =
-            (line == first && w.offset % kLine != 0) || (line == last && (w.offset + w.length) % kLine != 0);
-        if (partial && r->lines[line].cache_pos == 0) {
-          ++r->media_model.counters.pcie_rmw;  // the line must be read into the cache first
-          r->media_model.read_line(line);
-        }
-        cache_insert(config, r, line, /*ddio=*/true);
-      }
-    }
-    spare.push_back(std::move(w.before));
-    spare.push_back(std::move(w.data));
-    drained.pop_front();
+  if (!config.ddio || config.eadr) {
+    // DDIO off: straight to the PM controller. DDIO on under eADR: into the
+    // cache, which is persistent. Either way durable now.
+    std::memcpy(r->durable.data() + w.offset, w.data.data(), w.length);
+    supersede_snapshots(r, w.offset, w.length);
   }
+  for (uint64_t line = first; line <= last; ++line) {
+    const bool partial =
+        (line == first && w.offset % kLine != 0) || (line == last && (w.offset + w.length) % kLine != 0);
+    if (!config.ddio) {
+      // Seen by the media model in the order the NIC issued it.
+      if (partial) {
+        ++r->media_model.counters.pcie_rmw;  // a PCIe partial write: read-modify-write (H6)
+        r->media_model.read_line(line);
+      }
+      r->media_model.write_line(line);
+    } else {
+      // DDIO: into the last-level cache; without eADR durable only at
+      // eviction or when someone persists the range.
+      if (partial && r->lines[line].cache_pos == 0) {
+        ++r->media_model.counters.pcie_rmw;  // the line must be read into the cache first
+        r->media_model.read_line(line);
+      }
+      cache_insert(config, r, line, /*ddio=*/true);
+    }
+  }
+  spare.push_back(std::move(w.before));
+  spare.push_back(std::move(w.data));
 }
 
 void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uint32_t qpn) {
@@ -305,7 +304,28 @@ void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, 
     }
   }
   for (size_t i = 0; i < through; ++i) drain_front(config);
-  apply_drained(config);
+}
+
+void PersistenceDomain::Impl::enqueue(const PlatformConfig& config, RegionState* r, size_t off, const uint8_t* before,
+                                      const uint8_t* data, size_t len, uint32_t qpn) {
+  while (fifo_bytes + len > config.nic_write_buffer_bytes && !fifo.empty()) drain_front(config);
+  auto take = [&](std::vector<uint8_t>& v, const uint8_t* from) {
+    if (!spare.empty()) {
+      v = std::move(spare.back());
+      spare.pop_back();
+    }
+    v.assign(from, from + len);
+  };
+  PendingWrite& w = fifo.emplace_back();
+  w.region = r;
+  w.offset = off;
+  w.length = static_cast<uint32_t>(len);
+  w.qpn = qpn;
+  take(w.before, before);
+  take(w.data, data);
+  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) ++r->lines[line].nic_pending;
+  ++r->nic_pending_writes;
+  fifo_bytes += len;
 }
 
 void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {
@@ -316,49 +336,19 @@ void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src
     std::memcpy(dst, src, len);  // DRAM: nothing to model
     return;
   }
-  while (impl_->fifo_bytes + len > config_.nic_write_buffer_bytes && !impl_->fifo.empty()) impl_->drain_front(config_);
-  PendingWrite w;
-  w.region = r;
-  w.offset = r->offset_of(dst);
-  w.length = static_cast<uint32_t>(len);
-  w.qpn = qpn;
-  auto take = [&](std::vector<uint8_t>& v) {
-    if (!impl_->spare.empty()) {
-      v = std::move(impl_->spare.back());
-      impl_->spare.pop_back();
-    }
-  };
-  take(w.before);
-  take(w.data);
-  w.before.assign(dst, dst + len);
-  w.data.assign(src, src + len);
-  const uint64_t first = w.offset / kLine;
-  const uint64_t last = (w.offset + len - 1) / kLine;
-  for (uint64_t line = first; line <= last; ++line) ++r->lines[line].nic_pending;
-  ++r->nic_pending_writes;
-  impl_->fifo_bytes += len;
-  impl_->fifo.push_back(std::move(w));
+  impl_->enqueue(config_, r, r->offset_of(dst), dst, src, len, qpn);
   std::memcpy(dst, src, len);  // visible at once; durable per the model
 }
 
+// The NIC's read-modify-write on PM (H8): a read request now, and the
+// written word enters the NIC buffer like any DMA write.
 static uint64_t pm_atomic(PersistenceDomain::Impl& impl, const PlatformConfig& config, RegionState* r, uint32_t qpn,
                           uint64_t* addr, uint64_t original, uint64_t now_value) {
-  // The NIC's read-modify-write on PM (H8): a read and a write request, and
-  // the written word enters the NIC buffer like any DMA write.
+  const size_t off = r->offset_of(addr);
+  impl.enqueue(config, r, off, reinterpret_cast<const uint8_t*>(&original),
+               reinterpret_cast<const uint8_t*>(&now_value), sizeof(uint64_t), qpn);
   ++r->media_model.counters.atomics;
-  r->media_model.read_line(r->offset_of(addr) / kLine);
-  (void)config;
-  PendingWrite w;
-  w.region = r;
-  w.offset = r->offset_of(addr);
-  w.length = 8;
-  w.qpn = qpn;
-  w.before.assign(reinterpret_cast<const uint8_t*>(&original), reinterpret_cast<const uint8_t*>(&original) + 8);
-  w.data.assign(reinterpret_cast<const uint8_t*>(&now_value), reinterpret_cast<const uint8_t*>(&now_value) + 8);
-  ++r->lines[w.offset / kLine].nic_pending;
-  ++r->nic_pending_writes;
-  impl.fifo_bytes += 8;
-  impl.fifo.push_back(std::move(w));
+  r->media_model.read_line(off / kLine);
   return original;
 }
 
@@ -369,7 +359,6 @@ uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, ui
   const bool swapped = word.compare_exchange_strong(original, swap, std::memory_order_seq_cst);
   RegionState* r = impl_->find(addr, 8);
   if (r == nullptr || r->media == Media::kDram) return original;
-  while (impl_->fifo_bytes + 8 > config_.nic_write_buffer_bytes && !impl_->fifo.empty()) impl_->drain_front(config_);
   return pm_atomic(*impl_, config_, r, qpn, addr, original, swapped ? swap : original);
 }
 
@@ -378,7 +367,6 @@ uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint6
   const uint64_t original = std::atomic_ref<uint64_t>(*addr).fetch_add(add, std::memory_order_seq_cst);
   RegionState* r = impl_->find(addr, 8);
   if (r == nullptr || r->media == Media::kDram) return original;
-  while (impl_->fifo_bytes + 8 > config_.nic_write_buffer_bytes && !impl_->fifo.empty()) impl_->drain_front(config_);
   return pm_atomic(*impl_, config_, r, qpn, addr, original, original + add);
 }
 
@@ -391,14 +379,19 @@ void PersistenceDomain::flush(uint32_t qpn, const uint8_t* addr, size_t len, boo
   std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->drain_through_qp(config_, qpn);
   if (!persistent || !config_.ddio || config_.eadr || len == 0) return;
-  impl_->apply_drained(config_);
   // DDIO without eADR: the drained data sits in the cache; a persistence
-  // FLUSH writes the range back before it is acknowledged.
+  // FLUSH writes the range's lines back before it is acknowledged.
   RegionState* r = impl_->find(addr, len);
   if (r == nullptr || r->media == Media::kDram) return;
   const size_t off = r->offset_of(addr);
-  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) impl_->cache_remove(r, line, true);
-  impl_->make_durable(r, off, len);
+  const size_t first = off / kLine * kLine;
+  const size_t end = std::min(r->size, (off + len + kLine - 1) / kLine * kLine);
+  for (uint64_t line = first / kLine; line * kLine < end; ++line) {
+    if (r->lines[line].cache_pos == 0) continue;
+    r->media_model.write_line(line);
+    impl_->cache_remove(r, line, /*write_back=*/false);  // the bytes: once, for the whole range, below
+  }
+  impl_->make_durable(r, first, end - first);
 }
 
 }  // namespace ferry::pm

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ferry/common/cpu.h"
+#include "ferry/common/rng.h"
 
 namespace ferry::pm {
 
@@ -74,13 +75,7 @@ LockTable::LockTable(size_t slots) : slots_(std::max<size_t>(slots, 1)) {
 
 LockTable::~LockTable() { std::free(base_); }
 
-size_t LockTable::offset(uint64_t key) const {
-  uint64_t x = key + 0x9e3779b97f4a7c15ULL;  // splitmix64 finalizer as the hash
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return static_cast<size_t>(x % slots_) * 64;
-}
+size_t LockTable::offset(uint64_t key) const { return static_cast<size_t>(mix64(key) % slots_) * 64; }
 
 static nic::SendWr persist_point_wr(uint64_t wr_id, uint64_t remote_addr, uint32_t rkey, uint32_t len,
                                     PersistPoint point) {

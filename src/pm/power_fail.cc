@@ -3,14 +3,17 @@
 // One algorithm over (visible, durable) byte pairs per region, applied either
 // to copies (image_after_power_fail) or in place (power_fail):
 //  1. NIC buffer: a random prefix of the FIFO reached memory; the write at the
-//     boundary kept a random prefix of its 64 B chunks; the rest is undone.
-//     What reached memory is durable (DDIO off, or eADR) or sits in the cache.
+//     boundary kept a random proper prefix of its 64 B chunks (possibly none);
+//     the rest is undone.
 //  2. Fenced nothing yet: each pending clwb/non-temporal snapshot survived or
 //     not.
-//  3. The cache: every byte still differing from the durable image is
+//  3. What step 1 delivered is durable (DDIO off, or eADR) or sits in the
+//     cache. It lands after step 2: a flush drains every NIC write over its
+//     lines first, so a buffered NIC write is newer than any snapshot of its
+//     bytes.
+//  4. The cache: every byte still differing from the durable image is
 //     unpersisted. eADR keeps all of it; otherwise each 8-byte word (each
-//     64 B line for DDIO-delivered lines) survives or not.
-//  4. DRAM is lost.
+//     64 B line for DDIO-delivered lines) survives or not. DRAM is lost.
 #include <algorithm>
 #include <cstring>
 
@@ -28,8 +31,9 @@ namespace {
 
 struct Target {
   RegionState* region;
-  uint8_t* visible;  // what the CPU sees: becomes the post-failure content
-  uint8_t* durable;  // the durable image
+  uint8_t* visible;                // what the CPU sees: becomes the post-failure content
+  uint8_t* durable;                // the durable image (PM only)
+  std::vector<uint8_t> ddio_line;  // per 64 B line: its unpersisted content arrived by DDIO (PM only)
 };
 
 Target* target_of(std::vector<Target>& targets, const RegionState* r) {
@@ -45,22 +49,15 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
                                            std::vector<Target>& targets, uint64_t seed) {
   Rng rng(seed);
   PowerFailReport report;
-  // Lines whose surviving content arrived by DDIO: decided per 64 B line.
-  std::vector<std::vector<uint8_t>> ddio_line(targets.size());
-  for (size_t t = 0; t < targets.size(); ++t) {
-    const RegionState* r = targets[t].region;
+  for (Target& t : targets) {
+    const RegionState* r = t.region;
     if (r->media != Media::kPm) continue;
-    ddio_line[t].assign(r->lines.size(), 0);
-    for (size_t line = 0; line < r->lines.size(); ++line) ddio_line[t][line] = r->lines[line].ddio ? 1 : 0;
+    t.ddio_line.resize(r->lines.size());
+    for (size_t line = 0; line < r->lines.size(); ++line) t.ddio_line[line] = r->lines[line].ddio ? 1 : 0;
   }
-  auto index_of = [&](const RegionState* r) -> size_t {
-    for (size_t t = 0; t < targets.size(); ++t) {
-      if (targets[t].region == r) return t;
-    }
-    return targets.size();
-  };
 
-  // 1. The NIC buffer: a prefix reached memory, the next write is torn.
+  // 1. The NIC buffer: a prefix reached memory, the next write is torn (a
+  // proper prefix of its chunks: all of them would make it part of the prefix).
   const size_t n = impl.fifo.size();
   report.nic_writes_pending = n;
   const size_t kept = static_cast<size_t>(rng.below(n + 1));
@@ -69,36 +66,23 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
   if (kept < n) {
     const PendingWrite& w = impl.fifo[kept];
     const size_t chunks = (w.offset + w.length - 1) / kLine - w.offset / kLine + 1;
-    torn_chunks_kept = static_cast<size_t>(rng.below(chunks + 1));
-    report.nic_write_torn = (torn_chunks_kept > 0 && torn_chunks_kept < chunks) ? 1 : 0;
+    torn_chunks_kept = static_cast<size_t>(rng.below(chunks));
+    report.nic_write_torn = torn_chunks_kept > 0 ? 1 : 0;
   }
+  // Bytes of fifo[i] that arrived: chunks in increasing address order.
+  auto arrived = [&](size_t i) -> size_t {
+    const PendingWrite& w = impl.fifo[i];
+    if (i < kept) return w.length;
+    if (i > kept || torn_chunks_kept == 0) return 0;
+    return std::min<size_t>(w.length, (w.offset / kLine + torn_chunks_kept) * kLine - w.offset);
+  };
   // Undo, newest first, what did not arrive (restoring each write's `before`).
   for (size_t i = n; i > kept; --i) {
     const PendingWrite& w = impl.fifo[i - 1];
     Target* t = target_of(targets, w.region);
     if (t == nullptr) continue;
-    size_t from = 0;  // bytes of w that arrived
-    if (i - 1 == kept && torn_chunks_kept > 0) {
-      const size_t boundary = (w.offset / kLine + torn_chunks_kept) * kLine;  // chunks in increasing address order
-      from = std::min<size_t>(w.length, boundary - w.offset);
-    }
+    const size_t from = arrived(i - 1);
     std::memcpy(t->visible + w.offset + from, w.before.data() + from, w.length - from);
-  }
-  // What arrived: durable, or into the cache.
-  for (size_t i = 0; i <= kept && i < n; ++i) {
-    const PendingWrite& w = impl.fifo[i];
-    size_t arrived = w.length;
-    if (i == kept) {
-      if (torn_chunks_kept == 0) break;
-      arrived = std::min<size_t>(w.length, (w.offset / kLine + torn_chunks_kept) * kLine - w.offset);
-    }
-    const size_t t = index_of(w.region);
-    if (t == targets.size()) continue;
-    if (!config.ddio || config.eadr) {
-      std::memcpy(targets[t].durable + w.offset, w.data.data(), arrived);
-    } else {
-      for (uint64_t line = w.offset / kLine; line <= (w.offset + arrived - 1) / kLine; ++line) ddio_line[t][line] = 1;
-    }
   }
 
   // 2. Write-backs and non-temporal stores still waiting for their fence.
@@ -108,9 +92,21 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
     if (config.eadr || rng.chance(0.5)) std::memcpy(t->durable + f.offset, impl.fence_bytes.data() + f.at, f.length);
   }
 
-  // 3. Whatever still differs from the durable image was never persisted.
-  for (size_t ti = 0; ti < targets.size(); ++ti) {
-    Target& t = targets[ti];
+  // 3. What arrived from the NIC: durable, or into the cache.
+  for (size_t i = 0; i <= kept && i < n; ++i) {
+    const PendingWrite& w = impl.fifo[i];
+    const size_t len = arrived(i);
+    Target* t = target_of(targets, w.region);
+    if (len == 0 || t == nullptr) continue;
+    if (!config.ddio || config.eadr) {
+      std::memcpy(t->durable + w.offset, w.data.data(), len);
+    } else {
+      for (uint64_t line = w.offset / kLine; line <= (w.offset + len - 1) / kLine; ++line) t->ddio_line[line] = 1;
+    }
+  }
+
+  // 4. Whatever still differs from the durable image was never persisted.
+  for (Target& t : targets) {
     const RegionState* r = t.region;
     if (r->media == Media::kDram) {
       report.dram_bytes_lost += r->size;
@@ -124,7 +120,7 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
         std::memcpy(t.durable + off, t.visible + off, len);  // the cache is in the persistence domain
         continue;
       }
-      if (ddio_line[ti][off / kLine]) {
+      if (t.ddio_line[off / kLine]) {
         if (rng.chance(0.5)) {
           ++report.cache_lines_kept;
           std::memcpy(t.durable + off, t.visible + off, len);
@@ -152,79 +148,65 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
 
 std::vector<uint8_t> PersistenceDomain::image_after_power_fail(const Region& region, uint64_t seed) const {
   std::lock_guard<SpinLock> lock(impl_->mu);
-  impl_->apply_drained(config_);  // bookkeeping only: what is durable does not change
-  // Copies of every PM region (the NIC buffer's boundary is drawn over all
-  // of them, so the answer matches power_fail(seed) exactly).
+  if (region.state_->media == Media::kDram) return std::vector<uint8_t>(region.state_->size);  // lost
+  // Copies of every PM region: the draws run over all of them, so the answer
+  // matches power_fail(seed) exactly. DRAM draws nothing and is left out.
   std::vector<std::vector<uint8_t>> visible, durable;
   std::vector<Target> targets;
   visible.reserve(impl_->states.size());
   durable.reserve(impl_->states.size());
+  std::vector<uint8_t>* mine = nullptr;
   for (auto& s : impl_->states) {
+    if (s->media != Media::kPm) continue;
     visible.emplace_back(s->base, s->base + s->size);
-    durable.emplace_back(s->media == Media::kPm ? s->durable : std::vector<uint8_t>(s->size));
-    targets.push_back({s.get(), visible.back().data(), durable.back().data()});
+    durable.push_back(s->durable);
+    targets.push_back({s.get(), visible.back().data(), durable.back().data(), {}});
+    if (s.get() == region.state_) mine = &visible.back();
   }
   apply_power_failure(*impl_, config_, targets, seed);
-  for (size_t i = 0; i < impl_->states.size(); ++i) {
-    if (impl_->states[i].get() == region.state_) return std::move(visible[i]);
-  }
-  return {};
+  return mine != nullptr ? std::move(*mine) : std::vector<uint8_t>{};
 }
 
 PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
   std::lock_guard<SpinLock> lock(impl_->mu);
-  impl_->apply_drained(config_);
   std::vector<Target> targets;
-  std::vector<std::vector<uint8_t>> dram_scratch;
   for (auto& s : impl_->states) {
-    if (s->media == Media::kPm) {
-      targets.push_back({s.get(), s->base, s->durable.data()});
-    } else {
-      dram_scratch.emplace_back(s->size);
-      targets.push_back({s.get(), s->base, dram_scratch.back().data()});
-    }
+    targets.push_back({s.get(), s->base, s->media == Media::kPm ? s->durable.data() : nullptr, {}});
   }
   const PowerFailReport report = apply_power_failure(*impl_, config_, targets, seed);
   // The machine comes back: empty NIC buffer, cold cache, nothing in flight.
-  for (auto& w : impl_->fifo) {
-    impl_->spare.push_back(std::move(w.before));
-    impl_->spare.push_back(std::move(w.data));
-  }
-  impl_->fifo.clear();
-  impl_->fifo_bytes = 0;
-  impl_->cache.clear();
-  impl_->fence.clear();
-  impl_->fence_bytes.clear();
-  for (auto& s : impl_->states) {
-    if (s->media != Media::kPm) continue;
-    for (auto& line : s->lines) line = detail::LineMeta{};
-    s->nic_pending_writes = 0;
-  }
+  impl_->reset_volatile();
   return report;
 }
 
 void PersistenceDomain::process_crash() {
   std::lock_guard<SpinLock> lock(impl_->mu);
-  impl_->apply_drained(config_);
   // The machine lives on: the NIC delivers what it buffered and the caches
   // are written back eventually, so PM keeps everything visible.
-  for (auto& w : impl_->fifo) {
-    impl_->spare.push_back(std::move(w.before));
-    impl_->spare.push_back(std::move(w.data));
-  }
-  impl_->fifo.clear();
-  impl_->fifo_bytes = 0;
-  impl_->cache.clear();
-  impl_->fence.clear();
-  impl_->fence_bytes.clear();
+  impl_->reset_volatile();
   for (auto& s : impl_->states) {
     if (s->media == Media::kPm) {
       std::memcpy(s->durable.data(), s->base, s->size);
-      for (auto& line : s->lines) line = detail::LineMeta{};
-      s->nic_pending_writes = 0;
     } else {
       std::memset(s->base, 0, s->size);
     }
+  }
+}
+
+void PersistenceDomain::Impl::reset_volatile() {
+  for (auto& w : fifo) {
+    spare.push_back(std::move(w.before));
+    spare.push_back(std::move(w.data));
+  }
+  fifo.clear();
+  fifo_bytes = 0;
+  cache.clear();
+  fence.clear();
+  fence_bytes.clear();
+  for (auto& s : states) {
+    if (s->media != Media::kPm) continue;
+    for (auto& line : s->lines) line = detail::LineMeta{};
+    s->nic_pending_writes = 0;
   }
 }
 

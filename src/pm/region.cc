@@ -36,13 +36,11 @@ bool Region::contains(const void* p, size_t len) const {
 
 MediaCounters Region::counters() const {
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
-  domain_->impl_->apply_drained(domain_->config_);
   return state_->media_model.counters;
 }
 
 void Region::reset_counters() {
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
-  domain_->impl_->apply_drained(domain_->config_);
   state_->media_model.counters = MediaCounters{};
 }
 
@@ -51,7 +49,6 @@ void Region::settle_media_model() {
   auto& impl = *domain_->impl_;
   if (state_->media != Media::kPm) return;
   while (state_->nic_pending_writes != 0) impl.drain_front(domain_->config_);
-  impl.apply_drained(domain_->config_);
   // The cache writes its lines back in no particular order.
   std::vector<uint64_t> mine;
   for (const auto& c : impl.cache) {
@@ -65,7 +62,6 @@ void Region::settle_media_model() {
 void Region::store(void* dst, const void* src, size_t len) {
   if (len == 0) return;
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
-  domain_->impl_->apply_drained(domain_->config_);
   if (state_->media == Media::kPm) {
     const size_t off = state_->offset_of(dst);
     domain_->impl_->drain_through_range(domain_->config_, state_, off, len);
@@ -99,7 +95,6 @@ static void nt_copy(uint8_t* dst, const uint8_t* src, size_t len) {
 void Region::store_nt(void* dst, const void* src, size_t len) {
   if (len == 0) return;
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
-  domain_->impl_->apply_drained(domain_->config_);
   auto* d = static_cast<uint8_t*>(dst);
   if (state_->media != Media::kPm) {
     nt_copy(d, static_cast<const uint8_t*>(src), len);
@@ -137,14 +132,13 @@ void Region::flush(const void* addr, size_t len) {
   if (len == 0 || state_->media != Media::kPm) return;
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto& impl = *domain_->impl_;
-  impl.apply_drained(domain_->config_);
   const size_t off = state_->offset_of(addr);
   const size_t first = off / kLine * kLine;
   const size_t end = std::min(state_->size, (off + len + kLine - 1) / kLine * kLine);
   // The lines hold what the CPU sees, NIC writes included: those left the
   // NIC's buffer before the CPU could see them.
   impl.drain_through_range(domain_->config_, state_, first, end - first);
-  for (uint64_t line = first / kLine; line < end / kLine; ++line) {
+  for (uint64_t line = first / kLine; line * kLine < end; ++line) {
     if (state_->lines[line].cache_pos != 0) {
       state_->media_model.write_line(line);  // write-back of a dirty line
       impl.cache_remove(state_, line, false);
@@ -159,7 +153,6 @@ void Region::flush(const void* addr, size_t len) {
 void Region::drain() {
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto& impl = *domain_->impl_;
-  impl.apply_drained(domain_->config_);
   for (const auto& f : impl.fence) {
     std::memcpy(f.region->durable.data() + f.offset, impl.fence_bytes.data() + f.at, f.length);
   }

@@ -62,15 +62,15 @@ class MediaModel {
 
 // Per 64 B line of a PM region.
 struct LineMeta {
-  uint32_t cache_pos = 0;  // 1 + index in the domain's cache pool; 0 = not in the modeled cache
-  bool ddio = false;       // its cached content arrived by DDIO DMA (64 B survival granularity)
-  uint16_t nic_pending = 0;  // DMA writes covering it still in the NIC buffer
+  uint32_t cache_pos = 0;    // 1 + index in the domain's cache pool; 0 = not in the modeled cache
+  uint32_t nic_pending = 0;  // DMA writes covering it still in the NIC buffer (256 KiB holds 262,144 1-byte writes)
+  bool ddio = false;         // its cached content arrived by DDIO DMA (64 B survival granularity)
 };
 
 struct RegionState {
   Media media = Media::kDram;
   std::string path;
-  uint8_t* base = nullptr;
+  uint8_t* base = nullptr;  // PM: the libpmem2 mapping; DRAM: owned (aligned_alloc)
   size_t size = 0;
   int granularity = 0;  // enum pmem2_granularity, or -1 for DRAM
   // PM only:
@@ -82,8 +82,6 @@ struct RegionState {
   std::vector<LineMeta> lines;
   MediaModel media_model{64};
   uint64_t nic_pending_writes = 0;
-  // DRAM only:
-  void* dram = nullptr;
 
   size_t offset_of(const void* p) const { return static_cast<size_t>(static_cast<const uint8_t*>(p) - base); }
 };
@@ -99,6 +97,9 @@ struct PendingWrite {
 };
 
 // A cache-line write-back (clwb) or non-temporal store waiting for the fence.
+// It is older than any NIC write or write-back that reaches its bytes later:
+// those overwrite its copy (Impl::supersede_snapshots), so the fence cannot
+// roll them back.
 struct FenceSnapshot {
   RegionState* region;
   size_t offset;
@@ -118,11 +119,9 @@ struct PersistenceDomain::Impl {
   // NIC write buffer
   std::deque<detail::PendingWrite> fifo;
   size_t fifo_bytes = 0;
-  // Writes that left the NIC buffer but whose effects (durable image, cache,
-  // media counters) the model has not applied yet. drain_front applies them
-  // at once; the list keeps the order explicit for every path that drains.
-  std::deque<detail::PendingWrite> drained;
-  std::vector<std::vector<uint8_t>> spare;  // recycled buffers: no allocation in steady state
+  // Buffers of drained writes for enqueue to reuse: each drain returns the
+  // two an enqueue took, so there is no allocation in steady state.
+  std::vector<std::vector<uint8_t>> spare;
   // CPU cache (PM lines only)
   struct CachedLine {
     detail::RegionState* region;
@@ -135,10 +134,16 @@ struct PersistenceDomain::Impl {
   std::vector<uint8_t> fence_bytes;
 
   detail::RegionState* find(const void* p, size_t len) const;
+  // Puts a DMA write of r's [off, off+len) into the NIC buffer, draining the
+  // oldest writes first while it would not fit. `before` is what the bytes
+  // hold now, `data` what the write carries; both are copied.
+  void enqueue(const PlatformConfig& config, detail::RegionState* r, size_t off, const uint8_t* before,
+               const uint8_t* data, size_t len, uint32_t qpn);
   // The drain of the oldest pending write (model of the NIC buffer emptying).
+  // Its effects (durable image, cache, media counters) are applied at once:
+  // batching them would land a batch's whole cost on one request, a latency
+  // spike that belongs to the model, not the NIC.
   void drain_front(const PlatformConfig& config);
-  // Applies every drained write's effects (see `drained`).
-  void apply_drained(const PlatformConfig& config);
   void drain_through_qp(const PlatformConfig& config, uint32_t qpn);
   // The CPU is about to write (back) [off, off+len) of r: every NIC write
   // still buffered over those bytes -- and, PCIe being ordered, everything
@@ -148,9 +153,17 @@ struct PersistenceDomain::Impl {
   // Copies the visible bytes of [off, off+len) into the durable image, except
   // bytes still covered by NIC-pending writes, which keep their pre-write value.
   void make_durable(detail::RegionState* r, size_t off, size_t len);
+  // [off, off+len) of r's durable image was just written by something newer
+  // than every pending fence snapshot (a drained NIC write, a cache
+  // write-back): the snapshots take those bytes, so the fence cannot put
+  // older ones back.
+  void supersede_snapshots(detail::RegionState* r, size_t off, size_t len);
   void cache_insert(const PlatformConfig& config, detail::RegionState* r, uint64_t line, bool ddio);
   void cache_remove(detail::RegionState* r, uint64_t line, bool write_back);
   void cache_evict_random();
+  // Empties what a failure loses or the surviving machine finishes -- the NIC
+  // buffer, the cache, pending fences -- and clears the per-line state.
+  void reset_volatile();
 };
 
 }  // namespace ferry::pm

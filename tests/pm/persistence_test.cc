@@ -87,6 +87,55 @@ TEST_F(PmTest, CpuPersistOverAnUnflushedNicWriteKeepsTheCpusBytesAndTheNics) {
   }
 }
 
+TEST_F(PmTest, FenceDoesNotRollBackANicWriteNewerThanTheClwb) {
+  // clwb takes the line's bytes when it runs; a NIC write that lands on the
+  // line afterwards and is made durable is newer, so neither the fence nor a
+  // power failure before it may bring the older bytes back.
+  for (const bool ddio : {false, true}) {
+    SCOPED_TRACE(ddio ? "DDIO on, persistence FLUSH" : "DDIO off, READ");
+    build({.ddio = ddio});
+    pm_->flush(pm_->data() + 4096, 64);  // write-back of the old bytes, waiting for the fence
+    remote_write(4096, 64, 17);
+    if (ddio) {
+      remote_flush(4096, 64, /*persistent=*/true);
+    } else {
+      remote_read0();
+    }
+    EXPECT_EQ(count_survivals(4096, 64, 17, kManySeeds), kManySeeds) << "before the fence; seeds 0.." << kManySeeds - 1;
+    pm_->drain();
+    EXPECT_EQ(count_survivals(4096, 64, 17, kManySeeds), kManySeeds) << "after the fence; seeds 0.." << kManySeeds - 1;
+    TearDown();
+  }
+}
+
+TEST_F(PmTest, PendingClwbDoesNotTearABufferedNicWriteAtPowerFail) {
+  // The NIC write is still in the buffer when the power fails: whatever part
+  // of it arrived is newer than the pending write-back of its lines, so it
+  // survives as a prefix of whole 64 B chunks, never mixed per word.
+  build({});
+  pm_->flush(pm_->data() + 4096, 256);  // write-back of the old bytes (zeros), not fenced
+  remote_write(4096, 256, 19);
+  int cut = 0;
+  for (int s = 0; s < 2000; ++s) {
+    const auto image = domain_->image_after_power_fail(*pm_, s);
+    bool earlier_new = true;
+    int chunks_new = 0;
+    for (int c = 0; c < 4; ++c) {
+      bool is_new = true, is_old = true;
+      for (int i = c * 64; i < c * 64 + 64; ++i) {
+        is_new &= image[4096 + i] == static_cast<uint8_t>(19 + i * 3);
+        is_old &= image[4096 + i] == 0;
+      }
+      ASSERT_TRUE(is_new || is_old) << "seed " << s << ": chunk " << c << " mixes old and new bytes";
+      ASSERT_TRUE(!is_new || earlier_new) << "seed " << s << ": chunk " << c << " arrived after a lost one";
+      earlier_new = is_new;
+      chunks_new += is_new;
+    }
+    cut += chunks_new > 0 && chunks_new < 4;
+  }
+  EXPECT_GT(cut, 0) << "some of seeds 0..1999 cut the write";
+}
+
 TEST_F(PmTest, UnpersistedCpuStoresAreLostPerEightByteWord) {
   build({});
   for (int i = 0; i < 64; ++i) pm_->data()[i] = 0xAA;
@@ -132,13 +181,16 @@ TEST_F(PmTest, TornDmaWriteLosesOnlyASuffixOfSixtyFourByteChunks) {
 TEST_F(PmTest, MultiPacketWriteSurvivesAsAPrefixInAddressOrder) {
   build({});
   remote_write(0, 60000, 51);  // 15 packets of 4 KiB in the NIC buffer
+  int torn = 0;
   for (int s = 0; s < 2000; ++s) {
     const auto image = domain_->image_after_power_fail(*pm_, s);
     size_t prefix = 0;
     while (prefix < 60000 && image[prefix] == static_cast<uint8_t>(51 + prefix * 3)) ++prefix;
     for (size_t i = prefix; i < 60000; ++i) ASSERT_EQ(image[i], 0) << "seed " << s;
     ASSERT_TRUE(prefix == 60000 || prefix % 64 == 0) << "seed " << s;
+    torn += prefix != 0 && prefix != 60000;
   }
+  EXPECT_GT(torn, 0) << "some of seeds 0..1999 cut the write";
 }
 
 TEST_F(PmTest, ReadDrainsItsQpAndEverythingQueuedBeforeButNotAfter) {
@@ -164,15 +216,7 @@ TEST_F(PmTest, FullNicBufferDrainsOldestWritesFirst) {
 TEST_F(PmTest, AtomicOnPmIsPendingUntilARead) {
   build({});
   uint64_t* word = reinterpret_cast<uint64_t*>(pm_->data() + 512);
-  const Sge result = cmr_->sge(0, 8);
-  SendWr faa;
-  faa.opcode = WrOpcode::kAtomicFetchAndAdd;
-  faa.flags = kSendSignaled;
-  faa.sg_list = std::span<const Sge>(&result, 1);
-  faa.remote_addr = smr_->iova() + 512;
-  faa.rkey = smr_->rkey();
-  faa.compare_add = 5;
-  ASSERT_EQ(run_one(*cqp_[0], faa).status, WcStatus::kSuccess);
+  EXPECT_EQ(remote_atomic(WrOpcode::kAtomicFetchAndAdd, 512, 5), 0u);
   EXPECT_EQ(*word, 5u);
   auto value_after = [&](int s) {
     uint64_t v;
@@ -217,6 +261,55 @@ TEST_F(PmTest, PowerFailLosesDramAndProcessCrashKeepsPm) {
   EXPECT_EQ(dram->data()[100], 0);
   EXPECT_EQ(r.dram_bytes_lost, 4096u);
   EXPECT_EQ(pm_->data()[30000], 0x66) << "made durable by the crash";
+}
+
+TEST(PmModel, PowerFailReportCountsTheBoundaryWriteAsKeptTornOrLostNeverUncounted) {
+  // The write at the boundary of the surviving prefix keeps a proper prefix
+  // of its chunks; one that arrived whole is part of the prefix.
+  const std::string path = temp_path("boundary-report.pm");
+  std::filesystem::remove(path);
+  PersistenceDomain domain;
+  Region* pm = domain.map_pm(path, 8192, /*create=*/true).value();
+  uint8_t data[256];
+  for (int s = 0; s < 250; ++s) {
+    std::memset(data, s % 255 + 1, sizeof(data));  // unlike any byte an earlier round left
+    domain.dma_write(/*qpn=*/1, pm->data() + 1024, data, sizeof(data));  // 4 chunks, in the NIC buffer
+    const PowerFailReport report = domain.power_fail(s);
+    int chunks = 0;
+    while (chunks < 4 && pm->data()[1024 + chunks * 64] == data[0]) ++chunks;
+    ASSERT_EQ(report.nic_writes_pending, 1u);
+    ASSERT_EQ(report.nic_writes_kept, chunks == 4 ? 1u : 0u) << "seed " << s << ": " << chunks << " chunks arrived";
+    ASSERT_EQ(report.nic_write_torn, chunks > 0 && chunks < 4 ? 1u : 0u)
+        << "seed " << s << ": " << chunks << " chunks arrived";
+  }
+}
+
+TEST(PmModel, LineStaysNicPendingAfter65536OneByteWritesToIt) {
+  // The 256 KiB buffer holds 262,144 one-byte writes. If the line's count of
+  // pending writes wrapped to 0, writing the line back (eviction) would make
+  // bytes the NIC never delivered durable.
+  constexpr uint64_t kWrites = 65536;
+  auto value = [&](uint64_t i) { return i == kWrites - 1 ? uint8_t{0xFF} : static_cast<uint8_t>(i % 200 + 1); };
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const std::string path = temp_path("pending-count.pm");
+    std::filesystem::remove(path);
+    PersistenceDomain domain({.ddio = true, .cache_lines = 1});
+    Region* pm = domain.map_pm(path, 8192, /*create=*/true).value();
+    for (uint64_t i = 0; i < kWrites; ++i) {
+      const uint8_t v = value(i);
+      domain.dma_write(/*qpn=*/1, pm->data(), &v, 1);
+    }
+    const uint8_t cpu = 0x42;
+    pm->store(pm->data() + 40, &cpu, 1);  // the line enters the cache...
+    for (int line = 1; line <= 32; ++line) pm->store(pm->data() + line * 64, &cpu, 1);  // ...and is evicted
+    const PowerFailReport report = domain.power_fail(seed);
+    ASSERT_EQ(report.nic_writes_pending, kWrites);
+    const uint64_t kept = report.nic_writes_kept;
+    const uint8_t last_arrived = kept == 0 ? 0 : value(kept - 1);
+    EXPECT_TRUE(pm->data()[0] == 0 || pm->data()[0] == last_arrived)
+        << "seed " << seed << ": " << kept << " of " << kWrites << " writes arrived, the byte holds "
+        << int{pm->data()[0]};
+  }
 }
 
 TEST(PmRegion, OrdinaryFileMapsAndSaysItIsNotRealPm) {

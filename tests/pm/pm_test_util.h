@@ -23,11 +23,25 @@ using namespace ferry::nic;
 inline constexpr size_t kRegionBytes = 64 * 1024;
 inline constexpr int kManySeeds = 10'000;
 
-inline std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ferry-pm-test-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+// This process's directory for PM files; removed after the last test.
+inline std::filesystem::path temp_dir() {
+  return std::filesystem::temp_directory_path() / ("ferry-pm-test-" + std::to_string(getpid()));
 }
+
+inline std::string temp_path(const std::string& name) {
+  std::filesystem::create_directories(temp_dir());
+  return (temp_dir() / name).string();
+}
+
+class TempDirCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;  // nothing to remove if no test made a file
+    std::filesystem::remove_all(temp_dir(), ignored);
+  }
+};
+// One registration per test binary, whichever test files it links.
+inline ::testing::Environment* const kTempDirCleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
 
 // A client (plain DRAM) and a server whose memory is a PersistenceDomain with
 // one PM region registered for remote access, on a manual engine.
@@ -106,6 +120,23 @@ class PmTest : public ::testing::Test {
     wr.remote_addr = smr_->iova() + off;
     wr.rkey = smr_->rkey();
     ASSERT_EQ(run_one(*cqp_[q], wr).status, WcStatus::kSuccess) << "the WRITE was acknowledged";
+  }
+  // RDMA atomic (kAtomicCmpAndSwp or kAtomicFetchAndAdd) on the PM word at
+  // `off`; returns the original value the requester received.
+  uint64_t remote_atomic(WrOpcode opcode, size_t off, uint64_t compare_add, uint64_t swap = 0, int q = 0) {
+    const Sge result = cmr_->sge(0, 8);
+    SendWr wr;
+    wr.opcode = opcode;
+    wr.flags = kSendSignaled;
+    wr.sg_list = std::span<const Sge>(&result, 1);
+    wr.remote_addr = smr_->iova() + off;
+    wr.rkey = smr_->rkey();
+    wr.compare_add = compare_add;
+    wr.swap = swap;
+    EXPECT_EQ(run_one(*cqp_[q], wr).status, WcStatus::kSuccess) << "the atomic completed";
+    uint64_t original;
+    std::memcpy(&original, client_mem_.data(), sizeof(original));
+    return original;
   }
   void remote_read0(int q = 0) {  // 0-byte READ: the gFLUSH idiom
     SendWr wr;

@@ -54,14 +54,14 @@ TEST(PmThreaded, DmaAndCpuPersistConcurrentlyAndEverythingAcknowledgedSurvives) 
     std::thread cpu([&] {
       uint8_t line[64];
       for (int i = 0; i < kOps; ++i) {
-        std::memset(line, static_cast<uint8_t>(i), sizeof(line));
+        std::memset(line, i % 255 + 1, sizeof(line));  // never 0, the initial content
         persistent_copy(*pm, pm->data() + 512 * 1024 + (i % 8192) * 64, line, 64, CpuWriteHints{});
       }
     });
     // Each op: 64 B write + 0-byte READ behind one doorbell (H9), so each
     // completion means durable.
     for (int i = 0; i < kOps; ++i) {
-      std::memset(src.data(), static_cast<uint8_t>(i + 1), 64);
+      std::memset(src.data(), i % 255 + 1, 64);
       const Sge sge = cmr->sge(0, 64);
       ASSERT_TRUE(post_persistent_write(*cqp, sge, smr->iova() + (i % 8192) * 64, smr->rkey(), i, PersistPoint::kRead).ok());
       WorkCompletion wc;
@@ -83,8 +83,8 @@ TEST(PmThreaded, DmaAndCpuPersistConcurrentlyAndEverythingAcknowledgedSurvives) 
   }  // the engine is gone: no NIC runs during the failure
   domain.power_fail(17);
   for (int i = kOps - 8192 > 0 ? kOps - 8192 : 0; i < kOps; ++i) {
-    ASSERT_EQ(pm->data()[(i % 8192) * 64], static_cast<uint8_t>(i + 1)) << "acknowledged NIC write " << i;
-    ASSERT_EQ(pm->data()[512 * 1024 + (i % 8192) * 64], static_cast<uint8_t>(i)) << "persisted CPU write " << i;
+    ASSERT_EQ(pm->data()[(i % 8192) * 64], i % 255 + 1) << "acknowledged NIC write " << i;
+    ASSERT_EQ(pm->data()[512 * 1024 + (i % 8192) * 64], i % 255 + 1) << "persisted CPU write " << i;
   }
   std::filesystem::remove_all(dir);
 }

@@ -8,6 +8,15 @@
 
 namespace ferry {
 
+// splitmix64's output function: a bijective 64-bit mix of x (plus the golden
+// ratio increment). Rng seeds through it; it also serves as an integer hash.
+inline uint64_t mix64(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 class Rng {
  public:
   explicit Rng(uint64_t seed) { reseed(seed); }
@@ -43,10 +52,9 @@ class Rng {
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   static uint64_t splitmix64(uint64_t& x) {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    const uint64_t z = mix64(x);
+    x += 0x9e3779b97f4a7c15ULL;
+    return z;
   }
   uint64_t s_[4];
 };

@@ -100,6 +100,8 @@ class PersistenceDomain final : public nic::HostMemory {
 
  private:
   friend class Region;
+  // Takes ownership of a filled-in region and makes it findable by address.
+  Region* add_region(std::unique_ptr<detail::RegionState> state);
   PlatformConfig config_;
   std::unique_ptr<Impl> impl_;
 };

@@ -66,6 +66,7 @@ class Region {
   void store_nt(void* dst, const void* src, size_t len);  // non-temporal: durable at the next drain()
   // Cache-line write-back of [addr, addr+len): flush() snapshots the lines,
   // the next drain() (fence) makes those snapshots durable; persist() is both.
+  // Bytes a later NIC write or write-back made durable keep the newer value.
   void flush(const void* addr, size_t len);
   void drain();
   void persist(const void* addr, size_t len);
