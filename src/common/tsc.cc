@@ -23,14 +23,17 @@ double Tsc::ns_per_tick() {
 }
 
 bool Tsc::invariant() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      return line.find("constant_tsc") != std::string::npos && line.find("nonstop_tsc") != std::string::npos;
+  static const bool value = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("flags", 0) == 0) {
+        return line.find("constant_tsc") != std::string::npos && line.find("nonstop_tsc") != std::string::npos;
+      }
     }
-  }
-  return false;
+    return false;
+  }();
+  return value;
 }
 
 TscClock::TscClock()

@@ -2,9 +2,6 @@
 // step by step under a caller (deterministic simulation).
 #include "ferry/nic/engine.h"
 
-#include <pthread.h>
-#include <time.h>
-
 #include <algorithm>
 
 #include "ferry/common/cpu.h"
@@ -137,11 +134,15 @@ Status Engine::simulate(const std::function<bool()>* pred, uint64_t max_time_ns)
     if (pred != nullptr && (*pred)()) return ok_status();
     const uint64_t now = clock_->now_ns();
     if (pass(now)) continue;
+    // A pass that did nothing changed nothing, so another at the same time
+    // would not either: work still pending (a NIC held back by flow control
+    // while the packets that fill its peer's queue are on the wire) waits
+    // for time to move.
     bool busy = fabric_->has_queued();
     for (const auto& core : cores_) busy |= core->busy();
-    if (busy) continue;
     const uint64_t deadline = next_deadline_ns();
     if (deadline == UINT64_MAX) {
+      if (busy) return internal_error("engine stuck: work pending that nothing will release");
       // Nothing will ever happen again on its own.
       if (pred == nullptr || (*pred)()) return ok_status();
       return timed_out("engine idle before the condition held");
@@ -200,14 +201,8 @@ EngineStats Engine::stats() const {
   s.busy_passes = busy_passes_.get();
   s.sleeps = sleeps_.get();
   s.wakeups = parker_.wakeups();
-  if (thread_.joinable()) {
-    clockid_t cid;
-    if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &cid) == 0) {
-      timespec ts{};
-      clock_gettime(cid, &ts);
-      s.thread_cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-    }
-  }
+  // native_handle() is not const, though it changes nothing.
+  if (thread_.joinable()) s.thread_cpu_ns = thread_cpu_time_ns(const_cast<std::thread&>(thread_).native_handle());
   return s;
 }
 

@@ -22,20 +22,20 @@ Fabric::Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& f
     : inbound_capacity_(round_pow2(std::max<size_t>(inbound_capacity, 16))),
       request_high_water_(inbound_capacity_ * 3 / 4),
       response_high_water_(inbound_capacity_ * 7 / 8),
-      delayed_capacity_(inbound_capacity_),
       faults_(faults),
       wire_delay_ns_(wire_delay_ns),
       rng_(faults.seed) {
   buffer_memory_.resize(buffer_count * kBufferBytes);
   free_buffers_.reserve(buffer_count);
   for (size_t i = buffer_count; i > 0; --i) free_buffers_.push_back(static_cast<int32_t>(i - 1));
-  delayed_.reserve(delayed_capacity_);
+  delayed_.reserve(inbound_capacity_);
 }
 
 uint32_t Fabric::attach(detail::NicCore* nic) {
   nics_.push_back(nic);
   queues_.emplace_back();
   queues_.back().ring.resize(inbound_capacity_);
+  held_.push_back(0);
   return static_cast<uint32_t>(nics_.size() - 1);
 }
 
@@ -45,11 +45,11 @@ void Fabric::set_faults(const FaultModel& faults) {
 }
 
 bool Fabric::request_space(uint32_t dst) const {
-  return dst >= queues_.size() || queues_[dst].size < request_high_water_;
+  return dst >= queues_.size() || occupancy(dst) < request_high_water_;
 }
 
 bool Fabric::response_space(uint32_t dst) const {
-  return dst >= queues_.size() || queues_[dst].size < response_high_water_;
+  return dst >= queues_.size() || occupancy(dst) < response_high_water_;
 }
 
 uint8_t* Fabric::alloc_buffer(int32_t* index) {
@@ -86,7 +86,7 @@ bool Fabric::transmit(Packet& p, bool is_request, uint64_t now_ns) {
     release(p);
     return true;
   }
-  if (is_request && queues_[p.dst_nic].size >= request_high_water_) {
+  if (is_request && !request_space(p.dst_nic)) {
     counters_.request_backpressure.inc();
     return false;
   }
@@ -148,13 +148,14 @@ void Fabric::inject(const Packet& p) {
 }
 
 void Fabric::hold(Packet& p, uint64_t due_ns) {
-  if (delayed_.size() >= delayed_capacity_) {
-    counters_.dropped_overflow.inc();  // the wire holds no more
+  if (occupancy(p.dst_nic) >= inbound_capacity_) {
+    counters_.dropped_overflow.inc();  // the destination could not take it on arrival
     release(p);
     return;
   }
   p.due_ns = due_ns;
   p.seq = seq_++;
+  ++held_[p.dst_nic];
   delayed_.push_back(p);
   std::push_heap(delayed_.begin(), delayed_.end(), later);
 }
@@ -164,7 +165,8 @@ void Fabric::release_due(uint64_t now_ns) {
     std::pop_heap(delayed_.begin(), delayed_.end(), later);
     Packet p = delayed_.back();
     delayed_.pop_back();
-    if (p.dst_nic == UINT32_MAX) continue;  // dropped by a failed materialize
+    if (p.dst_nic == UINT32_MAX) continue;  // dropped by a failed materialize (held_ already adjusted)
+    --held_[p.dst_nic];
     push_inbound(p);
   }
 }
@@ -215,15 +217,22 @@ bool Fabric::materialize(Packet& p) {
 
 template <typename Pred>
 void Fabric::materialize_if(Pred pred) {
-  auto visit = [&](Packet& p) {
-    if (p.buffer < 0 && p.payload_len != 0 && p.dst_nic != UINT32_MAX && pred(p) && !materialize(p)) {
-      p.dst_nic = UINT32_MAX;  // cannot keep its bytes: the packet is lost
-    }
+  // False if the packet cannot keep its bytes: it is lost (dst_nic = UINT32_MAX).
+  auto keep = [&](Packet& p) {
+    return p.buffer >= 0 || p.payload_len == 0 || p.dst_nic == UINT32_MAX || !pred(p) || materialize(p);
   };
   for (Queue& q : queues_) {
-    for (size_t i = 0; i < q.size; ++i) visit(q.ring[(q.head + i) & (q.ring.size() - 1)]);
+    for (size_t i = 0; i < q.size; ++i) {
+      Packet& p = q.ring[(q.head + i) & (q.ring.size() - 1)];
+      if (!keep(p)) p.dst_nic = UINT32_MAX;
+    }
   }
-  for (Packet& p : delayed_) visit(p);
+  for (Packet& p : delayed_) {
+    if (!keep(p)) {
+      --held_[p.dst_nic];
+      p.dst_nic = UINT32_MAX;
+    }
+  }
 }
 
 void Fabric::materialize_range(const uint8_t* base, size_t len) {

@@ -130,6 +130,29 @@ void NicCore::dereg_mr(uint32_t key) {
   FERRY_ASSERT(e.valid && e.key == key, "dereg of unknown MR");
   // Packets still in flight may borrow this memory; copy them before it goes.
   fabric_->materialize_range(e.base, e.length);
+  // Remote operations this NIC has checked against the MR but not finished
+  // must not touch the memory any more. As on hardware, where the NIC
+  // translates each DMA through the (now invalid) key, they fail when they
+  // next would: a queued READ response when its turn to be sent comes, a
+  // multi-packet WRITE at its next packet (remote access NAK, QP to ERROR).
+  // Copying the unsent READ bytes instead would let a READ finish from memory
+  // the application has already taken back.
+  for (QpCore* qp : responders_) {
+    const uint32_t cap = static_cast<uint32_t>(qp->responses.size());
+    for (uint32_t i = 0; i < qp->resp_count; ++i) {
+      ResponseEntry& r = qp->responses[(qp->resp_head + i) % cap];
+      if (r.kind == ResponseEntry::Kind::kRead && r.rkey == key) {
+        r.source_gone = true;
+        r.data = nullptr;
+      }
+    }
+  }
+  for (const auto& qp : qps_) {
+    if (qp && qp->in_msg == QpCore::InMsg::kWrite && qp->write_rkey == key) {
+      qp->write_target_gone = true;
+      qp->write_ptr = nullptr;
+    }
+  }
   --pd_refs_[e.pd];
   e.valid = false;
 }

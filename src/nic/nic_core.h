@@ -54,6 +54,14 @@ struct MrEntry {
   uint64_t length = 0;
   uint32_t access = 0;
   bool valid = false;
+
+  // Points *host at [va, va+len) if that range lies inside the region.
+  bool resolve(uint64_t va, uint64_t len, uint8_t** host) const {
+    const uint64_t first = reinterpret_cast<uint64_t>(base);
+    if (va < first || len > length || va - first > length - len) return false;
+    *host = base + (va - first);
+    return true;
+  }
 };
 
 struct ChannelCore {
@@ -132,7 +140,6 @@ struct SendSlot {
   uint32_t length = 0;      // message bytes
   uint32_t resp_pkts = 0;    // READ/FLUSH: response packets received
   uint32_t resp_bytes = 0;   // READ: response bytes placed
-  uint32_t resp_length = 0;  // READ: length; FLUSH: 0 (its response is an empty READ RESPONSE ONLY)
   const uint8_t* inline_ptr = nullptr;  // inside the ring slot
 };
 
@@ -154,10 +161,17 @@ struct ResponseEntry {
   enum class Kind : uint8_t { kAck, kRead, kAtomicAck };
   Kind kind = Kind::kAck;
   uint8_t syndrome = 0;          // kAck: AETH syndrome
-  uint32_t psn = 0;              // kAck: PSN acknowledged; kRead: first response PSN
+  // kRead, kAtomicAck: answers a duplicate request (re-executed READ or
+  // FLUSH, replayed ATOMIC), not a new one.
+  bool replay = false;
+  // kRead: its MR was deregistered before every byte was read; sending the
+  // rest is a DMA fault (remote access NAK, QP to ERROR).
+  bool source_gone = false;
+  uint32_t psn = 0;              // kAck: PSN acknowledged (NAK: PSN named); kRead, kAtomicAck: first PSN
   uint32_t msn = 0;              // MSN carried in the AETH
   uint64_t original = 0;         // kAtomicAck
   const uint8_t* data = nullptr; // kRead: responder memory (borrowed, see fabric.h)
+  uint32_t rkey = 0;             // kRead: the MR `data` lies in (0: none, a 0-byte READ or FLUSH)
   uint32_t length = 0;           // kRead: bytes
   uint32_t npkts = 0;            // kRead: response packets
   uint32_t sent = 0;             // kRead: packets already transmitted
@@ -194,6 +208,8 @@ struct QpCore {
   // Engine stores (seq_cst) true while it polls sq_doorbell itself; the app
   // loads it (seq_cst) after publishing a doorbell and rings the doorbell
   // queue only when it is false (the io_uring SQPOLL NEED_WAKEUP handshake).
+  // True exactly while the QP is in NicCore::watched_; the engine, its only
+  // writer, may load it relaxed.
   std::atomic<bool> engine_watching{false};
   // App-written line: the doorbell record.
   alignas(64) std::atomic<uint64_t> sq_doorbell{0};  // app stores (seq_cst) after writing WQEs
@@ -238,8 +254,7 @@ struct QpCore {
   QpCore* wait_next = nullptr;
   bool in_timer_list = false;
   bool flush_needed = false;  // ERROR: posted WRs remain to be flushed
-  bool in_watch_list = false;
-  uint64_t watch_last_ns = 0;  // last doorbell activity seen while watched
+  uint64_t watch_last_ns = 0;  // last doorbell activity seen while watched (engine_watching)
 
   // ---- engine side: responder ----
   uint32_t epsn = 0;
@@ -250,6 +265,8 @@ struct QpCore {
   uint8_t* write_ptr = nullptr;
   uint32_t write_remaining = 0;
   uint32_t write_length = 0;
+  uint32_t write_rkey = 0;          // MR the WRITE in progress targets
+  bool write_target_gone = false;   // that MR was deregistered mid-message: the next packet faults
   bool ack_pending = false;
   uint32_t ack_psn = 0;
   bool in_ack_list = false;
@@ -257,12 +274,16 @@ struct QpCore {
   std::vector<AtomicRecord> atomic_records;  // max_dest_rd_atomic entries, ring
   uint32_t atomic_next = 0;
   // Responses not yet transmitted (a READ burst throttled by the fabric, and
-  // everything queued behind it, so nothing overtakes it). Bounded by
-  // max_dest_rd_atomic READ/ATOMIC entries plus one ACK and one NAK.
+  // everything queued behind it, so nothing overtakes it). A ring of
+  // 2 * max_dest_rd_atomic + 1 entries, which rd_atomic_room() and respond()
+  // keep it within: at most max_dest_rd_atomic READ/ATOMIC entries answering
+  // new requests, as many answering duplicates, and at most one ACK/NAK,
+  // always the last (a later response folds into it).
   std::vector<ResponseEntry> responses;
   uint32_t resp_head = 0;
   uint32_t resp_count = 0;
-  uint32_t resp_rd_atomic = 0;  // READ/ATOMIC entries among them
+  uint32_t resp_rd_atomic = 0;  // READ/ATOMIC entries among them answering new requests
+  uint32_t resp_replays = 0;    // READ/ATOMIC entries among them answering duplicates
   bool in_resp_list = false;
   uint64_t rq_consumed = 0;  // engine copy of rq_consumer
   uint64_t rq_enable = 0;    // managed receive: RECVs below this are visible
@@ -274,6 +295,15 @@ struct QpCore {
   }
   uint8_t* send_slot_ptr(uint64_t index) const { return sq_ring + (index & (sq_depth - 1)) * sq_stride; }
   uint8_t* recv_slot_ptr(uint64_t index) const { return rq_ring + (index & (rq_depth - 1)) * rq_stride; }
+  // Room to queue one more READ/ATOMIC response. For a new request: fewer
+  // than max_dest_rd_atomic responses to new requests are queued (more means
+  // the requester broke the limit). For a duplicate: fewer than
+  // max_dest_rd_atomic READ/ATOMIC responses in all (else it is ignored and
+  // the requester asks again), so replays never use up the resources new
+  // requests are owed.
+  bool rd_atomic_room(bool duplicate) const {
+    return (duplicate ? resp_rd_atomic + resp_replays : resp_rd_atomic) < attr.max_dest_rd_atomic;
+  }
 };
 
 // Mutable counters of a NIC (engine writes, anyone reads).
@@ -362,6 +392,9 @@ class NicCore {
   bool take_recv(QpCore* qp);
   bool place_recv_payload(QpCore* qp, const uint8_t* payload, uint32_t len);
   void complete_recv(QpCore* qp, WcOpcode opcode, uint32_t byte_len, bool has_imm, uint32_t imm, bool solicited);
+  // The MR `rkey` names if this QP and that MR allow every right in `access`, else nullptr.
+  const MrEntry* find_remote_mr(const QpCore* qp, uint32_t rkey, uint32_t access) const;
+  // find_remote_mr, and [va, va+len) inside the MR: *host points at it.
   const MrEntry* check_remote_access(QpCore* qp, uint64_t va, uint32_t rkey, uint64_t len, uint32_t access,
                                      uint8_t** host);
   void schedule_ack(QpCore* qp, uint32_t psn);
@@ -372,9 +405,9 @@ class NicCore {
   void execute_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
   void replay_atomic(QpCore* qp, const wire::Headers& h, uint64_t now);
   void execute_flush(QpCore* qp, const wire::Headers& h, bool duplicate, uint64_t now);
-  void send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now);
+  void send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, bool replay, uint64_t now);
   // responder_output.cc
-  bool respond(QpCore* qp, const ResponseEntry& e, uint64_t now);
+  void respond(QpCore* qp, const ResponseEntry& e, uint64_t now);
   bool emit_response(QpCore* qp, ResponseEntry& e, uint64_t now);
   bool drain_responses(QpCore* qp, uint64_t now);
   bool run_responders(uint64_t now);

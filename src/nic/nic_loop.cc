@@ -52,14 +52,12 @@ void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
 // watching and the application goes back to queueing the QP number.
 void NicCore::watch(QpCore* qp, uint64_t now) {
   qp->watch_last_ns = now;
-  if (qp->in_watch_list) return;
-  qp->in_watch_list = true;
+  if (qp->engine_watching.load(std::memory_order_relaxed)) return;  // the engine is its only writer
   qp->engine_watching.store(true, std::memory_order_seq_cst);
   watched_.push_back(qp);
 }
 
 bool NicCore::unwatch(QpCore* qp) {
-  qp->in_watch_list = false;
   qp->engine_watching.store(false, std::memory_order_seq_cst);
   // A post that saw engine_watching == true published its doorbell before
   // the store above in the seq_cst order, so this load sees it.

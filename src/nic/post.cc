@@ -25,11 +25,6 @@ void NicCore::ring_doorbell(QpCore* qp) {
 
 }  // namespace detail
 
-static bool opcode_carries_payload(WrOpcode op) {
-  return op == WrOpcode::kSend || op == WrOpcode::kSendWithImm || op == WrOpcode::kRdmaWrite ||
-         op == WrOpcode::kRdmaWriteWithImm;
-}
-
 Status QueuePair::post_send(std::span<const SendWr> wrs) {
   QpCore* qp = core_;
   const QpState st = qp->state.load(std::memory_order_seq_cst);

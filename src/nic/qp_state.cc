@@ -64,6 +64,10 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
   if ((mask & kQpRnrRetry) && attr.rnr_retry > 7) return invalid_argument("modify: rnr_retry must be 0..7");
   if ((mask & kQpMinRnrTimer) && attr.min_rnr_timer > 31) return invalid_argument("modify: min_rnr_timer must be 0..31");
   if ((mask & kQpTimeout) && attr.timeout > 31) return invalid_argument("modify: timeout must be 0..31");
+  // The responder's READ/ATOMIC resources are sized when it enters RTR.
+  if ((mask & kQpMaxDestRdAtomic) && to == QpState::kRts) {
+    return invalid_argument("modify: max_dest_rd_atomic is set on the way to RTR, not to RTS");
+  }
 
   QpAttr& a = qp->attr;
   if (mask & kQpAccessFlags) a.access_flags = attr.access_flags;
@@ -91,7 +95,7 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
     qp->in_msg = QpCore::InMsg::kNone;
     qp->atomic_records.assign(a.max_dest_rd_atomic, AtomicRecord{});
     qp->atomic_next = 0;
-    qp->responses.assign(a.max_dest_rd_atomic + 2u, ResponseEntry{});
+    qp->responses.assign(2u * a.max_dest_rd_atomic + 1u, ResponseEntry{});  // see QpCore::responses
     drop_responses(qp);
   }
   if (to == QpState::kRts && cur == QpState::kRtr) {
@@ -206,9 +210,8 @@ void NicCore::reset_qp_state(QpCore* qp) {
   }
   qp->waiting_cq = false;
   qp->wait_next = nullptr;
-  if (qp->in_watch_list) {
+  if (qp->engine_watching.load(std::memory_order_relaxed)) {  // the engine is its only writer
     watched_.erase(std::remove(watched_.begin(), watched_.end(), qp), watched_.end());
-    qp->in_watch_list = false;
     qp->engine_watching.store(false, std::memory_order_seq_cst);
   }
   // Queues are emptied without completions (IBTA RESET).

@@ -54,11 +54,9 @@ WcStatus NicCore::resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendW
     const MrEntry* mr = find_mr(seg.lkey);
     if (mr == nullptr || mr->pd != qp->pd) return WcStatus::kLocProtErr;
     if (need_write && !(mr->access & kAccessLocalWrite)) return WcStatus::kLocProtErr;
-    const uint64_t base = reinterpret_cast<uint64_t>(mr->base);
-    if (seg.addr < base || seg.length > mr->length || seg.addr - base > mr->length - seg.length) {
-      return WcStatus::kLocProtErr;
-    }
-    segs[s.nsge++] = LocalSeg{mr->base + (seg.addr - base), seg.length};
+    uint8_t* host = nullptr;
+    if (!mr->resolve(seg.addr, seg.length, &host)) return WcStatus::kLocProtErr;
+    segs[s.nsge++] = LocalSeg{host, seg.length};
     total += seg.length;
   }
   if (total > kMaxMessageBytes) return WcStatus::kLocLenErr;
@@ -94,10 +92,8 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   if (err != WqeError::kNone) return fail(WcStatus::kLocQpOpErr);
 
   const WrOpcode op = wqe.opcode;
-  const bool carries_payload = op == WrOpcode::kSend || op == WrOpcode::kSendWithImm ||
-                               op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteWithImm;
   // Post-time checks do not cover a WQE rewritten in the ring: check again.
-  if ((wqe.flags & kSendInline) && !carries_payload) return fail(WcStatus::kLocQpOpErr);
+  if ((wqe.flags & kSendInline) && !opcode_carries_payload(op)) return fail(WcStatus::kLocQpOpErr);
   const bool rd_atomic = op == WrOpcode::kRdmaRead || op == WrOpcode::kAtomicCmpAndSwp ||
                          op == WrOpcode::kAtomicFetchAndAdd || op == WrOpcode::kFlush;
   switch (op) {
@@ -161,7 +157,6 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   if (op != WrOpcode::kAtomicCmpAndSwp && op != WrOpcode::kAtomicFetchAndAdd && op != WrOpcode::kFlush) {
     npkts = std::max<uint32_t>(1, (s.length + qp->mtu - 1) / qp->mtu);
   }
-  s.resp_length = op == WrOpcode::kRdmaRead ? s.length : 0;
   s.first_psn = qp->psn_next;
   s.npkts = npkts;
   s.rd_atomic = rd_atomic;

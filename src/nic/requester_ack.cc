@@ -152,7 +152,8 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
   if (!is_read(s) || psn != psn_add(s.first_psn, s.resp_pkts)) return;  // out of order: dropped, resent later
   const bool expect_first = s.resp_pkts == 0;
   const bool expect_last = s.resp_pkts + 1 == s.npkts;
-  const uint32_t remaining = s.resp_length - s.resp_bytes;
+  // A FLUSH's answer is one empty READ RESPONSE ONLY; its length is the range flushed.
+  const uint32_t remaining = (s.opcode == WrOpcode::kRdmaRead ? s.length : 0) - s.resp_bytes;
   const bool ok = info.first == expect_first && info.last == expect_last &&
                   (expect_last ? len == remaining : len == qp->mtu);
   if (!ok) {

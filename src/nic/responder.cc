@@ -37,7 +37,7 @@ void NicCore::send_ack(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now)
   e.psn = psn;
   e.syndrome = syndrome;
   e.msn = qp->msn;
-  respond(qp, e, now);  // an ACK/NAK always fits: they coalesce or have a reserved slot
+  respond(qp, e, now);
 }
 
 void NicCore::responder_fail(QpCore* qp, uint32_t psn, wire::NakCode code, uint64_t now) {
@@ -53,15 +53,17 @@ void NicCore::responder_fail(QpCore* qp, uint32_t psn, wire::NakCode code, uint6
   enter_error(qp);
 }
 
+const MrEntry* NicCore::find_remote_mr(const QpCore* qp, uint32_t rkey, uint32_t access) const {
+  if ((qp->attr.access_flags & access) != access) return nullptr;  // the QP does not allow this remote access
+  const MrEntry* mr = find_mr(rkey);
+  if (mr == nullptr || mr->pd != qp->pd || (mr->access & access) != access) return nullptr;
+  return mr;
+}
+
 const MrEntry* NicCore::check_remote_access(QpCore* qp, uint64_t va, uint32_t rkey, uint64_t len, uint32_t access,
                                             uint8_t** host) {
-  if (!(qp->attr.access_flags & access)) return nullptr;  // the QP does not allow this remote access
-  const MrEntry* mr = find_mr(rkey);
-  if (mr == nullptr || mr->pd != qp->pd || !(mr->access & access)) return nullptr;
-  const uint64_t base = reinterpret_cast<uint64_t>(mr->base);
-  if (va < base || len > mr->length || va - base > mr->length - len) return nullptr;
-  *host = mr->base + (va - base);
-  return mr;
+  const MrEntry* mr = find_remote_mr(qp, rkey, access);
+  return mr != nullptr && mr->resolve(va, len, host) ? mr : nullptr;
 }
 
 bool NicCore::take_recv(QpCore* qp) {
@@ -118,13 +120,13 @@ bool NicCore::take_recv(QpCore* qp) {
     const WqeDataSeg seg = load_data_seg(wqe.sges + static_cast<size_t>(i) * sizeof(WqeDataSeg));
     if (seg.length == 0) continue;
     const MrEntry* mr = find_mr(seg.lkey);
-    const uint64_t base = mr ? reinterpret_cast<uint64_t>(mr->base) : 0;
-    if (mr == nullptr || mr->pd != pd || !(mr->access & kAccessLocalWrite) || seg.addr < base ||
-        seg.length > mr->length || seg.addr - base > mr->length - seg.length) {
+    uint8_t* host = nullptr;
+    if (mr == nullptr || mr->pd != pd || !(mr->access & kAccessLocalWrite) ||
+        !mr->resolve(seg.addr, seg.length, &host)) {
       r.status = WcStatus::kLocProtErr;
       return true;
     }
-    r.sges[r.nsge++] = LocalSeg{mr->base + (seg.addr - base), seg.length};
+    r.sges[r.nsge++] = LocalSeg{host, seg.length};
     capacity += seg.length;
   }
   r.capacity = static_cast<uint32_t>(std::min<uint64_t>(capacity, UINT32_MAX));
@@ -269,10 +271,18 @@ void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, u
         qp->write_ptr = host;
         qp->write_remaining = dma_len;
         qp->write_length = dma_len;
+        qp->write_rkey = h.reth.rkey;
+        qp->write_target_gone = false;
       } else {
         const bool shape_ok = info.last ? len == qp->write_remaining : (len == qp->mtu && len < qp->write_remaining);
         if (!shape_ok) {
           responder_fail(qp, psn, wire::kNakInvalidRequest, now);
+          return;
+        }
+        if (qp->write_target_gone) {
+          // Its MR was deregistered after the first packet (dereg_mr): the
+          // DMA write faults, as the first packet's rkey check would now.
+          responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
           return;
         }
       }

@@ -2,6 +2,7 @@
 // order through one per-QP queue. A large READ is sent as far as the
 // requester's inbound queue has room, and the rest (with anything behind it)
 // waits for the next engine pass -- the responder's share of flow control.
+// A queued READ whose MR is deregistered fails when its turn comes (dereg_mr).
 #include "nic_core.h"
 
 namespace ferry::nic::detail {
@@ -62,37 +63,64 @@ bool NicCore::emit_response(QpCore* qp, ResponseEntry& e, uint64_t now) {
   return true;
 }
 
-bool NicCore::respond(QpCore* qp, const ResponseEntry& entry, uint64_t now) {
+void NicCore::respond(QpCore* qp, const ResponseEntry& entry, uint64_t now) {
   // A response for PSN p also acknowledges a coalesced ACK pending at <= p.
   const uint32_t last_psn = entry.kind == ResponseEntry::Kind::kRead ? psn_add(entry.psn, entry.npkts - 1) : entry.psn;
   if (qp->ack_pending && psn_diff(last_psn, qp->ack_psn) >= 0) qp->ack_pending = false;
   const bool rd_atomic = entry.kind != ResponseEntry::Kind::kAck;
   if (qp->resp_count == 0) {
     ResponseEntry e = entry;
-    if (emit_response(qp, e, now)) return true;
+    if (emit_response(qp, e, now)) return;
     // Partly sent: the rest waits, and everything after it queues behind.
     qp->responses[qp->resp_head] = e;
     qp->resp_count = 1;
-    qp->resp_rd_atomic = 1;
+    (e.replay ? qp->resp_replays : qp->resp_rd_atomic) = 1;
     if (!qp->in_resp_list) {
       qp->in_resp_list = true;
       responders_.push_back(qp);
     }
-    return true;
+    return;
   }
   const uint32_t cap = static_cast<uint32_t>(qp->responses.size());
+  auto append = [&](const ResponseEntry& e) {
+    // READ/ATOMIC entries are limited (rd_atomic_room) before they get here,
+    // and ACK/NAK entries fold (below): the ring cannot overflow.
+    FERRY_ASSERT(qp->resp_count < cap, "responder output queue overflow on QP ", qp->qpn);
+    qp->responses[(qp->resp_head + qp->resp_count) % cap] = e;
+    ++qp->resp_count;
+  };
+  if (rd_atomic) ++(entry.replay ? qp->resp_replays : qp->resp_rd_atomic);
   ResponseEntry& tail = qp->responses[(qp->resp_head + qp->resp_count - 1) % cap];
-  if (entry.kind == ResponseEntry::Kind::kAck && tail.kind == ResponseEntry::Kind::kAck &&
-      wire::syndrome_type(tail.syndrome) == wire::kAckTypeAck &&
-      wire::syndrome_type(entry.syndrome) == wire::kAckTypeAck) {
-    tail = entry;  // coalesce: the later ACK covers the earlier one
-    return true;
+  if (tail.kind != ResponseEntry::Kind::kAck) {
+    append(entry);
+    return;
   }
-  if (qp->resp_count == cap) return false;  // caller treats as out of responder resources
-  qp->responses[(qp->resp_head + qp->resp_count) % cap] = entry;
-  ++qp->resp_count;
-  if (rd_atomic) ++qp->resp_rd_atomic;
-  return true;
+  // The tail is an ACK, a sequence NAK or an RNR NAK (error NAKs bypass the
+  // queue). The requester takes an ACK for p as acknowledging everything up
+  // to p, and a NAK, READ response or ATOMIC ACK for p as acknowledging
+  // everything before p (requester_ack.cc); the responder's PSNs only move
+  // forward. So a later response makes the queued ACK/NAK redundant, and the
+  // queue keeps at most one ACK/NAK, as its last entry.
+  const bool tail_is_nak = wire::syndrome_type(tail.syndrome) != wire::kAckTypeAck;
+  const int32_t ahead = psn_diff(entry.psn, tail.psn);
+  if (!rd_atomic) {
+    const bool entry_is_ack = wire::syndrome_type(entry.syndrome) == wire::kAckTypeAck;
+    if (entry_is_ack && ahead < 0) return;  // a re-ACK the queued ACK/NAK already implies
+    tail = entry;  // a later ACK, or a NAK, which implies everything before it
+    return;
+  }
+  // A READ response or ATOMIC ACK for p covers an ACK for a PSN before p, and
+  // a NAK for p (p has arrived since: the NAK's resend request is moot).
+  if (tail_is_nak ? ahead >= 0 : ahead > 0) {
+    tail = entry;
+    return;
+  }
+  // A duplicate READ/ATOMIC answered for an older PSN goes before the ACK/NAK,
+  // which stays last (an ACK past a READ whose responses have not arrived
+  // would make the requester ask for them again).
+  const ResponseEntry ack = tail;
+  tail = entry;
+  append(ack);
 }
 
 bool NicCore::drain_responses(QpCore* qp, uint64_t now) {
@@ -100,11 +128,17 @@ bool NicCore::drain_responses(QpCore* qp, uint64_t now) {
   const uint32_t cap = static_cast<uint32_t>(qp->responses.size());
   while (qp->resp_count != 0) {
     ResponseEntry& e = qp->responses[qp->resp_head];
+    if (e.source_gone) {
+      // The NIC would DMA-read the rest now, from an MR deregistered since the
+      // READ was checked: a remote access error, like a failed rkey check.
+      responder_fail(qp, psn_add(e.psn, e.sent), wire::kNakRemoteAccessError, now);
+      return true;
+    }
     const uint32_t before = e.sent;
     const bool done = emit_response(qp, e, now);
     work |= done || e.sent != before;
     if (!done) break;
-    if (e.kind != ResponseEntry::Kind::kAck) --qp->resp_rd_atomic;
+    if (e.kind != ResponseEntry::Kind::kAck) --(e.replay ? qp->resp_replays : qp->resp_rd_atomic);
     qp->resp_head = (qp->resp_head + 1) % cap;
     --qp->resp_count;
   }
@@ -129,7 +163,7 @@ bool NicCore::run_responders(uint64_t now) {
 }
 
 void NicCore::drop_responses(QpCore* qp) {
-  qp->resp_head = qp->resp_count = qp->resp_rd_atomic = 0;
+  qp->resp_head = qp->resp_count = qp->resp_rd_atomic = qp->resp_replays = 0;
   // The QP stays in responders_ until the next pass finds it empty.
 }
 

@@ -26,7 +26,7 @@ void NicCore::execute_read(QpCore* qp, const Headers& h, bool duplicate, uint64_
     return;
   }
   const uint32_t npkts = len == 0 ? 1 : static_cast<uint32_t>((uint64_t{len} + qp->mtu - 1) / qp->mtu);
-  if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) {
+  if (!qp->rd_atomic_room(duplicate)) {
     // Out of responder resources: more READ/ATOMIC outstanding than agreed.
     if (!duplicate) responder_fail(qp, psn, wire::kNakInvalidRequest, now);
     return;
@@ -48,17 +48,20 @@ void NicCore::execute_read(QpCore* qp, const Headers& h, bool duplicate, uint64_
   e.psn = psn;
   e.msn = qp->msn;
   e.data = host;
+  e.rkey = len != 0 ? h.reth.rkey : 0;
   e.length = len;
   e.npkts = npkts;
+  e.replay = duplicate;
   respond(qp, e, now);
 }
 
-void NicCore::send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, uint64_t now) {
+void NicCore::send_atomic_ack(QpCore* qp, uint32_t psn, uint64_t original, bool replay, uint64_t now) {
   ResponseEntry e;
   e.kind = ResponseEntry::Kind::kAtomicAck;
   e.psn = psn;
   e.msn = qp->msn;
   e.original = original;
+  e.replay = replay;
   respond(qp, e, now);
 }
 
@@ -73,7 +76,7 @@ void NicCore::execute_atomic(QpCore* qp, const Headers& h, uint64_t now) {
     responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
     return;
   }
-  if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) {
+  if (!qp->rd_atomic_room(false)) {
     responder_fail(qp, psn, wire::kNakInvalidRequest, now);  // out of responder resources
     return;
   }
@@ -86,15 +89,15 @@ void NicCore::execute_atomic(QpCore* qp, const Headers& h, uint64_t now) {
   qp->epsn = psn_add(psn, 1);
   qp->msn = psn_add(qp->msn, 1);
   qp->nak_outstanding = false;
-  send_atomic_ack(qp, psn, original, now);
+  send_atomic_ack(qp, psn, original, false, now);
 }
 
 void NicCore::replay_atomic(QpCore* qp, const Headers& h, uint64_t now) {
   for (const AtomicRecord& rec : qp->atomic_records) {
     if (rec.valid && rec.psn == h.bth.psn) {
-      if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) return;  // no room now; it will be resent
+      if (!qp->rd_atomic_room(true)) return;  // no room now; it will be resent
       counters_.atomic_replays.inc();
-      send_atomic_ack(qp, rec.psn, rec.original, now);
+      send_atomic_ack(qp, rec.psn, rec.original, true, now);
       return;
     }
   }
@@ -114,23 +117,22 @@ void NicCore::execute_flush(QpCore* qp, const Headers& h, bool duplicate, uint64
   const uint32_t access = (persistent ? kAccessFlushPersistent : 0u) |
                           ((placement & wire::kPlacementGlobalVisibility) ? kAccessFlushGlobal : 0u);
   // The QP must allow, and the MR grant, every placement type requested.
-  const MrEntry* mr = find_mr(h.reth.rkey);
-  const bool allowed = (qp->attr.access_flags & access) == access && mr != nullptr && mr->pd == qp->pd &&
-                       (mr->access & access) == access;
+  // Unlike READ and WRITE, a FLUSH needs a valid rkey even for length 0.
+  const MrEntry* mr = find_remote_mr(qp, h.reth.rkey, access);
   uint8_t* host = nullptr;
   uint64_t len = h.reth.dma_length;
+  bool allowed = mr != nullptr;
   if (allowed && selectivity == wire::kSelectMemoryRegion) {
     host = mr->base;  // the whole region; no range check
     len = mr->length;
   } else if (allowed && len != 0) {
-    const uint64_t base = reinterpret_cast<uint64_t>(mr->base);
-    if (h.reth.va >= base && len <= mr->length && h.reth.va - base <= mr->length - len) host = mr->base + (h.reth.va - base);
+    allowed = mr->resolve(h.reth.va, len, &host);
   }
-  if (!allowed || (len != 0 && host == nullptr)) {
+  if (!allowed) {
     if (!duplicate) responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
     return;
   }
-  if (qp->resp_rd_atomic >= qp->attr.max_dest_rd_atomic) {
+  if (!qp->rd_atomic_room(duplicate)) {
     if (!duplicate) responder_fail(qp, psn, wire::kNakInvalidRequest, now);  // out of responder resources
     return;
   }
@@ -146,6 +148,7 @@ void NicCore::execute_flush(QpCore* qp, const Headers& h, bool duplicate, uint64
   e.psn = psn;
   e.msn = qp->msn;
   e.npkts = 1;
+  e.replay = duplicate;
   respond(qp, e, now);
 }
 

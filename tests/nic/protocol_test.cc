@@ -1,5 +1,6 @@
 // White-box protocol tests: the test plays the peer NIC, injecting crafted
 // packets and capturing what the NIC under test transmits, packet by packet.
+#include <algorithm>
 #include <deque>
 
 #include "ferry/nic/wire.h"
@@ -419,6 +420,28 @@ TEST_F(ProtocolTest, FlushWithAnUnknownPlacementTypeIsAnInvalidRequest) {
   auto out = take();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakInvalidRequest);
+}
+
+TEST_F(ProtocolTest, DeregisteringTheTargetOfAnUnfinishedWriteNaksItsNextPacket) {
+  AlignedBytes target = aligned_bytes(4096);
+  auto target_mr = dut_->nic->reg_mr(*dut_->pd, target.get(), 4096, kAccessAll).value();
+  Headers first = write_only(kPsn, target_mr->iova(), target_mr->rkey(), 512, /*ack_req=*/false);
+  first.bth.opcode = wire::kWriteFirst;
+  inject(first, bytes(256, 1));
+  EXPECT_TRUE(take().empty());
+  target_mr.reset();  // the region goes away between the WRITE's packets
+  Headers last;
+  last.bth.opcode = wire::kWriteLast;
+  last.bth.psn = kPsn + 1;
+  last.bth.ack_req = true;
+  inject(last, bytes(256, 2));
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::syndrome_type(out[0].h.aeth.syndrome), wire::kAckTypeNak);
+  EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakRemoteAccessError);
+  EXPECT_EQ(out[0].h.bth.psn, kPsn + 1);
+  EXPECT_EQ(std::count(target.get() + 256, target.get() + 512, 0), 256) << "nothing written after the deregistration";
+  EXPECT_EQ(qp_->state(), QpState::kError);
 }
 
 // ---- requester ---------------------------------------------------------------

@@ -57,6 +57,16 @@ TEST_F(QpStateTest, EachTransitionRequiresItsAttributes) {
   EXPECT_EQ(qa.state(), QpState::kInit) << "a rejected modify changes nothing";
 }
 
+TEST_F(QpStateTest, MaxDestRdAtomicIsSetOnlyOnTheWayToRtr) {
+  auto pr = make_pair();
+  QpAttr attr;
+  attr.state = QpState::kRts;
+  attr.max_dest_rd_atomic = 32;
+  EXPECT_EQ(pr.qa->modify(attr, kQpState | kQpMaxDestRdAtomic).code(), Code::kInvalidArgument)
+      << "the responder's READ/ATOMIC resources are sized at RTR (IBTA: not modifiable RTS->RTS)";
+  EXPECT_EQ(pr.qa->state(), QpState::kRts);
+}
+
 TEST_F(QpStateTest, IllegalTransitionsAreRejected) {
   Host& a = add_host();
   QueuePair& qa = add_qp(a);

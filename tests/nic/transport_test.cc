@@ -3,6 +3,7 @@
 // (verbs-semantics.md, "Transport").
 //
 // Randomized tests print their seed; rerun one with FERRY_SEED=<n>.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -29,9 +30,11 @@ FaultModel faults_for(uint64_t seed) {
 
 class FaultyTransportTest : public NicTest, public ::testing::WithParamInterface<uint64_t> {
  protected:
-  FaultyTransportTest() : NicTest(faults_for(GetParam())) {
+  explicit FaultyTransportTest(size_t fabric_queue_packets = 8192)
+      : NicTest(faults_for(GetParam()), fabric_queue_packets) {
     std::cout << "[ seed     ] FERRY_SEED=" << GetParam() << "\n";
   }
+  void writes_reads_and_atomics_take_effect_exactly_once();
   static ConnectOptions options() {
     ConnectOptions o;
     o.path_mtu = 256;  // many multi-packet messages
@@ -118,6 +121,23 @@ TEST_P(FaultyTransportTest, SendsArriveExactlyOnceAndInOrder) {
 }
 
 TEST_P(FaultyTransportTest, WritesReadsAndAtomicsTakeEffectExactlyOnce) {
+  writes_reads_and_atomics_take_effect_exactly_once();
+}
+
+// The same with a 16-packet inbound queue: READ/ATOMIC responses wait in the
+// responder's output queue (flow control) while the requester times out and
+// resends them; the duplicates' answers must not use up the responder's
+// max_dest_rd_atomic resources for new requests.
+class FaultySmallQueueTransportTest : public FaultyTransportTest {
+ protected:
+  FaultySmallQueueTransportTest() : FaultyTransportTest(16) {}
+};
+
+TEST_P(FaultySmallQueueTransportTest, WritesReadsAndAtomicsTakeEffectExactlyOnce) {
+  writes_reads_and_atomics_take_effect_exactly_once();
+}
+
+void FaultyTransportTest::writes_reads_and_atomics_take_effect_exactly_once() {
   QpInitAttr attr;
   attr.cap.max_send_wr = 128;
   auto pr = make_pair(attr, options());
@@ -187,6 +207,7 @@ TEST_P(FaultyTransportTest, WritesReadsAndAtomicsTakeEffectExactlyOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, FaultyTransportTest, ::testing::ValuesIn(test_seeds()));
+INSTANTIATE_TEST_SUITE_P(Seeds, FaultySmallQueueTransportTest, ::testing::ValuesIn(test_seeds()));
 
 class RetryTest : public NicTest {};
 
@@ -400,6 +421,130 @@ TEST_F(SmallQueueTest, MoreOutstandingReadsThanTheResponderAllowsIsAnInvalidRequ
   auto wcs = drain(*a.cq);
   ASSERT_EQ(wcs.size(), 2u);
   EXPECT_EQ(wcs[1].status, WcStatus::kRemInvReqErr) << "the second READ exceeded max_dest_rd_atomic";
+}
+
+// The responder's READ source is deregistered while the READ's response is
+// still queued behind flow control: the unsent bytes must not be read from the
+// (possibly freed) memory. Like a DMA fault on hardware, the READ fails.
+TEST_F(SmallQueueTest, DeregisteringTheSourceOfAQueuedReadResponseFailsTheRead) {
+  ConnectOptions o;
+  o.path_mtu = 1024;
+  auto pr = make_pair({}, o);
+  const uint32_t len = 512 * 1024;  // 512 response packets, 8x the queue
+  AlignedBytes source = aligned_bytes(len, 0x5A);
+  auto source_mr = pr.b->nic->reg_mr(*pr.b->pd, source.get(), len, kAccessAll).value();
+  const Sge local = pr.a->sge(0, len);
+  SendWr read;
+  read.wr_id = 1;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&local, 1);
+  read.remote_addr = source_mr->iova();
+  read.rkey = source_mr->rkey();
+  ASSERT_TRUE(pr.qa->post_send(read).ok());
+  engine_->step();
+  engine_->step();
+  WorkCompletion wc{};
+  ASSERT_EQ(pr.a->cq->poll(std::span<WorkCompletion>(&wc, 1)).value(), 0u) << "the READ is still being answered";
+  source_mr.reset();
+  std::memset(source.get(), 0xEE, len);  // the application reuses the memory it deregistered
+  wc = next_completion(*pr.a->cq);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(std::count(pr.a->at(0), pr.a->at(len), 0xEE), 0) << "no byte was read after the deregistration";
+}
+
+// READ, ACK, READ, ACK, ... queued behind a throttled READ: the output queue
+// (max_dest_rd_atomic READ/ATOMIC entries) must not overflow and drop one.
+TEST_F(SmallQueueTest, AcksBetweenReadsQueuedBehindAThrottledReadAreNotDropped) {
+  Host& a = add_host(4 << 20);
+  Host& b = add_host(4 << 20);
+  QueuePair& qa = add_qp(a);
+  QueuePair& qb = add_qp(b);
+  ConnectOptions o;
+  o.path_mtu = 1024;
+  o.max_rd_atomic = 4;
+  connect(qa, a, qb, b, o);
+  // 960 response packets: throttled for many passes, yet within the
+  // requester's 1024-PSN window so the later requests may start.
+  const uint32_t big = 960 * 1024;
+  const Sge big_local = a.sge(0, big);
+  SendWr read;
+  read.wr_id = 0;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&big_local, 1);
+  read.remote_addr = b.va(0);
+  read.rkey = b.mr->rkey();
+  ASSERT_TRUE(qa.post_send(read).ok());
+  engine_->step();
+  // Each request in a pass of its own, so each ACK is queued on its own.
+  std::vector<Sge> sges;
+  sges.reserve(8);
+  for (uint64_t i = 1; i <= 7; ++i) {
+    sges.push_back(a.sge(big + i * 64, 8));
+    SendWr wr = write_wr(i, &sges.back(), b.va(big + i * 64), b.mr->rkey());
+    if (i % 2 == 0) {
+      wr.opcode = WrOpcode::kRdmaRead;
+      wr.remote_addr = b.va(i * 64);
+    }
+    ASSERT_TRUE(qa.post_send(wr).ok());
+    engine_->step();
+  }
+  WorkCompletion wc{};
+  ASSERT_EQ(a.cq->poll(std::span<WorkCompletion>(&wc, 1)).value(), 0u) << "the first READ is still throttled";
+  auto wcs = drain(*a.cq);
+  ASSERT_EQ(wcs.size(), 8u);
+  for (uint64_t i = 0; i < wcs.size(); ++i) {
+    EXPECT_EQ(wcs[i].wr_id, i);
+    EXPECT_EQ(wcs[i].status, WcStatus::kSuccess);
+  }
+  EXPECT_EQ(a.nic->counters().ack_timeouts, 0u) << "a response was dropped and recovered only by timeout";
+  EXPECT_EQ(a.nic->counters().retransmitted_packets, 0u);
+}
+
+// Wire delay and a small inbound queue: packets on the wire count against the
+// destination's queue, so flow control holds the sender back instead of the
+// wire overflowing.
+class SmallQueueWireDelayTest : public NicTest {
+ protected:
+  SmallQueueWireDelayTest() {
+    EngineOptions options;
+    options.threaded = false;
+    options.clock = &clock_;
+    options.fabric_queue_packets = 64;
+    options.wire_delay_ns = 1000;
+    engine_ = std::make_unique<Engine>(options);
+  }
+};
+
+TEST_F(SmallQueueWireDelayTest, ReadsAndWritesLargerThanTheQueueAreFlowControlledOnTheWire) {
+  ConnectOptions o;
+  o.path_mtu = 1024;
+  auto pr = make_pair({}, o);
+  const uint32_t len = 256 * 1024;  // 256 packets each way, 4x the queue
+  for (uint32_t i = 0; i < len; ++i) *pr.b->at(i) = static_cast<uint8_t>(i * 13 + 5);
+  for (uint32_t i = 0; i < len; ++i) *pr.a->at(len + i) = static_cast<uint8_t>(i * 7 + 3);
+  const Sge read_local = pr.a->sge(0, len);
+  SendWr read;
+  read.wr_id = 1;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&read_local, 1);
+  read.remote_addr = pr.b->va(0);
+  read.rkey = pr.b->mr->rkey();
+  const Sge write_local = pr.a->sge(len, len);
+  SendWr wrs[2] = {read, write_wr(2, &write_local, pr.b->va(len), pr.b->mr->rkey())};
+  ASSERT_TRUE(pr.qa->post_send(wrs).ok());
+  auto wcs = drain(*pr.a->cq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(pr.a->at(0), pr.b->at(0), len), 0);
+  EXPECT_EQ(std::memcmp(pr.a->at(len), pr.b->at(len), len), 0);
+  EXPECT_EQ(engine_->fabric().counters().dropped_overflow.get(), 0u);
+  EXPECT_EQ(pr.a->nic->counters().ack_timeouts, 0u);
+  EXPECT_EQ(pr.a->nic->counters().retransmitted_packets, 0u);
 }
 
 }  // namespace

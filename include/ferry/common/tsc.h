@@ -1,7 +1,7 @@
 // Cycle-counter timestamps for benchmarks: rdtsc costs ~10 ns here against
 // ~25 ns for clock_gettime, which matters when the thing measured takes a
 // few hundred. Calibrated once against CLOCK_MONOTONIC. Requires an
-// invariant TSC (constant_tsc + nonstop_tsc), which tsc_invariant() checks.
+// invariant TSC (constant_tsc + nonstop_tsc), which Tsc::invariant() checks.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,7 @@ class Tsc {
   }
   // Nanoseconds per tick, measured on first use (~20 ms).
   static double ns_per_tick();
-  static uint64_t to_ns(uint64_t ticks) { return static_cast<uint64_t>(static_cast<double>(ticks) * ns_per_tick()); }
-  // True if /proc/cpuinfo reports an invariant TSC.
+  // True if /proc/cpuinfo reports an invariant TSC (read on first use).
   static bool invariant();
 };
 

@@ -124,7 +124,6 @@ class Engine {
   std::thread thread_;
   std::thread::id engine_thread_id_;
   Counter passes_, busy_passes_, sleeps_;
-  std::atomic<uint64_t> thread_cpu_ns_{0};
 };
 
 }  // namespace ferry::nic

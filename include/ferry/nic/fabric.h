@@ -12,9 +12,13 @@
 // NIC asks the fabric to materialize (copy) those payloads first.
 //
 // Bounded: each NIC's inbound queue and the buffer pool have fixed capacity.
-// Requests are back-pressured (transmit() refuses them above a high-water
-// mark, like PFC pause); responses and ACKs are never refused, and if a queue
-// is completely full they are dropped and counted (the transport recovers).
+// A NIC's occupancy is its queue plus the packets on the wire to it (held by
+// the wire delay or the fault model); flow control uses it. Requests are
+// back-pressured: transmit() refuses them above 3/4 of the capacity, like PFC
+// pause. Responses are never refused, but a responder sends the packets of a
+// READ response only while response_space() (below 7/8), so the rest stays
+// free for single-packet ACKs, NAKs and ATOMIC ACKs. A packet that finds its
+// destination completely full is dropped and counted (the transport recovers).
 //
 // Thread rules: single-threaded; owned and driven by the Engine's thread.
 #pragma once
@@ -94,6 +98,8 @@ class Fabric {
   // True if `dst` has room for more multi-packet responses (READ data); the
   // rest of its queue is kept for single-packet ACKs and NAKs.
   bool response_space(uint32_t dst) const;
+  // Packets queued for `dst` or on the wire to it; `dst` must be attached.
+  size_t occupancy(uint32_t dst) const { return queues_[dst].size + held_[dst]; }
   // Hands a packet to the fabric. Requests above the high-water mark are
   // refused (returns false, nothing consumed); everything else is accepted
   // (and possibly dropped/duplicated/delayed by the fault model).
@@ -153,7 +159,7 @@ class Fabric {
   std::vector<uint8_t> buffer_memory_;
   std::vector<int32_t> free_buffers_;
   std::vector<Packet> delayed_;  // min-heap by (due_ns, seq)
-  size_t delayed_capacity_;
+  std::vector<size_t> held_;     // per destination: packets in delayed_ (not dropped)
   FaultModel faults_;
   uint64_t wire_delay_ns_ = 0;
   Rng rng_;

@@ -78,6 +78,12 @@ enum class WcOpcode : uint8_t {
 std::string_view wc_opcode_name(WcOpcode op);
 // The completion opcode a send WR of this opcode reports.
 WcOpcode wc_opcode_for(WrOpcode op);
+// True if a message of this opcode carries the WR's data (SEND, WRITE and
+// their _WITH_IMM forms): the only opcodes that may be posted inline.
+constexpr bool opcode_carries_payload(WrOpcode op) {
+  return op == WrOpcode::kSend || op == WrOpcode::kSendWithImm || op == WrOpcode::kRdmaWrite ||
+         op == WrOpcode::kRdmaWriteWithImm;
+}
 
 // Work-completion statuses (ibv_wc_status subset).
 enum class WcStatus : uint8_t {

@@ -55,7 +55,13 @@ class ProtectionDomain {
 // mapped until the MemoryRegion is destroyed.
 class MemoryRegion {
  public:
-  ~MemoryRegion();  // deregisters (ibv_dereg_mr)
+  // Deregisters (ibv_dereg_mr). Remote operations still using the region
+  // fail as after a hardware mkey invalidation: a READ response not yet sent
+  // from it, or the rest of a multi-packet WRITE into it, is NAKed (remote
+  // access error) and that responder QP goes to ERROR. After this returns no
+  // remote operation touches the memory; local WRs and RECVs whose SGEs use
+  // the region must have completed (as with verbs).
+  ~MemoryRegion();
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;
 
