@@ -283,6 +283,7 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
       }
     }
     qp->slots.resize(qp->sq_depth);
+    qp->free_marks.resize(qp->sq_depth);
     qp->slot_sges.resize(static_cast<size_t>(qp->sq_depth) * qp->cap.max_send_sge);
     ++qp->send_cq->users;
     ++qp->recv_cq->users;

@@ -140,6 +140,9 @@ struct SendSlot {
   uint32_t length = 0;      // message bytes
   uint32_t resp_pkts = 0;    // READ/FLUSH: response packets received
   uint32_t resp_bytes = 0;   // READ: response bytes placed
+  // READ: PSN of the last READ request sent for it (first_psn, or where a
+  // re-request resumed). Its answer may start with FIRST/ONLY there.
+  uint32_t request_psn = 0;
   const uint8_t* inline_ptr = nullptr;  // inside the ring slot
 };
 
@@ -217,8 +220,26 @@ struct QpCore {
   // Both sides RMW (acq_rel): app when queueing the QP, engine when popping it.
   alignas(64) std::atomic<bool> doorbell_queued{false};
   // Engine-written line.
-  alignas(64) std::atomic<uint64_t> sq_freed{0};  // engine stores (release): slots below are reusable
+  // Count-only send CQ (nobody polls it): slots below are reusable. Engine
+  // stores (release) as completions are counted; app loads (acquire).
+  alignas(64) std::atomic<uint64_t> sq_freed{0};
   std::atomic<uint64_t> rq_consumer{0};           // engine stores (release): RECVs taken
+  // Polled send CQ: a send slot is free only once the application has polled
+  // the CQE that covers it (libmlx5 moves the SQ tail in poll_cq), so a CQ
+  // sized to the send queue never overruns. The engine records each send CQE
+  // it writes as a FreeMark in free_marks (sq_depth entries, index % size):
+  // writes the entry, then stores free_marks_tail (release). post_send, when
+  // the ring looks full, loads the tail (acquire), takes the marks whose CQE
+  // the send CQ's consumer index has passed, and stores free_marks_head
+  // (release), which the engine loads (acquire) only when the marks look full.
+  struct FreeMark {
+    uint64_t cqe = 0;       // absolute position of the CQE in the send CQ
+    uint64_t freed_to = 0;  // send slots below this index are free once it is polled
+  };
+  std::vector<FreeMark> free_marks;
+  std::atomic<uint64_t> free_marks_tail{0};
+  uint64_t free_marks_head_cache = 0;  // engine: last free_marks_head read
+  alignas(64) std::atomic<uint64_t> free_marks_head{0};  // app stores (release)
 
   // ---- application side ----
   alignas(64) uint64_t app_sq_producer = 0;
@@ -244,6 +265,11 @@ struct QpCore {
   uint32_t rd_atomic_out = 0;
   uint8_t retries_left = 7;
   uint8_t rnr_retries_left = 7;
+  // A READ/ATOMIC whose answer was seen to be missing (a later response or
+  // ACK arrived) is asked for again once per gap: at gap_psn, until the
+  // retry timer fires.
+  bool gap_requested = false;
+  uint32_t gap_psn = 0;
   uint64_t retry_deadline_ns = 0;  // 0 = disarmed
   uint64_t rnr_until_ns = 0;       // 0 = not waiting
   std::vector<SendSlot> slots;
@@ -380,7 +406,12 @@ class NicCore {
   void update_una(QpCore* qp, uint32_t acked_through, bool have_ack);
   void on_nak(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now);
   void go_back_to(QpCore* qp, uint32_t psn);
+  void request_missing(QpCore* qp, uint32_t psn);
   void advance_send_completions(QpCore* qp);
+  // Writes a send completion to qp's send CQ and records when the slots
+  // below `freed_to` become reusable (at once for a count-only CQ, else once
+  // the application has polled that CQE).
+  void complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed_to);
   void arm_retry_timer(QpCore* qp, uint64_t now);
   void arm_timer_at(QpCore* qp, uint64_t deadline);
   bool run_timers(uint64_t now);
@@ -413,7 +444,10 @@ class NicCore {
   bool run_responders(uint64_t now);
   void drop_responses(QpCore* qp);
   // qp_error.cc
-  void enter_error(QpCore* qp);
+  // Moves `qp` to ERROR and flushes its work. Responses already queued are
+  // dropped unless `keep_owed_responses` (a responder error: what it owes for
+  // requests executed before the failing one still goes out, then the NAK).
+  void enter_error(QpCore* qp, bool keep_owed_responses = false);
   bool flush_qp(QpCore* qp);
   void reset_qp_state(QpCore* qp);
   // cross_channel.cc

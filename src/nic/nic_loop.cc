@@ -41,7 +41,9 @@ void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
   const QpState st = qp->state.load(std::memory_order_relaxed);
   if (st == QpState::kError) {
     flush_qp(qp);
-  } else if (st == QpState::kRts && !qp->managed_send) {
+  } else if (st == QpState::kRts && (!qp->managed_send || qp->sq_next < qp->sq_enable)) {
+    // A managed queue runs on enables, not doorbells; a post matters to it
+    // only when it waits at an enabled slot that was empty.
     make_ready(qp);
   }
 }

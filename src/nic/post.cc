@@ -12,6 +12,27 @@ using detail::SrqCore;
 
 namespace detail {
 
+// Application side of slot freeing (see QpCore::free_marks): the send
+// slots the NIC has finished with and whose covering CQE has been polled.
+void refresh_sq_freed(QpCore* qp) {
+  const CqCore* cq = qp->send_cq;
+  if (cq->count_only) {
+    qp->app_sq_freed_cache = qp->sq_freed.load(std::memory_order_acquire);
+    return;
+  }
+  const uint64_t polled = cq->consumer.load(std::memory_order_acquire);
+  const uint64_t size = qp->free_marks.size();
+  uint64_t head = qp->free_marks_head.load(std::memory_order_relaxed);  // this thread is its only writer
+  const uint64_t tail = qp->free_marks_tail.load(std::memory_order_acquire);
+  while (head < tail) {
+    const QpCore::FreeMark& m = qp->free_marks[head % size];
+    if (m.cqe >= polled) break;
+    qp->app_sq_freed_cache = m.freed_to;
+    ++head;
+  }
+  qp->free_marks_head.store(head, std::memory_order_release);
+}
+
 void NicCore::ring_doorbell(QpCore* qp) {
   // acq_rel RMW pairs with the engine's exchange(false) before it reads the
   // doorbell record: either the engine sees our new producer index, or we see
@@ -38,8 +59,13 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
     auto bad = [i](const std::string& why) {
       return invalid_argument("post_send: WR " + std::to_string(i) + ": " + why);
     };
-    if (static_cast<uint8_t>(wr.opcode) >= kWrOpcodeCount) return bad("unknown opcode");
+    if (!valid_wr_opcode(static_cast<uint8_t>(wr.opcode))) return bad("unknown opcode");
     if (wr.flags & ~(kSendSignaled | kSendFence | kSendSolicited | kSendInline)) return bad("unknown send flags");
+    // Inline or not, a WR gathers at most max_send_sge SGEs (libmlx5: EINVAL).
+    if (wr.sg_list.size() > qp->cap.max_send_sge) {
+      return bad(std::to_string(wr.sg_list.size()) + " SGEs exceed max_send_sge " +
+                 std::to_string(qp->cap.max_send_sge));
+    }
     if (wr.flags & kSendInline) {
       if (!opcode_carries_payload(wr.opcode)) return bad("inline data only for SEND/WRITE");
       size_t total = 0;
@@ -48,9 +74,6 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
         return bad("inline payload of " + std::to_string(total) + " bytes exceeds max_inline_data " +
                    std::to_string(qp->cap.max_inline_data));
       }
-    } else if (wr.sg_list.size() > qp->cap.max_send_sge) {
-      return bad(std::to_string(wr.sg_list.size()) + " SGEs exceed max_send_sge " +
-                 std::to_string(qp->cap.max_send_sge));
     }
     if (wr.opcode == WrOpcode::kWait && (wr.wait_cq == nullptr || wr.wait_cq->nic_ != nic_)) {
       return bad("WAIT needs a CQ of this NIC");
@@ -62,7 +85,7 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
   }
   uint64_t in_use = qp->app_sq_producer - qp->app_sq_freed_cache;
   if (in_use + wrs.size() > qp->sq_depth) {
-    qp->app_sq_freed_cache = qp->sq_freed.load(std::memory_order_acquire);
+    detail::refresh_sq_freed(qp);
     if (qp->app_sq_freed_cache > qp->app_sq_producer) {
       // Only a managed queue can get here: an ENABLE let the NIC run slots
       // this application never posted, so its posts would never run.
@@ -74,8 +97,8 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
   }
   if (in_use + wrs.size() > qp->sq_depth) {
     return resource_exhausted("post_send: send queue full (" + std::to_string(in_use) + " of " +
-                              std::to_string(qp->sq_depth) + " slots in use; unsignaled WRs free only when a later "
-                              "signaled WR completes)");
+                              std::to_string(qp->sq_depth) + " slots in use; a slot frees when the completion "
+                              "covering it has been polled, unsignaled WRs with a later signaled one)");
   }
   for (const SendWr& wr : wrs) {
     uint8_t* slot = qp->send_slot_ptr(qp->app_sq_producer);

@@ -111,7 +111,7 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
   return ok_status();
 }
 
-void NicCore::enter_error(QpCore* qp) {
+void NicCore::enter_error(QpCore* qp, bool keep_owed_responses) {
   const bool was_error = qp->state.load(std::memory_order_relaxed) == QpState::kError;
   qp->state.store(QpState::kError, std::memory_order_seq_cst);
   // Requester: started WQEs not yet done are flushed; a WQE that already
@@ -137,7 +137,7 @@ void NicCore::enter_error(QpCore* qp) {
   }
   qp->in_msg = QpCore::InMsg::kNone;
   qp->ack_pending = false;
-  drop_responses(qp);
+  if (!keep_owed_responses) drop_responses(qp);
   // The application may reuse buffers once it sees flush completions; copy
   // any payload still in flight that borrows them.
   fabric_->materialize_from(address_, qp->qpn);
@@ -160,17 +160,14 @@ bool NicCore::flush_qp(QpCore* qp) {
     WorkCompletion wc;
     wc.wr_id = ctrl.wr_id;
     wc.status = WcStatus::kWrFlushErr;
-    wc.opcode = wc_opcode_for(static_cast<WrOpcode>(ctrl.opcode < kWrOpcodeCount ? ctrl.opcode : 0));
+    wc.opcode = wc_opcode_for(valid_wr_opcode(ctrl.opcode) ? static_cast<WrOpcode>(ctrl.opcode) : WrOpcode::kNop);
     wc.qp_num = qp->qpn;
     wc.wqe_index = static_cast<uint32_t>(qp->sq_next & 0xFFFF);
-    complete(qp->send_cq, wc);
     ++qp->sq_next;
+    complete_send(qp, wc, qp->sq_next);
     work = true;
   }
-  if (work) {
-    qp->sq_done = qp->sq_unacked = qp->tx_wqe = qp->sq_next;
-    qp->sq_freed.store(qp->sq_next, std::memory_order_release);
-  }
+  if (work) qp->sq_done = qp->sq_unacked = qp->tx_wqe = qp->sq_next;
   // Every posted RECV (own receive queue only; SRQ entries stay in the SRQ).
   if (qp->srq == nullptr) {
     const uint64_t produced = qp->rq_producer.load(std::memory_order_seq_cst);
@@ -217,6 +214,9 @@ void NicCore::reset_qp_state(QpCore* qp) {
   // Queues are emptied without completions (IBTA RESET).
   qp->sq_doorbell.store(0, std::memory_order_relaxed);
   qp->sq_freed.store(0, std::memory_order_relaxed);
+  qp->free_marks_tail.store(0, std::memory_order_relaxed);
+  qp->free_marks_head.store(0, std::memory_order_relaxed);
+  qp->free_marks_head_cache = 0;
   qp->rq_producer.store(0, std::memory_order_relaxed);
   qp->rq_consumer.store(0, std::memory_order_relaxed);
   qp->app_sq_producer = qp->app_rq_producer = 0;
@@ -224,6 +224,7 @@ void NicCore::reset_qp_state(QpCore* qp) {
   qp->tx_pkt = 0;
   qp->psn_next = qp->psn_high = qp->una_psn = 0;
   qp->rd_atomic_out = 0;
+  qp->gap_requested = false;
   qp->epsn = qp->msn = 0;
   qp->nak_outstanding = false;
   qp->in_msg = QpCore::InMsg::kNone;

@@ -76,11 +76,15 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   DecodedSendWqe wqe;
   const WqeError err = decode_send_wqe(std::span<const uint8_t>(qp->send_slot_ptr(index), qp->sq_stride),
                                        qp->cap.max_send_sge, qp->cap.max_inline_data, &wqe);
+  // A managed queue enabled beyond what its owner has published waits at the
+  // empty slot until a post fills it (on_doorbell re-readies it): an enable
+  // exposes WQEs, it never makes one out of zeroed memory.
+  if (err == WqeError::kEmpty && qp->managed_send) return StartResult::kIdle;
   SendSlot& s = qp->slot(index);
   auto fail = [&](WcStatus status) {
     s = SendSlot{};
     s.wr_id = wqe.wr_id;
-    s.opcode = err == WqeError::kBadOpcode ? WrOpcode::kNop : wqe.opcode;
+    s.opcode = err == WqeError::kBadOpcode || err == WqeError::kEmpty ? WrOpcode::kNop : wqe.opcode;
     s.local = true;
     s.done = true;
     s.status = status;
@@ -274,6 +278,7 @@ bool NicCore::send_request_packet(QpCore* qp, uint64_t index, uint64_t now) {
     case WrOpcode::kRdmaRead:
       // A retransmitted READ asks only for the part not yet received.
       psn = wire::psn_add(s.first_psn, s.resp_pkts);
+      s.request_psn = psn;
       h.bth.opcode = wire::kReadRequest;
       h.reth = wire::Reth{s.remote_addr + s.resp_bytes, s.rkey, s.length - s.resp_bytes};
       h.bth.ack_req = true;

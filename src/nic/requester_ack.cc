@@ -77,11 +77,23 @@ bool NicCore::process_ack(QpCore* qp, uint32_t psn, uint64_t now) {
   update_una(qp, psn, true);
   const bool progress = psn_diff(qp->una_psn, old_una) > 0;
   if (progress) after_progress(qp, now);
-  if (resend) go_back_to(qp, resend_psn);
+  if (resend) request_missing(qp, resend_psn);
   return progress;
 }
 
+void NicCore::request_missing(QpCore* qp, uint32_t psn) {
+  // Every packet past a gap shows it again; asking again for each would
+  // flood the responder with re-requests, each answered in full (a livelock
+  // without loss of time). Once per gap; the retry timer covers a re-request
+  // that is itself lost.
+  if (qp->gap_requested && qp->gap_psn == psn) return;
+  qp->gap_requested = true;
+  qp->gap_psn = psn;
+  go_back_to(qp, psn);
+}
+
 void NicCore::after_progress(QpCore* qp, uint64_t now) {
+  if (qp->gap_requested && psn_diff(qp->una_psn, qp->gap_psn) > 0) qp->gap_requested = false;  // filled
   qp->retries_left = qp->attr.retry_cnt;
   qp->rnr_retries_left = qp->attr.rnr_retry;
   const uint64_t timeout = ack_timeout_ns(qp->attr.timeout);
@@ -149,13 +161,18 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
 
   // READ response first/middle/last/only.
   const wire::OpcodeInfo& info = wire::opcode_info(op);
-  if (!is_read(s) || psn != psn_add(s.first_psn, s.resp_pkts)) return;  // out of order: dropped, resent later
+  // Out of order (a packet before it was lost): dropped; the gap was
+  // re-requested by the implicit ACK above.
+  if (!is_read(s) || psn != psn_add(s.first_psn, s.resp_pkts)) return;
   const bool expect_first = s.resp_pkts == 0;
   const bool expect_last = s.resp_pkts + 1 == s.npkts;
+  // The answer to a re-request that resumed mid-READ is a READ response of
+  // its own: it starts with FIRST (or ONLY) at the PSN asked for, while the
+  // original stream, if it still arrives, continues with MIDDLE/LAST there.
+  const bool first_ok = info.first ? expect_first || psn == s.request_psn : !expect_first;
   // A FLUSH's answer is one empty READ RESPONSE ONLY; its length is the range flushed.
   const uint32_t remaining = (s.opcode == WrOpcode::kRdmaRead ? s.length : 0) - s.resp_bytes;
-  const bool ok = info.first == expect_first && info.last == expect_last &&
-                  (expect_last ? len == remaining : len == qp->mtu);
+  const bool ok = first_ok && info.last == expect_last && (expect_last ? len == remaining : len == qp->mtu);
   if (!ok) {
     counters_.rx_malformed.inc();
     return;
@@ -238,35 +255,49 @@ void NicCore::fail_wqe_at_psn(QpCore* qp, uint32_t psn, WcStatus status) {
   enter_error(qp);
 }
 
+void NicCore::complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed_to) {
+  CqCore* cq = qp->send_cq;
+  const uint64_t position = cq->produced;
+  complete(cq, wc);
+  if (cq->count_only) {
+    qp->sq_freed.store(freed_to, std::memory_order_release);
+    return;
+  }
+  if (cq->produced == position) return;  // the CQ is in error: no CQE, nothing to poll
+  const uint64_t size = qp->free_marks.size();
+  uint64_t tail = qp->free_marks_tail.load(std::memory_order_relaxed);  // the engine is its only writer
+  if (tail - qp->free_marks_head_cache >= size) {
+    qp->free_marks_head_cache = qp->free_marks_head.load(std::memory_order_acquire);
+    // Marks name distinct posted slots not yet seen free, at most sq_depth of
+    // them; more means the NIC ran a managed queue past its posts (enables
+    // re-running published slots), which post_send reports on its own.
+    if (tail - qp->free_marks_head_cache >= size) return;
+  }
+  qp->free_marks[tail % size] = QpCore::FreeMark{position, freed_to};
+  qp->free_marks_tail.store(tail + 1, std::memory_order_release);
+}
+
 void NicCore::advance_send_completions(QpCore* qp) {
-  uint64_t freed_to = 0;
-  bool freed = false;
   while (qp->sq_done < qp->sq_next) {
     const SendSlot& s = qp->slot(qp->sq_done);
     if (!s.done) break;
     const bool signaled = s.status != WcStatus::kSuccess || qp->sq_sig_all || (s.flags & kSendSignaled);
-    if (signaled) {
-      WorkCompletion wc;
-      wc.wr_id = s.wr_id;
-      wc.status = s.status;
-      wc.opcode = wc_opcode_for(s.opcode);
-      wc.byte_len = s.length;
-      wc.qp_num = qp->qpn;
-      wc.wqe_index = static_cast<uint32_t>(qp->sq_done & 0xFFFF);
-      complete(qp->send_cq, wc);
-    }
-    ++qp->sq_done;
-    if (signaled) {
-      freed = true;
-      freed_to = qp->sq_done;
-    }
+    const uint64_t index = qp->sq_done++;
+    if (!signaled) continue;  // its slot frees with the next signaled completion
+    WorkCompletion wc;
+    wc.wr_id = s.wr_id;
+    wc.status = s.status;
+    wc.opcode = wc_opcode_for(s.opcode);
+    wc.byte_len = s.length;
+    wc.qp_num = qp->qpn;
+    wc.wqe_index = static_cast<uint32_t>(index & 0xFFFF);
+    complete_send(qp, wc, qp->sq_done);
   }
   if (qp->sq_unacked < qp->sq_done) qp->sq_unacked = qp->sq_done;
   if (qp->tx_wqe < qp->sq_done) {
     qp->tx_wqe = qp->sq_done;
     qp->tx_pkt = 0;
   }
-  if (freed) qp->sq_freed.store(freed_to, std::memory_order_release);
 }
 
 void NicCore::arm_retry_timer(QpCore* qp, uint64_t now) {
@@ -329,6 +360,7 @@ void NicCore::on_qp_timer(QpCore* qp, uint64_t now) {
     return;
   }
   --qp->retries_left;
+  qp->gap_requested = false;  // the timer asks again; a gap seen after it may too
   go_back_to(qp, qp->una_psn);
 }
 

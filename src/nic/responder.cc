@@ -41,16 +41,18 @@ void NicCore::send_ack(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now)
 }
 
 void NicCore::responder_fail(QpCore* qp, uint32_t psn, wire::NakCode code, uint64_t now) {
-  // The QP is going to ERROR: whatever it still owed is abandoned, the NAK goes now.
-  drop_responses(qp);
+  // Everything still queued answers requests executed before this one (a
+  // READ held back by flow control, say): it is still owed and goes out
+  // first, then the NAK, in PSN order. The QP enters ERROR now and takes no
+  // further requests; its output queue drains on.
   ResponseEntry e;
   e.kind = ResponseEntry::Kind::kAck;
   e.psn = psn;
   e.syndrome = wire::make_syndrome(wire::kAckTypeNak, code);
   e.msn = qp->msn;
-  emit_response(qp, e, now);
+  respond(qp, e, now);
   counters_.error_naks_sent.inc();
-  enter_error(qp);
+  enter_error(qp, /*keep_owed_responses=*/true);
 }
 
 const MrEntry* NicCore::find_remote_mr(const QpCore* qp, uint32_t rkey, uint32_t access) const {
@@ -66,6 +68,7 @@ const MrEntry* NicCore::check_remote_access(QpCore* qp, uint64_t va, uint32_t rk
   return mr != nullptr && mr->resolve(va, len, host) ? mr : nullptr;
 }
 
+// The RECV WQE is read here, when a message starts to use it.
 bool NicCore::take_recv(QpCore* qp) {
   RecvContext& r = qp->recv;
   const uint8_t* slot;
@@ -73,6 +76,8 @@ bool NicCore::take_recv(QpCore* qp) {
   uint32_t max_sge;
   uint32_t pd;
   uint64_t index;
+  DecodedRecvWqe wqe;
+  WqeError err;
   if (qp->srq != nullptr) {
     SrqCore* srq = qp->srq;
     const uint64_t producer = srq->producer.load(std::memory_order_acquire);
@@ -82,6 +87,7 @@ bool NicCore::take_recv(QpCore* qp) {
     stride = srq->stride;
     max_sge = srq->max_sge;
     pd = srq->pd;
+    err = decode_recv_wqe(std::span<const uint8_t>(slot, stride), max_sge, &wqe);
     srq->consumer.store(index + 1, std::memory_order_release);
     const uint32_t limit = srq->limit.load(std::memory_order_acquire);
     if (limit != 0 && producer - (index + 1) < limit && srq->limit.exchange(0, std::memory_order_acq_rel) != 0) {
@@ -98,12 +104,13 @@ bool NicCore::take_recv(QpCore* qp) {
     stride = qp->rq_stride;
     max_sge = qp->cap.max_recv_sge;
     pd = qp->pd;
+    err = decode_recv_wqe(std::span<const uint8_t>(slot, stride), max_sge, &wqe);
+    // ... but an enable only exposes RECVs the owner has posted: a slot that
+    // never held one is no RECV (the message is RNR-NAKed until a post).
+    if (err == WqeError::kEmpty && qp->managed_recv) return false;
     ++qp->rq_consumed;
     qp->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
   }
-  // The RECV WQE is read now, when a message starts to use it.
-  DecodedRecvWqe wqe;
-  const WqeError err = decode_recv_wqe(std::span<const uint8_t>(slot, stride), max_sge, &wqe);
   r.active = true;
   r.wr_id = wqe.wr_id;
   r.wqe_index = static_cast<uint32_t>(index & 0xFFFF);

@@ -131,7 +131,10 @@ bool NicCore::drain_responses(QpCore* qp, uint64_t now) {
     if (e.source_gone) {
       // The NIC would DMA-read the rest now, from an MR deregistered since the
       // READ was checked: a remote access error, like a failed rkey check.
-      responder_fail(qp, psn_add(e.psn, e.sent), wire::kNakRemoteAccessError, now);
+      // This READ fails, so nothing queued behind it is owed any more.
+      const uint32_t psn = psn_add(e.psn, e.sent);
+      drop_responses(qp);
+      responder_fail(qp, psn, wire::kNakRemoteAccessError, now);
       return true;
     }
     const uint32_t before = e.sent;

@@ -35,7 +35,8 @@ WqeError decode_send_wqe(std::span<const uint8_t> slot, uint32_t max_sge, uint32
   out->num_ds = ctrl.num_ds;
   out->data = slot.data() + kWqeDataOffset;
   out->opcode = static_cast<WrOpcode>(ctrl.opcode);
-  if (ctrl.opcode >= kWrOpcodeCount) return WqeError::kBadOpcode;
+  if (ctrl.opcode == kWrOpcodeEmpty) return WqeError::kEmpty;
+  if (!valid_wr_opcode(ctrl.opcode)) return WqeError::kBadOpcode;
   if (ctrl.flags & ~(kSendSignaled | kSendFence | kSendSolicited | kSendInline)) return WqeError::kBadFlags;
   const size_t room = slot.size() - kWqeDataOffset;
   if (ctrl.flags & kSendInline) {
@@ -107,6 +108,7 @@ WqeError decode_recv_wqe(std::span<const uint8_t> slot, uint32_t max_sge, Decode
   out->wr_id = hdr.wr_id;
   out->num_sge = hdr.num_sge;
   out->sges = slot.data() + kRecvWqeDataOffset;
+  if (!(hdr.flags & kRecvWqePosted)) return WqeError::kEmpty;
   if (hdr.num_sge > max_sge ||
       kRecvWqeDataOffset + static_cast<size_t>(hdr.num_sge) * sizeof(WqeDataSeg) > slot.size()) {
     return WqeError::kTooManySge;
@@ -118,6 +120,7 @@ void encode_recv_wqe(const RecvWr& wr, std::span<uint8_t> slot) {
   RecvWqeHeader hdr{};
   hdr.wr_id = wr.wr_id;
   hdr.num_sge = static_cast<uint16_t>(wr.sg_list.size());
+  hdr.flags = kRecvWqePosted;
   std::memcpy(slot.data(), &hdr, sizeof(hdr));
   for (size_t i = 0; i < wr.sg_list.size(); ++i) {
     const WqeDataSeg seg{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};

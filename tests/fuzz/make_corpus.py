@@ -113,8 +113,11 @@ def data_seg(addr, length, lkey):
     return struct.pack("<QII", addr, length, lkey)
 
 
+RECV_POSTED = 1  # RecvWqeHeader.flags: a slot without it holds no RECV
+
+
 def recv_wqe(wr_id, sges):
-    return struct.pack("<QHHI", wr_id, len(sges), 0, 0) + b"".join(data_seg(*s) for s in sges)
+    return struct.pack("<QHHI", wr_id, len(sges), RECV_POSTED, 0) + b"".join(data_seg(*s) for s in sges)
 
 
 def config(send_code, max_sge, max_inline, recv_code, recv_max):
@@ -122,20 +125,24 @@ def config(send_code, max_sge, max_inline, recv_code, recv_max):
 
 
 SIGNALED, FENCE, SOLICITED, INLINE = 1, 2, 4, 8
+# WrOpcode values (include/ferry/nic/types.h); 0 is an empty slot.
+(OP_WRITE, OP_WRITE_IMM, OP_SEND, OP_SEND_IMM, OP_READ, OP_CAS, OP_FAA, OP_NOP, OP_WAIT, OP_SEND_ENABLE,
+ OP_RECV_ENABLE, OP_FLUSH) = range(1, 13)
 wqe_seeds = {
-    "write_1sge": config(0, 1, 0, 1, 2) + send_wqe(0, SIGNALED, 1, 0, 1, 0x7000, 0x42,
+    "write_1sge": config(0, 1, 0, 1, 2) + send_wqe(OP_WRITE, SIGNALED, 1, 0, 1, 0x7000, 0x42,
                                                    data=data_seg(0x1000, 64, 0x101)),
-    "send_3sge": config(1, 3, 0, 2, 3) + send_wqe(2, SIGNALED | SOLICITED, 3, 0, 2,
+    "send_3sge": config(1, 3, 0, 2, 3) + send_wqe(OP_SEND, SIGNALED | SOLICITED, 3, 0, 2,
                                                   data=data_seg(0x1000, 1, 1) + data_seg(0x2000, 2, 2)
                                                   + data_seg(0x3000, 3, 3)),
-    "inline_100": config(2, 1, 100, 0, 1) + send_wqe(3, INLINE | SIGNALED, 100, 0x55, 3, data=pattern(100)),
-    "cas": config(0, 1, 0, 0, 1) + send_wqe(5, SIGNALED | FENCE, 1, 0, 4, 0x8000, 0x43, 0, 5, 6,
+    "inline_100": config(2, 1, 100, 0, 1) + send_wqe(OP_SEND_IMM, INLINE | SIGNALED, 100, 0x55, 3, data=pattern(100)),
+    "cas": config(0, 1, 0, 0, 1) + send_wqe(OP_CAS, SIGNALED | FENCE, 1, 0, 4, 0x8000, 0x43, 0, 5, 6,
                                             data=data_seg(0x4000, 8, 0x104)),
-    "wait": config(0, 1, 0, 0, 1) + send_wqe(8, SIGNALED, 0, 0, 5, 12345, 3),
-    "send_enable": config(0, 1, 0, 0, 1) + send_wqe(9, 0, 0, 0, 6, 7, 0x000345),
-    "flush": config(0, 1, 0, 0, 1) + send_wqe(11, SIGNALED, 0, 0, 7, 0x9000, 0x44, 1, 4096),
+    "wait": config(0, 1, 0, 0, 1) + send_wqe(OP_WAIT, SIGNALED, 0, 0, 5, 12345, 3),
+    "send_enable": config(0, 1, 0, 0, 1) + send_wqe(OP_SEND_ENABLE, 0, 0, 0, 6, 7, 0x000345),
+    "flush": config(0, 1, 0, 0, 1) + send_wqe(OP_FLUSH, SIGNALED, 0, 0, 7, 0x9000, 0x44, 1, 4096),
     "recv_2sge": config(0, 30, 976, 1, 2) + recv_wqe(99, [(0xA000, 10, 0x11), (0xB000, 20, 0x22)]),
-    "max_stride": config(4, 30, 976, 4, 31) + send_wqe(0, INLINE, 976, data=pattern(976)),
+    "max_stride": config(4, 30, 976, 4, 31) + send_wqe(OP_WRITE, INLINE, 976, data=pattern(976)),
+    "empty_slot": config(0, 1, 0, 0, 1) + bytes(64),
 }
 write_corpus("wqe_decode_fuzz", wqe_seeds)
 

@@ -46,7 +46,7 @@ void fuzz_send(const uint8_t* config, const uint8_t* body, size_t body_size) {
 
   DecodedSendWqe w;
   if (decode_send_wqe(span, max_sge, max_inline, &w) != WqeError::kNone) return;
-  FUZZ_CHECK(static_cast<uint8_t>(w.opcode) < kWrOpcodeCount);
+  FUZZ_CHECK(valid_wr_opcode(static_cast<uint8_t>(w.opcode)));
   FUZZ_CHECK((w.flags & ~(kSendSignaled | kSendFence | kSendSolicited | kSendInline)) == 0);
   FUZZ_CHECK(w.data == slot.get() + kWqeDataOffset);
   uint64_t sum = 0;

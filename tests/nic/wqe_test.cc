@@ -76,7 +76,7 @@ TEST(WqeLayout, EncodePutsFieldsAtDocumentedOffsets) {
   Bytes slot(64, 0);
   encode_send_wqe(wr, 0, 0, slot);
 
-  EXPECT_EQ(slot[0], 5) << "opcode at 0 (ATOMIC_CMP_AND_SWP = 5)";
+  EXPECT_EQ(slot[0], 6) << "opcode at 0 (ATOMIC_CMP_AND_SWP = 6)";
   EXPECT_EQ(slot[1], kSendSignaled | kSendFence) << "flags at 1";
   EXPECT_EQ(load_le<uint16_t>(slot, 2), 1) << "num_ds at 2-3";
   EXPECT_EQ(load_le<uint32_t>(slot, 4), 0x41424344u) << "imm at 4-7";
@@ -159,7 +159,7 @@ TEST(WqeLayout, RemoteRewriteOfOpcodeAndRemoteAddressIsSeenByDecode) {
 
 TEST(WqeRoundTrip, EveryOpcodeWithSges) {
   const Sge sges[3] = {{0x10000, 100, 0x101}, {0x20000, 0, 0x202}, {0x30000, 4096, 0x303}};
-  for (uint8_t op = 0; op < kWrOpcodeCount; ++op) {
+  for (uint8_t op = kWrOpcodeFirst; op < kWrOpcodeEnd; ++op) {
     const auto opcode = static_cast<WrOpcode>(op);
     SCOPED_TRACE(wr_opcode_name(opcode));
     SendWr wr;
@@ -343,18 +343,36 @@ Bytes valid_write_slot(uint32_t stride) {
   return slot;
 }
 
-TEST(WqeDecode, RejectsOpcodesAtOrAboveCount) {
+TEST(WqeDecode, OpcodeZeroIsAnEmptySlotAndUnknownOpcodesAreRejected) {
   DecodedSendWqe w;
   for (int op = 0; op < 256; ++op) {
     Bytes slot = valid_write_slot(64);
     slot[0] = static_cast<uint8_t>(op);
     const WqeError e = decode_send_wqe(slot, 1, 0, &w);
-    if (op < kWrOpcodeCount) {
+    if (op == 0) {
+      EXPECT_EQ(e, WqeError::kEmpty);
+    } else if (op < kWrOpcodeEnd) {
       EXPECT_EQ(e, WqeError::kNone) << op;
     } else {
       EXPECT_EQ(e, WqeError::kBadOpcode) << op;
     }
   }
+  Bytes zeroed(64, 0);
+  EXPECT_EQ(decode_send_wqe(zeroed, 1, 0, &w), WqeError::kEmpty) << "zeroed memory holds no WQE";
+}
+
+TEST(WqeDecode, ARecvSlotWithoutThePostedFlagHoldsNoRecv) {
+  DecodedRecvWqe r;
+  Bytes zeroed(32, 0);
+  EXPECT_EQ(decode_recv_wqe(zeroed, 1, &r), WqeError::kEmpty);
+  const Sge sge{0x1000, 8, 1};
+  Bytes slot(32, 0);
+  encode_recv_wqe(RecvWr{5, std::span<const Sge>(&sge, 1)}, slot);
+  EXPECT_EQ(decode_recv_wqe(slot, 1, &r), WqeError::kNone);
+  EXPECT_EQ(r.wr_id, 5u);
+  RecvWqeHeader hdr;
+  std::memcpy(&hdr, slot.data(), sizeof(hdr));
+  EXPECT_EQ(hdr.flags, kRecvWqePosted);
 }
 
 TEST(WqeDecode, RejectsUnknownFlagBits) {
@@ -457,6 +475,7 @@ TEST(RecvWqe, ZeroSgeRecvRoundTrips) {
 TEST(RecvWqe, DecodeRejectsMoreSgesThanMaxOrSlot) {
   Bytes slot(64, 0);  // room for 3 SGEs
   DecodedRecvWqe r;
+  store_le<uint16_t>(slot, 10, kRecvWqePosted);
   store_le<uint16_t>(slot, 8, 2);
   EXPECT_EQ(decode_recv_wqe(slot, 2, &r), WqeError::kNone);
   EXPECT_EQ(decode_recv_wqe(slot, 1, &r), WqeError::kTooManySge) << "above max_sge";

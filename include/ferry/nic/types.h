@@ -32,24 +32,29 @@ enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kError };
 std::string_view qp_state_name(QpState s);
 
 // Send-queue work request opcodes. The numeric values are the `opcode` byte of
-// the in-memory WQE (docs/wqe-format.md) and must not change.
+// the in-memory WQE (docs/wqe-format.md). 0 is no opcode: it is what a ring
+// slot that never held a published WQE (zeroed memory) reads as, so the NIC
+// can tell an empty slot from a WQE and never executes one.
 enum class WrOpcode : uint8_t {
-  kRdmaWrite = 0,
-  kRdmaWriteWithImm = 1,
-  kSend = 2,
-  kSendWithImm = 3,
-  kRdmaRead = 4,
-  kAtomicCmpAndSwp = 5,
-  kAtomicFetchAndAdd = 6,
-  kNop = 7,
+  kRdmaWrite = 1,
+  kRdmaWriteWithImm = 2,
+  kSend = 3,
+  kSendWithImm = 4,
+  kRdmaRead = 5,
+  kAtomicCmpAndSwp = 6,
+  kAtomicFetchAndAdd = 7,
+  kNop = 8,
   // Cross-channel (CORE-Direct) requests; local to the NIC, no network traffic.
-  kWait = 8,        // stall this queue until cq.completions_total() >= index
-  kSendEnable = 9,  // let a managed send queue execute WQEs below index
-  kRecvEnable = 10, // let a managed receive queue expose WQEs below index
-  // IBTA 1.5 memory placement (see docs/persistence.md once implemented).
-  kFlush = 11,
+  kWait = 9,         // stall this queue until cq.completions_total() >= index
+  kSendEnable = 10,  // let a managed send queue execute WQEs below index
+  kRecvEnable = 11,  // let a managed receive queue expose WQEs below index
+  // IBTA 1.5 memory placement (docs/persistence.md).
+  kFlush = 12,
 };
-constexpr uint8_t kWrOpcodeCount = 12;
+constexpr uint8_t kWrOpcodeEmpty = 0;  // the opcode byte of an empty ring slot
+constexpr uint8_t kWrOpcodeFirst = 1;
+constexpr uint8_t kWrOpcodeEnd = 13;   // one past the last opcode
+constexpr bool valid_wr_opcode(uint8_t v) { return v >= kWrOpcodeFirst && v < kWrOpcodeEnd; }
 std::string_view wr_opcode_name(WrOpcode op);
 
 // Send flags (ibv_send_flags).

@@ -60,9 +60,12 @@ static_assert(kWqeDataOffset + sizeof(WqeDataSeg) == kSendWqeBasicBlock,
 struct RecvWqeHeader {
   uint64_t wr_id;
   uint16_t num_sge;
-  uint16_t reserved0;
-  uint32_t reserved1;
+  uint16_t flags;  // kRecvWqePosted; other bits written 0, ignored
+  uint32_t reserved;
 };
+// Set in every RECV WQE the application posts: a slot without it (zeroed
+// memory) holds no RECV.
+constexpr uint16_t kRecvWqePosted = 1;
 static_assert(sizeof(RecvWqeHeader) == 16);
 constexpr size_t kRecvWqeDataOffset = 16;
 constexpr uint32_t kMaxRecvSge = 31;  // 16 + 31*16 = 512
@@ -106,7 +109,10 @@ struct DecodedSendWqe {
   const uint8_t* data;  // start of data segments / inline bytes inside the slot
 };
 
-enum class WqeError : uint8_t { kNone = 0, kBadOpcode, kTooManySge, kInlineTooLong, kBadFlags };
+// kEmpty: the slot holds no published WQE (send: opcode byte 0; receive: the
+// posted flag clear). A managed queue waits at such a slot for a post; on
+// any other queue it is a malformed WQE.
+enum class WqeError : uint8_t { kNone = 0, kEmpty, kBadOpcode, kTooManySge, kInlineTooLong, kBadFlags };
 
 // Decodes the slot; returns kNone or why the WQE is malformed. `max_sge` and
 // `max_inline` are the queue's capacities; the slot is `stride` bytes.
