@@ -287,6 +287,8 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
     qp->slot_sges.resize(static_cast<size_t>(qp->sq_depth) * qp->cap.max_send_sge);
     ++qp->send_cq->users;
     ++qp->recv_cq->users;
+    qp->send_cq->add_pd_user(qp->pd);
+    qp->recv_cq->add_pd_user(qp->pd);
     if (qp->srq) ++qp->srq->users;
     ++pd_refs_[pd];
     QpCore* raw = qp.get();
@@ -337,6 +339,8 @@ void NicCore::destroy_qp(QpCore* qp) {
   responders_.erase(std::remove(responders_.begin(), responders_.end(), qp), responders_.end());
   --qp->send_cq->users;
   --qp->recv_cq->users;
+  qp->send_cq->remove_pd_user(qp->pd);
+  qp->recv_cq->remove_pd_user(qp->pd);
   if (qp->srq) --qp->srq->users;
   --pd_refs_[qp->pd];
   qps_[qp->qpn & ((1u << qp_index_bits_) - 1)].reset();

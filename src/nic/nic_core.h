@@ -81,6 +81,33 @@ struct CqCore {
   ChannelCore* channel = nullptr;
   CompletionQueue* handle = nullptr;
   uint32_t users = 0;              // engine: QPs using this CQ
+  // engine: the protection domains of the QPs using this CQ, with how many
+  // QPs of each. A CQ has no PD of its own in verbs; a WAIT may name it only
+  // from a QP of one of these (cross_channel.cc).
+  std::vector<std::pair<uint32_t, uint32_t>> pd_users;
+  bool used_by_pd(uint32_t pd) const {
+    for (const auto& [p, n] : pd_users) {
+      if (p == pd) return true;
+    }
+    return false;
+  }
+  void add_pd_user(uint32_t pd) {
+    for (auto& [p, n] : pd_users) {
+      if (p == pd) {
+        ++n;
+        return;
+      }
+    }
+    pd_users.emplace_back(pd, 1);
+  }
+  void remove_pd_user(uint32_t pd) {
+    for (size_t i = 0; i < pd_users.size(); ++i) {
+      if (pd_users[i].first == pd && --pd_users[i].second == 0) {
+        pd_users.erase(pd_users.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    }
+  }
 
   std::atomic<bool> error{false};     // engine sets on overrun; app reads
   std::atomic<uint8_t> armed{0};      // app sets (1 any, 2 solicited only); engine clears when firing
@@ -280,6 +307,7 @@ struct QpCore {
   QpCore* wait_next = nullptr;
   bool in_timer_list = false;
   bool flush_needed = false;  // ERROR: posted WRs remain to be flushed
+  QpTraffic traffic;          // what this QP transmitted (engine; read by control commands)
   uint64_t watch_last_ns = 0;  // last doorbell activity seen while watched (engine_watching)
 
   // ---- engine side: responder ----
@@ -459,7 +487,7 @@ class NicCore {
   void complete(CqCore* cq, const WorkCompletion& wc);
   void cq_overrun(CqCore* cq);
   // transmit helpers
-  bool transmit(Packet& p, bool is_request, uint64_t now);
+  bool transmit(QpCore* qp, Packet& p, bool is_request, uint64_t now);
   void fill_packet(Packet& p, QpCore* qp, const wire::Headers& h);
 
   Engine* engine_;

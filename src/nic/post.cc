@@ -79,8 +79,8 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
       return bad("WAIT needs a CQ of this NIC");
     }
     if ((wr.opcode == WrOpcode::kSendEnable || wr.opcode == WrOpcode::kRecvEnable) &&
-        (wr.enable_qp == nullptr || wr.enable_qp->nic_ != nic_)) {
-      return bad("ENABLE needs a QP of this NIC");
+        (wr.enable_qp == nullptr || wr.enable_qp->nic_ != nic_ || wr.enable_qp->core_->pd != qp->pd)) {
+      return bad("ENABLE needs a QP of this NIC and of this QP's protection domain");
     }
   }
   uint64_t in_use = qp->app_sq_producer - qp->app_sq_freed_cache;
@@ -201,6 +201,12 @@ QpAttr QueuePair::attributes() const {
     attr.state = core_->state.load(std::memory_order_relaxed);
   });
   return attr;
+}
+
+QpTraffic QueuePair::traffic() const {
+  QpTraffic t;
+  nic_->engine()->run_control([&] { t = core_->traffic; });
+  return t;
 }
 
 std::span<uint8_t> QueuePair::send_ring() const {

@@ -305,7 +305,7 @@ bool NicCore::send_request_packet(QpCore* qp, uint64_t index, uint64_t now) {
   h.bth.pad_count = wire::pad_for(len);
   p.payload_len = len;
   fill_packet(p, qp, h);
-  if (!transmit(p, true, now)) {
+  if (!transmit(qp, p, true, now)) {
     if (p.buffer >= 0) fabric_->free_buffer(p.buffer);
     return false;
   }
@@ -333,9 +333,33 @@ void NicCore::fill_packet(Packet& p, QpCore* qp, const Headers& h) {
   FERRY_DASSERT(p.header_len != 0);
 }
 
-bool NicCore::transmit(Packet& p, bool is_request, uint64_t now) {
+static PacketKind packet_kind(uint8_t opcode) {
+  switch (opcode) {
+    case wire::kSendFirst: case wire::kSendMiddle: case wire::kSendLast: case wire::kSendLastImm:
+    case wire::kSendOnly: case wire::kSendOnlyImm:
+      return PacketKind::kSend;
+    case wire::kWriteFirst: case wire::kWriteMiddle: case wire::kWriteLast: case wire::kWriteLastImm:
+    case wire::kWriteOnly: case wire::kWriteOnlyImm:
+      return PacketKind::kWrite;
+    case wire::kReadRequest: case wire::kFlush:
+      return PacketKind::kReadRequest;
+    case wire::kReadResponseFirst: case wire::kReadResponseMiddle: case wire::kReadResponseLast:
+    case wire::kReadResponseOnly:
+      return PacketKind::kReadResponse;
+    case wire::kCompareSwap: case wire::kFetchAdd: case wire::kAtomicAcknowledge:
+      return PacketKind::kAtomic;
+    default:
+      return PacketKind::kAck;
+  }
+}
+
+bool NicCore::transmit(QpCore* qp, Packet& p, bool is_request, uint64_t now) {
   if (!fabric_->transmit(p, is_request, now)) return false;
   counters_.tx_packets.inc();
+  const int kind = static_cast<int>(packet_kind(p.header[0]));  // the BTH opcode byte
+  ++qp->traffic.packets[kind];
+  qp->traffic.header_bytes[kind] += p.header_len;
+  qp->traffic.payload_bytes[kind] += p.payload_len;
   return true;
 }
 

@@ -22,7 +22,7 @@ bool NicCore::emit_response(QpCore* qp, ResponseEntry& e, uint64_t now) {
       h.bth.psn = e.psn;
       h.aeth.syndrome = e.syndrome;
       fill_packet(p, qp, h);
-      transmit(p, false, now);
+      transmit(qp, p, false, now);
       if (wire::syndrome_type(e.syndrome) == wire::kAckTypeAck) counters_.acks_sent.inc();
       return true;
     }
@@ -33,7 +33,7 @@ bool NicCore::emit_response(QpCore* qp, ResponseEntry& e, uint64_t now) {
       h.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
       h.atomic_ack_orig = e.original;
       fill_packet(p, qp, h);
-      transmit(p, false, now);
+      transmit(qp, p, false, now);
       return true;
     }
     case ResponseEntry::Kind::kRead:
@@ -55,7 +55,7 @@ bool NicCore::emit_response(QpCore* qp, ResponseEntry& e, uint64_t now) {
         p.payload = n ? e.data + offset : nullptr;
         p.payload_len = n;
         fill_packet(p, qp, h);
-        transmit(p, false, now);
+        transmit(qp, p, false, now);
         ++e.sent;
       }
       return true;

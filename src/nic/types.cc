@@ -110,4 +110,16 @@ uint64_t rnr_timer_ns(uint8_t code) {
   return static_cast<uint64_t>(kTens[code & 31]) * 10'000ULL;
 }
 
+uint64_t QpTraffic::total_packets() const {
+  uint64_t n = 0;
+  for (uint64_t v : packets) n += v;
+  return n;
+}
+
+uint64_t QpTraffic::total_bytes() const {
+  uint64_t n = 0;
+  for (int k = 0; k < kPacketKinds; ++k) n += header_bytes[k] + payload_bytes[k];
+  return n;
+}
+
 }  // namespace ferry::nic

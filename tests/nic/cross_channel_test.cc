@@ -349,5 +349,124 @@ TEST_F(CrossChannelTest, EnablingAQueueThatIsNotManagedIsALocalQpOperationError)
   EXPECT_EQ(wcs[0].status, WcStatus::kLocQpOpErr);
 }
 
+// ---- protection: cross-channel requests stay inside their PD ----------------
+// verbs-semantics.md: "WAIT and ENABLE may only name a CQ / QP of the same
+// protection domain as the queue that executes them". Each test below fails
+// if the NIC's check is removed (cross_channel.cc).
+
+class CrossChannelProtectionTest : public CrossChannelTest {
+ protected:
+  // A second tenant on the same NIC: its own PD, CQ, and a loopback QP pair.
+  struct Tenant {
+    std::unique_ptr<ProtectionDomain> pd;
+    std::unique_ptr<CompletionQueue> cq;
+    std::unique_ptr<QueuePair> qp, peer;
+  };
+  Tenant other_tenant(Host& h, QpInitAttr attr = {}) {
+    Tenant t;
+    t.pd = h.nic->alloc_pd().value();
+    t.cq = h.nic->create_cq({}).value();
+    attr.send_cq = attr.recv_cq = t.cq.get();
+    t.qp = h.nic->create_qp(*t.pd, attr).value();
+    QpInitAttr plain;
+    plain.send_cq = plain.recv_cq = t.cq.get();
+    t.peer = h.nic->create_qp(*t.pd, plain).value();
+    connect(*t.qp, h, *t.peer, h);
+    return t;
+  }
+  void TearDown() override {
+    qps_.clear();  // some of them use a tenant's CQ
+    for (Tenant& t : tenants_) {
+      t.qp.reset();
+      t.peer.reset();
+      t.cq.reset();
+    }
+    tenants_.clear();
+  }
+  std::vector<Tenant> tenants_;
+};
+
+TEST_F(CrossChannelProtectionTest, PostingAnEnableForAnotherPdsQueueIsRejected) {
+  Host& h = add_host();
+  QpInitAttr managed;
+  managed.managed_send = true;
+  tenants_.push_back(other_tenant(h, managed));
+  QueuePair& mine = loopback_qp(h);
+  const Status s = mine.post_send(enable_wr(*tenants_[0].qp, 1));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+}
+
+TEST_F(CrossChannelProtectionTest, EnableRewrittenToNameAnotherPdsQueueFailsAndMovesTheQpToError) {
+  // The victim: a managed queue of another tenant with a WRITE pre-posted.
+  Host& h = add_host();
+  Host& remote = add_host();
+  QpInitAttr managed;
+  managed.managed_send = true;
+  tenants_.push_back(other_tenant(h, managed));
+  Tenant& victim = tenants_[0];
+  *h.at(0) = 0x99;
+  auto victim_mr = h.nic->reg_mr(*victim.pd, h.at(0), 64, kAccessAll).value();
+  const Sge sge = victim_mr->sge(0, 1);
+  ASSERT_TRUE(victim.qp->post_send(write_wr(1, &sge, h.va(128), victim_mr->rkey())).ok());
+  // The attacker posts an ENABLE of its own managed queue, then rewrites the
+  // WQE's target QP number in its ring (as a remote peer could) before it runs.
+  QpInitAttr attacker_attr;
+  attacker_attr.managed_send = true;
+  QueuePair& own_managed = add_qp(h, attacker_attr);
+  QueuePair& own_peer = add_qp(remote);
+  connect(own_managed, h, own_peer, remote);
+  QpInitAttr gated;
+  gated.cap.max_send_wr = 4;
+  QueuePair& attacker = loopback_qp(h, gated);
+  CompletionQueue& never = add_cq(h);
+  // WAIT on a CQ that never completes holds the ENABLE until the rewrite is done.
+  QpInitAttr uses_never;
+  uses_never.send_cq = uses_never.recv_cq = &never;
+  add_qp(h, uses_never);
+  SendWr wrs[2] = {wait_wr(never, 0), enable_wr(own_managed, 1)};
+  wrs[1].flags = kSendSignaled;
+  ASSERT_TRUE(attacker.post_send(wrs).ok());
+  uint8_t* enable_wqe = attacker.send_wqe(1);
+  WqeRemoteSeg remote_seg;
+  std::memcpy(&remote_seg, enable_wqe + kWqeRemoteOffset, sizeof(remote_seg));
+  remote_seg.rkey = victim.qp->qp_num();
+  std::memcpy(enable_wqe + kWqeRemoteOffset, &remote_seg, sizeof(remote_seg));
+  auto wcs = drain(*h.cq);
+  ASSERT_FALSE(wcs.empty());
+  EXPECT_EQ(wcs.back().status, WcStatus::kLocQpOpErr) << "an ENABLE naming another PD's queue is an error";
+  EXPECT_EQ(attacker.state(), QpState::kError);
+  EXPECT_EQ(*h.at(128), 0) << "the victim's WRITE did not run";
+  victim_mr.reset();
+}
+
+TEST_F(CrossChannelProtectionTest, WaitOnACqUsedOnlyByAnotherPdFailsAndMovesTheQpToError) {
+  Host& h = add_host();
+  tenants_.push_back(other_tenant(h));
+  QueuePair& mine = loopback_qp(h);
+  SendWr wait = wait_wr(*tenants_[0].cq, 1);
+  wait.flags = kSendSignaled;
+  ASSERT_TRUE(mine.post_send(wait).ok());
+  auto wcs = drain(*h.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kLocQpOpErr) << "a WAIT may only name a CQ its own PD uses";
+  EXPECT_EQ(mine.state(), QpState::kError);
+}
+
+TEST_F(CrossChannelProtectionTest, WaitOnACqSharedWithTheOwnPdIsAllowed) {
+  // The other tenant's CQ, once a QP of this PD also uses it, is this PD's too.
+  Host& h = add_host();
+  tenants_.push_back(other_tenant(h));
+  QpInitAttr shares;
+  shares.send_cq = shares.recv_cq = tenants_[0].cq.get();
+  add_qp(h, shares);
+  QueuePair& mine = loopback_qp(h);
+  SendWr wait = wait_wr(*tenants_[0].cq, 0);
+  wait.flags = kSendSignaled;
+  ASSERT_TRUE(mine.post_send(wait).ok());
+  auto wcs = drain(*h.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+}
+
 }  // namespace
 }  // namespace ferry::nic::testing

@@ -2,6 +2,7 @@
 // "Requests" and "Completion queues").
 #include <numeric>
 
+#include "ferry/nic/wire.h"
 #include "nic_test_util.h"
 
 namespace ferry::nic::testing {
@@ -42,6 +43,44 @@ TEST_F(VerbsTest, MultiPacketWriteIsSegmentedAtPathMtu) {
   EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
   EXPECT_EQ(std::memcmp(pr.b->at(4096), pr.a->at(0), len), 0);
   EXPECT_EQ(pr.a->nic->counters().tx_packets - tx_before, 11u);
+}
+
+TEST_F(VerbsTest, QpTrafficCountsPacketsHeadersAndPayloadByKind) {
+  ConnectOptions o;
+  o.path_mtu = 256;
+  auto pr = make_pair({}, o);
+  const Sge sge = pr.a->sge(0, 1000);  // WRITE: 4 packets, the first with a RETH
+  const Sge local = pr.a->sge(4096, 300);  // READ: 1 request, 2 responses
+  SendWr read;
+  read.wr_id = 2;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&local, 1);
+  read.remote_addr = pr.b->va(0);
+  read.rkey = pr.b->mr->rkey();
+  SendWr wrs[2] = {write_wr(1, &sge, pr.b->va(8192), pr.b->mr->rkey()), read};
+  ASSERT_TRUE(pr.qa->post_send(wrs).ok());
+  ASSERT_EQ(drain(*pr.a->cq).size(), 2u);
+  const QpTraffic a = pr.qa->traffic();
+  const int write = static_cast<int>(PacketKind::kWrite);
+  const int read_req = static_cast<int>(PacketKind::kReadRequest);
+  const int read_resp = static_cast<int>(PacketKind::kReadResponse);
+  const int ack = static_cast<int>(PacketKind::kAck);
+  EXPECT_EQ(a.packets[write], 4u);
+  EXPECT_EQ(a.payload_bytes[write], 1000u);
+  EXPECT_EQ(a.header_bytes[write], 4 * wire::kBthBytes + wire::kRethBytes);
+  EXPECT_EQ(a.packets[read_req], 1u);
+  EXPECT_EQ(a.header_bytes[read_req], wire::kBthBytes + wire::kRethBytes);
+  EXPECT_EQ(a.total_packets(), 5u) << "the requester sent no responses";
+  const QpTraffic b = pr.qb->traffic();
+  EXPECT_EQ(b.packets[read_resp], 2u);
+  EXPECT_EQ(b.payload_bytes[read_resp], 300u);
+  EXPECT_EQ(b.header_bytes[read_resp], 2 * (wire::kBthBytes + wire::kAethBytes)) << "AETH on FIRST and LAST";
+  // The WRITE's ACK is a separate packet, or folded into the READ response.
+  EXPECT_LE(b.packets[ack], 1u);
+  EXPECT_EQ(b.header_bytes[ack], b.packets[ack] * (wire::kBthBytes + wire::kAethBytes));
+  EXPECT_EQ(b.total_packets(), 2u + b.packets[ack]) << "the responder sent no requests";
+  EXPECT_EQ(b.total_bytes(), b.header_bytes[read_resp] + b.payload_bytes[read_resp] + b.header_bytes[ack]);
 }
 
 TEST_F(VerbsTest, ZeroLengthWriteNeedsNoValidRkey) {

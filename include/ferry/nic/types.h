@@ -244,6 +244,27 @@ enum class AsyncEventType : uint8_t {
 };
 std::string_view async_event_name(AsyncEventType t);
 
+// What one QP has transmitted, by packet kind: requests it sent as a
+// requester, responses it sent as a responder, retransmissions included.
+// Header bytes are the transport headers of docs/wire-format.md (BTH and
+// extension headers); RoCEv2 adds Ethernet, IP, UDP and ICRC per packet.
+enum class PacketKind : uint8_t {
+  kSend = 0,      // SEND_* (with or without immediate)
+  kWrite,         // RDMA_WRITE_* (with or without immediate)
+  kReadRequest,   // READ_REQUEST and FLUSH
+  kReadResponse,  // READ_RESPONSE_* (also a FLUSH's answer)
+  kAtomic,        // COMPARE_SWAP, FETCH_ADD, ATOMIC_ACKNOWLEDGE
+  kAck,           // ACKNOWLEDGE: ACKs and NAKs
+};
+constexpr int kPacketKinds = 6;
+struct QpTraffic {
+  uint64_t packets[kPacketKinds] = {};
+  uint64_t header_bytes[kPacketKinds] = {};
+  uint64_t payload_bytes[kPacketKinds] = {};
+  uint64_t total_packets() const;
+  uint64_t total_bytes() const;  // headers and payload
+};
+
 struct AsyncEvent {
   AsyncEventType type;
   uint32_t number;  // CQ, QP or SRQ number

@@ -177,6 +177,9 @@ class QueuePair {
   // be in `mask` (kInvalidArgument otherwise, naming the missing one).
   Status modify(const QpAttr& attr, uint32_t mask);
   QpAttr attributes() const;
+  // A snapshot of what this QP has transmitted (a control command: not for
+  // the data path).
+  QpTraffic traffic() const;
 
   // Writes WQEs into the send ring and rings the doorbell (one doorbell for
   // the batch). All-or-nothing: kFailedPrecondition in RESET/INIT/RTR,
