@@ -7,6 +7,7 @@
 
 #include "ferry/common/clock.h"
 #include "ferry/common/cpu.h"
+#include "ferry/nic/verbs.h"
 
 namespace ferry::hyperloop {
 
@@ -16,6 +17,41 @@ std::string hex(uint64_t v) {
   return std::string(buf, std::to_chars(buf, buf + sizeof buf, v, 16).ptr);
 }
 }  // namespace
+
+namespace detail {
+
+void add_traffic(WireBytes& w, const nic::QueuePair& qp, QpRole role) {
+  const nic::QpTraffic t = qp.traffic();
+  if (role == QpRole::kLoopback) {
+    w.loopback_packets += t.total_packets();
+    return;
+  }
+  using nic::PacketKind;
+  auto payload = [&](PacketKind k) { return t.payload_bytes[static_cast<int>(k)]; };
+  for (int k = 0; k < nic::kPacketKinds; ++k) w.headers += t.header_bytes[k];
+  w.packets += t.total_packets();
+  const uint64_t writes = payload(PacketKind::kWrite);
+  const uint64_t sends = payload(PacketKind::kSend);
+  switch (role) {
+    case QpRole::kData:
+      w.payload += writes;
+      w.metadata += sends;
+      break;
+    case QpRole::kAcknowledge:
+      w.metadata += writes + sends;
+      break;
+    case QpRole::kRearm:
+      w.rearm += writes;
+      w.metadata += sends;
+      break;
+    case QpRole::kResponder:
+    case QpRole::kLoopback:
+      break;
+  }
+  w.payload += payload(PacketKind::kReadResponse);  // READ data a responder returned (a 0-byte flush READ: none)
+}
+
+}  // namespace detail
 
 std::string_view primitive_name(Primitive p) {
   switch (p) {

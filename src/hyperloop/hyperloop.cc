@@ -1,7 +1,7 @@
 // HyperLoopClient: builds groups (the connection manager's part and the
 // replicas' setup), turns each group operation into one message down the
-// chain, completes operations from the tail's WRITE_WITH_IMM, and re-arms
-// the replicas' control rings with RDMA WRITE as the chain laps them.
+// chain, and completes operations from the tail's WRITE_WITH_IMM. The
+// replicas' control rings re-arm themselves (layout.h, ctl_block).
 #include "ferry/hyperloop/hyperloop.h"
 
 #include <cstring>
@@ -20,8 +20,6 @@
 namespace ferry::hyperloop {
 
 using detail::Chain;
-using detail::ChainShape;
-using detail::CtlTarget;
 using detail::kChainCount;
 using detail::kDescBytes;
 using detail::kWqeBytes;
@@ -50,15 +48,6 @@ struct FlushJoin {
   Callback done;
 };
 
-// What the client knows of one replica's chain (exchanged at setup).
-struct RemoteChain {
-  uint8_t* staging = nullptr;  // client-side image of the replica's control ring
-  uint64_t ctl_iova = 0;
-  uint32_t wq_rkey = 0;
-  uint32_t ctl_depth = 0;
-  std::array<uint32_t, 6> numbers{};  // CtlTarget -> CQ or QP number
-};
-
 struct ClientChain {
   Chain chain = Chain::kWrite;
   std::unique_ptr<nic::CompletionQueue> head_cq;
@@ -71,13 +60,8 @@ struct ClientChain {
   uint32_t ack_stride = 64;
   uint64_t next = 0;   // operations submitted on this chain
   uint64_t acked = 0;  // operations acknowledged
-  uint64_t armed = 0;  // operations whose control blocks are in place on every replica
-  uint64_t arm_to = 0;
-  uint32_t arm_writes = 0;  // re-arm WRITEs not yet acknowledged
-  bool arming = false;
   bool dirty = false;  // operations since the last flush
   std::vector<Pending> pending;  // ring_ops slots
-  std::vector<RemoteChain> remotes;
 };
 
 }  // namespace
@@ -89,8 +73,6 @@ struct Group {
   std::unique_ptr<detail::Host> client;
   pm::Region* buf = nullptr;
   std::unique_ptr<nic::MemoryRegion> buf_mr;
-  std::unique_ptr<nic::CompletionQueue> admin_cq;
-  std::vector<std::unique_ptr<nic::QueuePair>> admin;
   std::vector<std::unique_ptr<ReplicaNode>> replicas;
   std::array<ClientChain, kChainCount> chains;
   std::vector<FlushJoin> joins;
@@ -102,12 +84,10 @@ struct Group {
       c.head.reset();
       c.ack.reset();
     }
-    admin.clear();
     for (ClientChain& c : chains) {
       c.head_cq.reset();
       c.ack_cq.reset();
     }
-    admin_cq.reset();
     buf_mr.reset();
     if (buf != nullptr) client->domain->release(buf);
     replicas.clear();
@@ -138,7 +118,6 @@ struct HyperLoopClient::Impl {
   Status post_flush_only(Group& g, ClientChain& ch);
   void fail(Group& g, const Status& status);
   void complete(Group& g, ClientChain& ch, const nic::WorkCompletion& wc);
-  void maybe_rearm(Group& g, ClientChain& ch);
   size_t poll_group(Group& g);
 };
 
@@ -153,18 +132,16 @@ Status HyperLoopClient::Impl::build(Group& g) {
 
   FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(engine, prefix + "-client", o, /*pm=*/false));
 
-  // Client-side buffers: per chain the message slots, the acknowledgement
-  // slots, and one control-ring image per replica.
+  // Client-side buffers: per chain the message slots and the acknowledgement
+  // slots.
   size_t bytes = 0;
-  std::array<size_t, kChainCount> meta_at{}, ack_at{}, staging_at{};
+  std::array<size_t, kChainCount> meta_at{}, ack_at{};
   for (int c = 0; c < kChainCount; ++c) {
     const Chain chain = static_cast<Chain>(c);
     meta_at[c] = bytes;
     bytes += static_cast<size_t>(detail::forward_stride(chain, n)) * d;
     ack_at[c] = bytes;
     bytes += static_cast<size_t>(64) * d;
-    staging_at[c] = bytes;
-    bytes += static_cast<size_t>(detail::ctl_depth(chain, d)) * kWqeBytes * n;
   }
   FERRY_ASSIGN_OR_RETURN(g.buf, g.client->domain->alloc_dram(bytes));
   std::memset(g.buf->data(), 0, bytes);
@@ -189,17 +166,6 @@ Status HyperLoopClient::Impl::build(Group& g) {
 
   // Client queues.
   nic::Nic& cnic = *g.client->nic;
-  nic::CqInitAttr admin_cq;
-  admin_cq.cqe = 256;
-  FERRY_ASSIGN_OR_RETURN(g.admin_cq, cnic.create_cq(admin_cq));
-  nic::QpInitAttr admin_attr;
-  admin_attr.send_cq = admin_attr.recv_cq = g.admin_cq.get();
-  admin_attr.cap.max_send_wr = 2 * kChainCount * 2;
-  admin_attr.cap.max_recv_wr = 1;
-  for (uint32_t i = 0; i < n; ++i) {
-    FERRY_ASSIGN_OR_RETURN(auto qp, cnic.create_qp(*g.client->pd, admin_attr));
-    g.admin.push_back(std::move(qp));
-  }
   for (int c = 0; c < kChainCount; ++c) {
     ClientChain& ch = g.chains[c];
     ch.chain = static_cast<Chain>(c);
@@ -223,28 +189,36 @@ Status HyperLoopClient::Impl::build(Group& g) {
     FERRY_ASSIGN_OR_RETURN(ch.ack, cnic.create_qp(*g.client->pd, ack));
   }
 
-  // Connection manager: wire the chains.
-  auto connect = [](nic::QueuePair& a, const nic::Nic& na, nic::QueuePair& b, const nic::Nic& nb) {
-    return nic::connect_qps(a, na, b, nb);
+  // Connection manager: wire the chains. Each connection grants the remote
+  // access its protocol uses and nothing more (docs/hyperloop.md, "Safety"):
+  // the links between hosts carry WRITEs, 0-byte READs and FLUSHes into the
+  // regions and the client's acknowledgement slots, never atomics; the
+  // loopback CAS/copy pair works on the own region; the control pair only
+  // adds to the control ring's indices.
+  auto connect = [](nic::QueuePair& a, const nic::Nic& na, nic::QueuePair& b, const nic::Nic& nb, uint32_t access) {
+    nic::ConnectOptions o;
+    o.access_flags = access;
+    return nic::connect_qps(a, na, b, nb, o);
   };
+  const uint32_t link = nic::kAccessRemoteWrite | nic::kAccessRemoteRead | nic::kAccessFlushGlobal |
+                        nic::kAccessFlushPersistent;
+  const uint32_t loopback = link | nic::kAccessRemoteAtomic;
+  const uint32_t rearm = nic::kAccessRemoteAtomic;
   for (int c = 0; c < kChainCount; ++c) {
     ClientChain& ch = g.chains[c];
-    FERRY_RETURN_IF_ERROR(connect(*ch.head, cnic, *g.replicas[0]->chains[c].up, *g.replicas[0]->host->nic));
+    FERRY_RETURN_IF_ERROR(connect(*ch.head, cnic, *g.replicas[0]->chains[c].up, *g.replicas[0]->host->nic, link));
     for (uint32_t i = 0; i < n; ++i) {
       ReplicaNode& r = *g.replicas[i];
       detail::ReplicaChain& rc = r.chains[c];
       if (i + 1 < n) {
         ReplicaNode& next = *g.replicas[i + 1];
-        FERRY_RETURN_IF_ERROR(connect(*rc.down, *r.host->nic, *next.chains[c].up, *next.host->nic));
+        FERRY_RETURN_IF_ERROR(connect(*rc.down, *r.host->nic, *next.chains[c].up, *next.host->nic, link));
       } else {
-        FERRY_RETURN_IF_ERROR(connect(*rc.down, *r.host->nic, *ch.ack, cnic));
+        FERRY_RETURN_IF_ERROR(connect(*rc.down, *r.host->nic, *ch.ack, cnic, link));
       }
-      if (rc.loop_a) FERRY_RETURN_IF_ERROR(connect(*rc.loop_a, *r.host->nic, *rc.loop_b, *r.host->nic));
-      FERRY_RETURN_IF_ERROR(connect(*rc.ctl, *r.host->nic, *rc.ctl_peer, *r.host->nic));
+      if (rc.loop_a) FERRY_RETURN_IF_ERROR(connect(*rc.loop_a, *r.host->nic, *rc.loop_b, *r.host->nic, loopback));
+      FERRY_RETURN_IF_ERROR(connect(*rc.ctl, *r.host->nic, *rc.ctl_peer, *r.host->nic, rearm));
     }
-  }
-  for (uint32_t i = 0; i < n; ++i) {
-    FERRY_RETURN_IF_ERROR(connect(*g.admin[i], cnic, *g.replicas[i]->admin, *g.replicas[i]->host->nic));
   }
 
   // The client's side of the acknowledgements: one RECV per ring slot.
@@ -270,26 +244,6 @@ Status HyperLoopClient::Impl::build(Group& g) {
     FERRY_RETURN_IF_ERROR(st);
   }
 
-  // What the client needs to re-arm each replica's control rings.
-  for (int c = 0; c < kChainCount; ++c) {
-    ClientChain& ch = g.chains[c];
-    ch.armed = detail::ctl_initial_ops(ch.chain, d);
-    for (uint32_t i = 0; i < n; ++i) {
-      detail::ReplicaChain& rc = g.replicas[i]->chains[c];
-      RemoteChain rm;
-      rm.ctl_depth = rc.ctl_depth;
-      rm.staging = g.buf->data() + staging_at[c] + static_cast<size_t>(i) * rc.ctl_depth * kWqeBytes;
-      rm.ctl_iova = reinterpret_cast<uint64_t>(rc.ctl_ring);
-      rm.wq_rkey = g.replicas[i]->wq_mr->rkey();
-      rm.numbers[static_cast<int>(CtlTarget::kRecvCq)] = rc.rcq->number();
-      rm.numbers[static_cast<int>(CtlTarget::kLoopCq)] = rc.lcq->number();
-      rm.numbers[static_cast<int>(CtlTarget::kDown)] = rc.down->qp_num();
-      rm.numbers[static_cast<int>(CtlTarget::kLoop)] = rc.loop_a ? rc.loop_a->qp_num() : 0;
-      rm.numbers[static_cast<int>(CtlTarget::kUp)] = rc.up->qp_num();
-      rm.numbers[static_cast<int>(CtlTarget::kCtl)] = rc.ctl->qp_num();
-      ch.remotes.push_back(rm);
-    }
-  }
   g.joins.resize(o.window);
   for (auto& r : g.replicas) r->agent->wait_asleep();
   return ok_status();
@@ -299,15 +253,9 @@ Status HyperLoopClient::Impl::build(Group& g) {
 
 Status HyperLoopClient::Impl::acquire(Group& g, ClientChain& ch) {
   if (!g.failed.ok()) return failed_precondition("group " + std::to_string(g.id) + " failed: " + g.failed.message());
-  auto room = [&] {
-    return !g.failed.ok() || (ch.next - ch.acked < g.options.window && ch.armed >= ch.next + 2);
-  };
+  auto room = [&] { return !g.failed.ok() || ch.next - ch.acked < g.options.window; };
   if (!room()) {
-    if (ch.next - ch.acked >= g.options.window) {
-      ++stats.window_waits;
-    } else {
-      ++stats.rearm_waits;
-    }
+    ++stats.window_waits;
     FERRY_RETURN_IF_ERROR(self->wait_until(room));
   }
   if (!g.failed.ok()) return failed_precondition("group " + std::to_string(g.id) + " failed: " + g.failed.message());
@@ -507,73 +455,6 @@ void HyperLoopClient::Impl::complete(Group& g, ClientChain& ch, const nic::WorkC
   if (!st.ok()) fail(g, st);
 }
 
-void HyperLoopClient::Impl::maybe_rearm(Group& g, ClientChain& ch) {
-  if (ch.arming || !g.failed.ok()) return;
-  const uint32_t d = g.options.ring_ops;
-  const ChainShape shape = detail::chain_shape(ch.chain, false);
-  const uint64_t per = shape.ctl_per_op;
-  const uint64_t depth = detail::ctl_depth(ch.chain, d);
-  const uint64_t from = ch.armed;
-  const uint64_t to = from + d / 2;
-  // Overwriting WQE x reuses the slot of WQE x - depth, which belongs to
-  // operation (x - depth) / per; that block has run to its end once the next
-  // operation was acknowledged.
-  const uint64_t last = per * to - 1;
-  if (last >= depth && ch.acked < (last - depth) / per + 2) return;
-
-  const uint64_t first_wqe = per * from;
-  const uint64_t wqes = per * (to - from);
-  const uint32_t head_slot = static_cast<uint32_t>(first_wqe % depth);
-  const uint32_t run1 = static_cast<uint32_t>(std::min<uint64_t>(wqes, depth - head_slot));
-  uint32_t writes = 0;
-  for (uint32_t i = 0; i < g.n; ++i) {
-    RemoteChain& rm = ch.remotes[i];
-    const bool tail = i + 1 == g.n;
-    for (uint64_t k = from; k < to; ++k) {
-      uint32_t count = 0;
-      const auto block = detail::ctl_block(ch.chain, tail, d, k, &count);
-      for (uint32_t j = 0; j < count; ++j) {
-        const uint64_t x = per * k + j;
-        uint8_t* slot = rm.staging + (x % depth) * kWqeBytes;
-        std::memset(slot, 0, kWqeBytes);
-        SendWr wr;
-        wr.opcode = block[j].opcode;
-        wr.index = block[j].index;
-        const uint32_t number = rm.numbers[static_cast<int>(block[j].target)];
-        nic::encode_send_wqe(wr, number, number, std::span<uint8_t>(slot, kWqeBytes));
-      }
-    }
-    // One WRITE per contiguous run of the ring (two when the batch wraps).
-    SendWr w[2];
-    Sge sg[2];
-    uint32_t count = 0;
-    auto add = [&](uint32_t slot, uint32_t len_wqes) {
-      sg[count] = Sge{g.buf_iova(rm.staging + static_cast<size_t>(slot) * kWqeBytes), len_wqes * kWqeBytes,
-                      g.buf_mr->lkey()};
-      w[count].opcode = WrOpcode::kRdmaWrite;
-      w[count].flags = nic::kSendSignaled;
-      w[count].wr_id = static_cast<uint64_t>(ch.chain);
-      w[count].sg_list = std::span<const Sge>(&sg[count], 1);
-      w[count].remote_addr = rm.ctl_iova + static_cast<uint64_t>(slot) * kWqeBytes;
-      w[count].rkey = rm.wq_rkey;
-      ++count;
-    };
-    add(head_slot, run1);
-    if (run1 < wqes) add(0, static_cast<uint32_t>(wqes - run1));
-    Status st = g.admin[i]->post_send(std::span<const SendWr>(w, count));
-    if (!st.ok()) {
-      fail(g, st);
-      return;
-    }
-    writes += count;
-    stats.rearm_bytes += wqes * kWqeBytes;
-  }
-  ch.arm_writes = writes;
-  ch.arm_to = to;
-  ch.arming = true;
-  ++stats.rearm_batches;
-}
-
 // Takes every completion `cq` holds, handing each to `on`; a failed poll
 // fails the group. Returns how many it took.
 template <typename OnCompletion>
@@ -613,18 +494,6 @@ size_t HyperLoopClient::Impl::poll_group(Group& g) {
       }
     });
   }
-  seen += drain_cq(*this, g, *g.admin_cq, [&](const nic::WorkCompletion& wc) {
-    if (wc.status != nic::WcStatus::kSuccess) {
-      failure("hyperloop: re-arming a replica's control ring failed", wc);
-      return;
-    }
-    ClientChain& ch = g.chains[wc.wr_id % kChainCount];
-    if (ch.arm_writes > 0 && --ch.arm_writes == 0) {
-      ch.armed = ch.arm_to;
-      ch.arming = false;
-    }
-  });
-  for (ClientChain& ch : g.chains) maybe_rearm(g, ch);
   return seen;
 }
 
@@ -778,7 +647,52 @@ uint64_t HyperLoopClient::replica_cpu_ns() const {
   return ns;
 }
 
+Result<WireBytes> HyperLoopClient::wire_bytes(GroupId gid) const {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  using detail::QpRole;
+  WireBytes w;
+  for (const ClientChain& ch : g->chains) {
+    detail::add_traffic(w, *ch.head, QpRole::kData);
+    detail::add_traffic(w, *ch.ack, QpRole::kResponder);
+  }
+  for (const auto& r : g->replicas) {
+    for (const detail::ReplicaChain& rc : r->chains) {
+      detail::add_traffic(w, *rc.up, QpRole::kResponder);
+      detail::add_traffic(w, *rc.down, rc.tail ? QpRole::kAcknowledge : QpRole::kData);
+      for (const nic::QueuePair* lo : {rc.loop_a.get(), rc.loop_b.get(), rc.ctl.get(), rc.ctl_peer.get()}) {
+        if (lo != nullptr) detail::add_traffic(w, *lo, QpRole::kLoopback);
+      }
+    }
+  }
+  return w;
+}
+
 HyperLoopStats HyperLoopClient::stats() const { return impl_->stats; }
+
+Result<ReplicaRings> HyperLoopClient::replica_rings(GroupId gid, uint32_t index) const {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (index >= g->n) return out_of_range("replica " + std::to_string(index) + " of a group of " + std::to_string(g->n));
+  const ReplicaNode& r = *g->replicas[index];
+  ReplicaRings rings;
+  rings.nic = r.host->nic;
+  rings.pd = r.host->pd.get();
+  rings.addr = r.wq_mr->iova();
+  rings.bytes = r.wq_mr->length();
+  rings.key = r.wq_mr->rkey();
+  rings.access = r.wq_mr->access();
+  for (int c = 0; c < kChainCount; ++c) {
+    const detail::ReplicaChain& rc = r.chains[c];
+    ReplicaRings::Chain& out = rings.chains[c];
+    out.down_ring = reinterpret_cast<uint64_t>(rc.down_ring);
+    out.ctl_ring = rc.ctl_mr->iova();
+    out.ctl_bytes = rc.ctl_mr->length();
+    out.ctl_key = rc.ctl_mr->rkey();
+    out.ctl_access = rc.ctl_mr->access();
+    out.down_qpn = rc.down->qp_num();
+    out.ctl_qpn = rc.ctl->qp_num();
+  }
+  return rings;
+}
 
 size_t HyperLoopClient::poll_completions() {
   for (auto& g : impl_->groups) impl_->poll_group(*g);

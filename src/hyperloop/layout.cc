@@ -22,13 +22,15 @@ ChainShape chain_shape(Chain c, bool tail) {
     case Chain::kWrite:
       // Non-tail: [WRITE|NOP] [READ|FLUSH|NOP] [SEND, fenced] [NOP pad to a
       // power of two, so every ring slot always holds the same kind of WQE].
-      // Tail: [WRITE_WITH_IMM to the client].
-      return tail ? ChainShape{1, 0, 4} : ChainShape{4, 0, 4};
+      // Tail: [WRITE_WITH_IMM to the client]. Control: WAIT, SEND_ENABLE and
+      // their two re-arms.
+      return tail ? ChainShape{1, 0, 2, 4} : ChainShape{4, 0, 2, 4};
     case Chain::kCas:
     case Chain::kMemcpy:
       // Loopback: [CAS|WRITE|NOP] [READ|FLUSH|NOP, signaled]; down: [SEND] or
-      // the tail's [WRITE_WITH_IMM].
-      return ChainShape{1, 2, 6};
+      // the tail's [WRITE_WITH_IMM]. Control: WAIT, SEND_ENABLE, WAIT,
+      // SEND_ENABLE and their four re-arms.
+      return ChainShape{1, 2, 4, 8};
   }
   return {};
 }
@@ -46,26 +48,40 @@ uint32_t forward_stride(Chain c, uint32_t n) {
   return (max + 63) / 64 * 64;
 }
 
-uint32_t ctl_depth(Chain c, uint32_t ring_ops) {
-  return std::bit_ceil(2 * chain_shape(c, false).ctl_per_op * ring_ops);
+uint32_t ctl_depth(Chain c, uint32_t ring_ops) { return chain_shape(c, false).ctl_per_op * ring_ops; }
+
+namespace {
+
+// The WAITs and ENABLEs of operation k's block, in order.
+uint32_t waits_and_enables(Chain c, bool tail, uint64_t k, CtlWqe* out) {
+  const ChainShape shape = chain_shape(c, tail);
+  uint32_t n = 0;
+  out[n++] = {WrOpcode::kWait, CtlTarget::kRecvCq, k + 1};
+  if (shape.loop_per_op != 0) {
+    out[n++] = {WrOpcode::kSendEnable, CtlTarget::kLoop, shape.loop_per_op * (k + 1)};
+    out[n++] = {WrOpcode::kWait, CtlTarget::kLoopCq, k + 1};
+  }
+  out[n++] = {WrOpcode::kSendEnable, CtlTarget::kDown, shape.down_per_op * (k + 1)};
+  FERRY_ASSERT(n == shape.ctl_waits_enables, "control block size mismatch");
+  return n;
 }
 
-uint32_t ctl_initial_ops(Chain c, uint32_t ring_ops) { return ctl_depth(c, ring_ops) / chain_shape(c, false).ctl_per_op; }
+}  // namespace
 
-std::array<CtlWqe, 6> ctl_block(Chain c, bool tail, uint32_t ring_ops, uint64_t k, uint32_t* count) {
+std::array<CtlWqe, kMaxCtlPerOp> ctl_block(Chain c, bool tail, uint32_t ring_ops, uint64_t k) {
   const ChainShape shape = chain_shape(c, tail);
-  std::array<CtlWqe, 6> b{};
-  uint32_t n = 0;
-  b[n++] = {WrOpcode::kWait, CtlTarget::kRecvCq, k + 1};
-  if (shape.loop_per_op != 0) {
-    b[n++] = {WrOpcode::kSendEnable, CtlTarget::kLoop, shape.loop_per_op * (k + 1)};
-    b[n++] = {WrOpcode::kWait, CtlTarget::kLoopCq, k + 1};
+  FERRY_ASSERT(2 * shape.ctl_waits_enables <= shape.ctl_per_op && shape.ctl_per_op <= kMaxCtlPerOp,
+               "control block does not fit its slots");
+  std::array<CtlWqe, kMaxCtlPerOp> b{};
+  std::array<CtlWqe, kMaxCtlPerOp> next_lap{};
+  const uint32_t n = waits_and_enables(c, tail, k, b.data());
+  waits_and_enables(c, tail, k + ring_ops, next_lap.data());
+  for (uint32_t j = 0; j < n; ++j) {
+    // The same slot holds operation k + ring_ops's WQE next lap: the index
+    // grows by a constant, whatever k is.
+    b[n + j] = {WrOpcode::kAtomicFetchAndAdd, CtlTarget::kCtlRing, next_lap[j].index - b[j].index, j};
   }
-  b[n++] = {WrOpcode::kSendEnable, CtlTarget::kDown, shape.down_per_op * (k + 1)};
-  b[n++] = {WrOpcode::kRecvEnable, CtlTarget::kUp, k + 1 + ring_ops};
-  b[n++] = {WrOpcode::kSendEnable, CtlTarget::kCtl, shape.ctl_per_op * (k + 2)};
-  FERRY_ASSERT(n == shape.ctl_per_op, "control block size mismatch");
-  *count = n;
+  for (uint32_t j = 2 * n; j < shape.ctl_per_op; ++j) b[j] = {WrOpcode::kNop, CtlTarget::kNone, 0, 0};
   return b;
 }
 

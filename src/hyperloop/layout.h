@@ -2,8 +2,8 @@
 // metadata records, the message each replica receives, the shape of every
 // pre-posted chain, the control (WAIT/ENABLE) block of one operation, and the
 // RECV scatter list that rewrites an operation's WQEs. Pure functions: the
-// replica's setup and the client's re-arm both build from them, so the two
-// sides cannot disagree.
+// replica's setup and the client's message encoding both build from them, so
+// the two sides cannot disagree.
 #pragma once
 
 #include <array>
@@ -57,8 +57,16 @@ constexpr uint32_t kSgeAddrLenField = nic::kWqeDataOffset;    // u64 addr + u32 
 struct ChainShape {
   uint32_t down_per_op;  // WQEs per operation on the down QP (a power of two)
   uint32_t loop_per_op;  // on the loopback QP (0: no loopback)
-  uint32_t ctl_per_op;   // on the control QP
+  uint32_t ctl_waits_enables;  // WAIT / ENABLE WQEs in an operation's control block
+  uint32_t ctl_per_op;   // control-ring slots per operation (a power of two): the WAITs and
+                         // ENABLEs and one re-arming FETCH_AND_ADD for each
 };
+
+// The control queue and every receive queue are enabled once, at boot, this
+// far: the control queue paces itself with its WAITs (and the NIC never starts
+// a slot whose previous WQE, a re-arm included, has not completed), and a
+// receive slot is reused lap after lap under the client's window.
+constexpr uint64_t kEnabledForever = uint64_t{1} << 62;
 ChainShape chain_shape(Chain c, bool tail);
 
 // Bytes replica `i` of `n` receives for one operation: its descriptor and
@@ -68,26 +76,32 @@ uint32_t message_bytes(Chain c, uint32_t n, uint32_t i);
 uint32_t result_offset_in_forward(uint32_t n, uint32_t i);
 // Forward-buffer slot size for a chain (enough for any replica's message).
 uint32_t forward_stride(Chain c, uint32_t n);
-// Depth of the control ring: two laps of `ring_ops` operations, rounded up to
-// a power of two.
+// Depth of the control ring: one lap of `ring_ops` operations
+// (ctl_per_op * ring_ops slots, a power of two). Operation k's block always
+// occupies the same slots as operation k + ring_ops's.
 uint32_t ctl_depth(Chain c, uint32_t ring_ops);
-// Operations whose control blocks fit the control ring once (the first lap,
-// posted by the replica at setup).
-uint32_t ctl_initial_ops(Chain c, uint32_t ring_ops);
 
-// One control WQE, independent of how it is emitted (post_send with object
-// pointers at setup, or an image the client encodes with object numbers).
-enum class CtlTarget : uint8_t { kRecvCq, kLoopCq, kDown, kLoop, kUp, kCtl, kNone };
+// One control WQE, independent of how it is emitted.
+//   WAIT / SEND_ENABLE / RECV_ENABLE: `target` is the CQ or queue, `index`
+//     the absolute count.
+//   FETCH_AND_ADD (the self re-arm): a loopback atomic that adds `index` to
+//     the index field of the WQE in slot `slot` of this same block, turning
+//     it into operation k + ring_ops's WQE for the next lap.
+enum class CtlTarget : uint8_t { kRecvCq, kLoopCq, kDown, kLoop, kCtlRing, kNone };
 struct CtlWqe {
   nic::WrOpcode opcode = nic::WrOpcode::kNop;
   CtlTarget target = CtlTarget::kNone;
   uint64_t index = 0;
+  uint32_t slot = 0;  // FETCH_AND_ADD: the block slot it re-arms
 };
+constexpr uint32_t kMaxCtlPerOp = 8;
 // The control block of operation k (0-based) of a chain with `ring_ops`
 // receive slots: WAIT for its RECV, enable the loopback WQEs and wait for
-// them (gCAS, gMEMCPY), enable the down WQEs, re-expose the RECV slot for
-// operation k + ring_ops, and enable the next block of this queue.
-std::array<CtlWqe, 6> ctl_block(Chain c, bool tail, uint32_t ring_ops, uint64_t k, uint32_t* count);
+// them (gCAS, gMEMCPY), enable the down WQEs, then re-arm each of those for
+// operation k + ring_ops (FETCH_AND_ADD of the lap's increment into its index
+// field). The block's WQEs are the same on every lap but for the indices the
+// re-arm advances, so the ring runs forever without a post or a remote write.
+std::array<CtlWqe, kMaxCtlPerOp> ctl_block(Chain c, bool tail, uint32_t ring_ops, uint64_t k);
 
 // Where the RECV of a given receive slot scatters the message (addresses are
 // host addresses inside the replica's WQE region, whose lkey the caller adds).

@@ -673,6 +673,22 @@ Result<GroupOptions> NaiveClient::group_options(GroupId gid) const {
   return g->options;
 }
 
+Result<WireBytes> NaiveClient::wire_bytes(GroupId gid) const {
+  Group* g = impl_->find(gid);
+  if (g == nullptr) return unknown_group(gid);
+  using detail::QpRole;
+  WireBytes w;
+  // The client's SEND carries the header (metadata) and the replicas forward
+  // it; gWRITE data moves by WRITE on the same QPs.
+  detail::add_traffic(w, *g->head, QpRole::kData);
+  detail::add_traffic(w, *g->ack, QpRole::kResponder);
+  for (const auto& r : g->replicas) {
+    detail::add_traffic(w, *r->up, QpRole::kResponder);
+    detail::add_traffic(w, *r->down, r->tail ? QpRole::kAcknowledge : QpRole::kData);
+  }
+  return w;
+}
+
 Result<uint32_t> NaiveClient::outstanding(GroupId gid) const {
   Group* g = impl_->find(gid);
   if (g == nullptr) return unknown_group(gid);

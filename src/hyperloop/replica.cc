@@ -97,10 +97,10 @@ ReplicaNode::~ReplicaNode() {
     c.ctl.reset();
     c.ctl_peer.reset();
   }
-  admin.reset();
   for (ReplicaChain& c : chains) {
     c.rcq.reset();
     c.lcq.reset();
+    c.ctl_mr.reset();
   }
   misc_cq.reset();
   wq_mr.reset();
@@ -142,10 +142,9 @@ Status create_replica_queues(ReplicaNode& r) {
   for (int c = 0; c < kChainCount; ++c) at = chain_bytes(static_cast<Chain>(c), r.replicas, d, &layout[c], at);
   FERRY_ASSIGN_OR_RETURN(r.wq, r.host->domain->alloc_dram(at));
   std::memset(r.wq->data(), 0, at);
-  // The RECV scatter lists write into these rings (local write); the client
-  // re-arms the control rings with RDMA WRITE (remote write).
-  FERRY_ASSIGN_OR_RETURN(r.wq_mr,
-                         nic.reg_mr(pd, r.wq->data(), at, nic::kAccessLocalWrite | nic::kAccessRemoteWrite));
+  // The RECV scatter lists write into these rings: local write only. Nothing
+  // reaches them from another host (docs/hyperloop.md, "Safety").
+  FERRY_ASSIGN_OR_RETURN(r.wq_mr, nic.reg_mr(pd, r.wq->data(), at, nic::kAccessLocalWrite));
   r.discard = r.wq->data();
 
   nic::CqInitAttr count_only;
@@ -158,7 +157,6 @@ Status create_replica_queues(ReplicaNode& r) {
   plain.recv_cq = r.misc_cq.get();
   plain.cap.max_send_wr = 4;
   plain.cap.max_recv_wr = 1;
-  FERRY_ASSIGN_OR_RETURN(r.admin, nic.create_qp(pd, plain));
 
   for (int ci = 0; ci < kChainCount; ++ci) {
     const Chain c = static_cast<Chain>(ci);
@@ -173,6 +171,11 @@ Status create_replica_queues(ReplicaNode& r) {
     ch.forward = base + layout[ci].forward;
     ch.forward_stride = forward_stride(c, r.replicas);
     ch.ctl_depth = ctl_depth(c, d);
+    // The control ring re-arms itself with loopback FETCH_AND_ADDs on its
+    // WQEs' index fields: remote atomics are all this MR allows, and only the
+    // ctl_peer QP (loopback, this PD) grants them.
+    FERRY_ASSIGN_OR_RETURN(ch.ctl_mr, nic.reg_mr(pd, ch.ctl_ring, static_cast<size_t>(ch.ctl_depth) * kWqeBytes,
+                                                 nic::kAccessLocalWrite | nic::kAccessRemoteAtomic));
 
     FERRY_ASSIGN_OR_RETURN(ch.rcq, nic.create_cq(count_only));
     FERRY_ASSIGN_OR_RETURN(ch.lcq, nic.create_cq(count_only));
@@ -228,17 +231,27 @@ SendWr flush_template(bool flush_verb, uint64_t addr, uint32_t rkey) {
   return wr;
 }
 
-SendWr ctl_wr(const ReplicaChain& ch, const CtlWqe& w) {
+// `k` is the block's operation, `discard` the 8-byte SGE a re-arm's fetched
+// value goes to.
+SendWr ctl_wr(const ReplicaChain& ch, const CtlWqe& w, uint64_t k, const Sge* discard) {
   SendWr wr;
   wr.opcode = w.opcode;
   wr.index = w.index;
+  if (w.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    const uint32_t per = chain_shape(ch.chain, ch.tail).ctl_per_op;
+    const uint64_t slot = (per * k + w.slot) % ch.ctl_depth;
+    wr.remote_addr = reinterpret_cast<uint64_t>(ch.ctl_ring) + slot * kWqeBytes + kRemoteAddrField;
+    wr.rkey = ch.ctl_mr->rkey();
+    wr.compare_add = w.index;
+    wr.sg_list = std::span<const Sge>(discard, 1);
+    return wr;
+  }
   switch (w.target) {
     case CtlTarget::kRecvCq: wr.wait_cq = ch.rcq.get(); break;
     case CtlTarget::kLoopCq: wr.wait_cq = ch.lcq.get(); break;
     case CtlTarget::kDown: wr.enable_qp = ch.down.get(); break;
     case CtlTarget::kLoop: wr.enable_qp = ch.loop_a.get(); break;
-    case CtlTarget::kUp: wr.enable_qp = ch.up.get(); break;
-    case CtlTarget::kCtl: wr.enable_qp = ch.ctl.get(); break;
+    case CtlTarget::kCtlRing:
     case CtlTarget::kNone: break;
   }
   return wr;
@@ -333,25 +346,24 @@ Status post_chain(ReplicaNode& r, ReplicaChain& ch, const Downstream& ds) {
   FERRY_RETURN_IF_ERROR(ch.down->post_send(down));
   if (!loop.empty()) FERRY_RETURN_IF_ERROR(ch.loop_a->post_send(loop));
 
-  // 3. The first lap of control blocks; the client writes later laps.
+  // 3. The control blocks of the first lap; each re-arms itself for the next.
   std::vector<SendWr> ctl;
-  const uint32_t ops = ctl_initial_ops(c, d);
-  ctl.reserve(static_cast<size_t>(ops) * shape.ctl_per_op);
-  for (uint64_t k = 0; k < ops; ++k) {
-    uint32_t count = 0;
-    const auto block = ctl_block(c, ch.tail, d, k, &count);
-    for (uint32_t j = 0; j < count; ++j) ctl.push_back(ctl_wr(ch, block[j]));
+  ctl.reserve(ch.ctl_depth);
+  const Sge discard{r.wq_iova(r.discard), 8, wq_lkey};
+  for (uint64_t k = 0; k < d; ++k) {
+    const auto block = ctl_block(c, ch.tail, d, k);
+    for (uint32_t j = 0; j < shape.ctl_per_op; ++j) ctl.push_back(ctl_wr(ch, block[j], k, &discard));
   }
   FERRY_RETURN_IF_ERROR(ch.ctl->post_send(ctl));
 
-  // 4. Boot: expose the first lap of RECVs and start the control chain.
+  // 4. Boot: expose the RECVs and start the control chain, for good.
   SendWr boot[2];
   boot[0].opcode = WrOpcode::kRecvEnable;
   boot[0].enable_qp = ch.up.get();
-  boot[0].index = d;
+  boot[0].index = kEnabledForever;
   boot[1].opcode = WrOpcode::kSendEnable;
   boot[1].enable_qp = ch.ctl.get();
-  boot[1].index = shape.ctl_per_op;
+  boot[1].index = kEnabledForever;
   return ch.ctl_peer->post_send(std::span<const SendWr>(boot, 2));
 }
 

@@ -58,8 +58,9 @@ struct ReplicaChain {
   std::unique_ptr<nic::QueuePair> down;       // to the next replica or the client: managed send queue
   std::unique_ptr<nic::QueuePair> loop_a;     // loopback requester: managed send queue
   std::unique_ptr<nic::QueuePair> loop_b;     // loopback responder
-  std::unique_ptr<nic::QueuePair> ctl;        // WAIT / ENABLE chain: managed, enables itself
-  std::unique_ptr<nic::QueuePair> ctl_peer;   // ctl's partner; posts the boot enables
+  std::unique_ptr<nic::QueuePair> ctl;        // WAIT / ENABLE chain: managed, enables and re-arms itself
+  std::unique_ptr<nic::QueuePair> ctl_peer;   // ctl's partner (the re-arm atomics' responder); posts the boot enables
+  std::unique_ptr<nic::MemoryRegion> ctl_mr;  // the control ring: local write, remote atomic
   uint8_t* down_ring = nullptr;
   uint8_t* loop_ring = nullptr;
   uint8_t* ctl_ring = nullptr;
@@ -88,7 +89,6 @@ struct ReplicaNode {
   std::unique_ptr<nic::MemoryRegion> wq_mr;
   uint8_t* discard = nullptr;
   std::unique_ptr<nic::CompletionQueue> misc_cq;  // count-only, for queues nobody waits on
-  std::unique_ptr<nic::QueuePair> admin;          // the client writes control images through it
   std::array<ReplicaChain, kChainCount> chains;
   std::unique_ptr<Agent> agent;
 
@@ -104,8 +104,8 @@ struct ReplicaNode {
 // Setup step 1 (on the agent): the WQE region, CQs and QPs (in RESET).
 Status create_replica_queues(ReplicaNode& r);
 // Setup step 2 (on the agent, after the connection manager connected the
-// QPs): RECVs with their scatter lists, WQE templates, the first lap of
-// control blocks, and the boot enables.
+// QPs): RECVs with their scatter lists, WQE templates, the control blocks
+// (which re-arm themselves lap after lap), and the boot enables.
 Status post_replica_chains(ReplicaNode& r, const Downstream& down);
 
 }  // namespace ferry::hyperloop::detail

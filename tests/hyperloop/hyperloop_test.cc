@@ -11,6 +11,8 @@
 
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
+#include "ferry/nic/connect.h"
+#include "ferry/nic/wqe.h"
 #include "group_test_util.h"
 
 namespace ferry::hyperloop {
@@ -168,8 +170,8 @@ TEST(HyperLoop, CallbacksMaySubmitMoreOperations) {
 }
 
 // The replicas' application threads do setup and then nothing: at least
-// 10 x 1024 operations run, lapping every ring many times (re-armed by the
-// client), while those threads stay blocked and use no CPU at all.
+// 10 x 1024 operations run, lapping every ring many times (the control rings
+// re-arm themselves), while those threads stay blocked and use no CPU at all.
 TEST(HyperLoop, TenThousandOperationsWithReplicaThreadsBlockedAndNoReplicaCpu) {
   Fixture f;
   const GroupId g = f.group(3, pm::Media::kDram, 16, 4);
@@ -178,6 +180,7 @@ TEST(HyperLoop, TenThousandOperationsWithReplicaThreadsBlockedAndNoReplicaCpu) {
   for (int b = 0; b < 64; ++b) mem[58000 + b] = static_cast<uint8_t>(b ^ 0x3c);
   ASSERT_TRUE(f.client->gwrite(g, 58000, 64).ok());
   const uint64_t cpu_before = f.client->replica_cpu_ns();
+  const WireBytes wire_before = f.client->wire_bytes(g).value();
   Rng rng(11);
   const int kOps = 10 * 1024 + 300;
   int done = 0;
@@ -217,13 +220,203 @@ TEST(HyperLoop, TenThousandOperationsWithReplicaThreadsBlockedAndNoReplicaCpu) {
     EXPECT_EQ(word(rep + 65536 - 8), counter) << "replica " << r;
   }
   EXPECT_EQ(f.client->replica_cpu_ns(), cpu_before) << "replica threads did no work at all";
-  const HyperLoopStats s = f.client->stats();
-  // Each chain laps its 16-operation rings hundreds of times; the client
-  // re-armed the control rings every 8 operations of each chain.
-  EXPECT_GE(s.rearm_batches, static_cast<uint64_t>(kOps / 8) - 12);
-  std::printf("ops %d, re-arm batches %lu, re-arm bytes %lu, re-arm waits %lu, window waits %lu\n", kOps,
-              static_cast<unsigned long>(s.rearm_batches), static_cast<unsigned long>(s.rearm_bytes),
-              static_cast<unsigned long>(s.rearm_waits), static_cast<unsigned long>(s.window_waits));
+  // Each chain lapped its 16-operation rings hundreds of times with nothing
+  // written into them from outside: the control blocks re-armed themselves.
+  const WireBytes w = f.client->wire_bytes(g).value() - wire_before;
+  EXPECT_EQ(w.rearm, 0u);
+  EXPECT_GT(w.loopback_packets, 0u) << "the re-arm atomics run on each replica's own NIC";
+  std::printf("ops %d, window waits %lu, wire bytes per op %.1f, loopback packets per op %.1f\n", kOps,
+              static_cast<unsigned long>(f.client->stats().window_waits), static_cast<double>(w.total()) / kOps,
+              static_cast<double>(w.loopback_packets) / kOps);
+}
+
+TEST(HyperLoop, WireBytesAreCountedByTheNicsAndSplitByWhatTheyCarry) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  const WireBytes before = f.client->wire_bytes(g).value();
+  constexpr int kOps = 20;
+  for (int i = 0; i < kOps; ++i) ASSERT_TRUE(f.client->gwrite(g, static_cast<uint64_t>(i) * 1024, 1000).ok());
+  const WireBytes w = f.client->wire_bytes(g).value() - before;
+  EXPECT_EQ(w.payload, 3u * 1000 * kOps) << "client -> R0 -> R1 -> R2, each hop once";
+  // Metadata: the descriptors of the replicas still ahead, 32 bytes each
+  // (3 + 2 + 1), and an empty acknowledgement from the tail.
+  EXPECT_EQ(w.metadata, (3u + 2 + 1) * 32 * kOps);
+  EXPECT_GT(w.headers, 0u);
+  EXPECT_GT(w.packets, 0u);
+  EXPECT_EQ(w.rearm, 0u) << "the replicas' control rings re-arm themselves";
+}
+
+// ---- safety of remote WQE manipulation (docs/hyperloop.md, "Safety") ----------
+// An intruder host, connected to a QP on replica 0's NIC that grants every
+// remote access, tries to reach the replica's rings. Each test fails if the
+// protection it checks is removed.
+
+struct Intrusion {
+  nic::WcStatus status = nic::WcStatus::kGeneralErr;
+  uint64_t before = 0, after = 0;  // the 8 bytes attacked
+};
+
+// `foreign`: the replica-side QP is in a PD of its own (another tenant on the
+// host) rather than the group's.
+Intrusion intrude(Fixture& f, const ReplicaRings& rings, bool foreign, nic::WrOpcode op, uint64_t addr,
+                  uint32_t rkey) {
+  using namespace nic;
+  Intrusion result;
+  std::memcpy(&result.before, reinterpret_cast<const void*>(addr), 8);
+  Nic* nic = rings.nic;
+  std::unique_ptr<ProtectionDomain> tenant_pd = foreign ? nic->alloc_pd().value() : nullptr;
+  ProtectionDomain* pd = foreign ? tenant_pd.get() : rings.pd;
+  auto inside_cq = nic->create_cq({}).value();
+  QpInitAttr attr;
+  attr.send_cq = attr.recv_cq = inside_cq.get();
+  auto inside = nic->create_qp(*pd, attr).value();
+  Nic* evil = f.engine->add_nic().value();
+  auto evil_pd = evil->alloc_pd().value();
+  auto evil_cq = evil->create_cq({}).value();
+  attr.send_cq = attr.recv_cq = evil_cq.get();
+  auto attacker = evil->create_qp(*evil_pd, attr).value();
+  alignas(64) static uint8_t buf[64];
+  std::memset(buf, 0x5A, sizeof buf);
+  auto evil_mr = evil->reg_mr(*evil_pd, buf, sizeof buf, kAccessAll).value();
+  ConnectOptions everything;
+  everything.access_flags = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  EXPECT_TRUE(connect_qps(*attacker, *evil, *inside, *nic, everything).ok());
+  const Sge sge = evil_mr->sge(0, 8);
+  SendWr wr;
+  wr.opcode = op;
+  wr.flags = kSendSignaled;
+  wr.sg_list = std::span<const Sge>(&sge, 1);
+  wr.remote_addr = addr;
+  wr.rkey = rkey;
+  wr.compare_add = 1;
+  EXPECT_TRUE(attacker->post_send(wr).ok());
+  WorkCompletion wc{};
+  EXPECT_TRUE(f.engine->run_until([&] { return evil_cq->poll(std::span<WorkCompletion>(&wc, 1)).value() == 1; }).ok());
+  result.status = wc.status;
+  std::memcpy(&result.after, reinterpret_cast<const void*>(addr), 8);
+  attacker.reset();
+  inside.reset();
+  evil_mr.reset();
+  evil_cq.reset();
+  inside_cq.reset();
+  return result;
+}
+
+// The group keeps working after an intrusion attempt.
+void expect_group_works(Fixture& f, GroupId g) {
+  auto mem = f.mem(g);
+  for (int i = 0; i < 64; ++i) mem[4096 + i] = static_cast<uint8_t>(0xA0 + i);
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(f.client->gwrite(g, 4096, 64).ok());
+  ASSERT_TRUE(f.client->gcas(g, 8, 0, 0, 0b111).ok());
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(std::memcmp(f.replica(g, r) + 4096, mem.data() + 4096, 64), 0);
+}
+
+TEST(HyperLoopSafety, RingsAreRegisteredForLocalWriteAndControlRingsForRemoteAtomicOnly) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  const ReplicaRings rings = f.client->replica_rings(g, 0).value();
+  EXPECT_EQ(rings.access, nic::kAccessLocalWrite);
+  for (const auto& c : rings.chains) EXPECT_EQ(c.ctl_access, nic::kAccessLocalWrite | nic::kAccessRemoteAtomic);
+}
+
+TEST(HyperLoopSafety, AnotherTenantsQpCannotAtomicallyRewriteAControlRing) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  ASSERT_TRUE(f.client->gwrite(g, 0, 8).ok());
+  const ReplicaRings rings = f.client->replica_rings(g, 0).value();
+  const uint64_t index_field = rings.chains[0].ctl_ring + nic::kWqeRemoteOffset;  // a WAIT's index
+  const Intrusion i = intrude(f, rings, /*foreign=*/true, nic::WrOpcode::kAtomicFetchAndAdd, index_field,
+                              rings.chains[0].ctl_key);
+  EXPECT_EQ(i.status, nic::WcStatus::kRemAccessErr) << "the control ring's MR is the group's PD's, not the tenant's";
+  EXPECT_EQ(i.after, i.before);
+  expect_group_works(f, g);
+}
+
+TEST(HyperLoopSafety, NoQpWritesIntoAReplicasRingsNotEvenOneOfTheGroupsOwnPd) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  ASSERT_TRUE(f.client->gwrite(g, 0, 8).ok());
+  const ReplicaRings rings = f.client->replica_rings(g, 0).value();
+  for (const uint64_t target : {rings.chains[0].down_ring, rings.chains[1].ctl_ring}) {
+    for (const uint32_t key : {rings.key, rings.chains[1].ctl_key}) {
+      const Intrusion i = intrude(f, rings, /*foreign=*/false, nic::WrOpcode::kRdmaWrite, target, key);
+      EXPECT_EQ(i.status, nic::WcStatus::kRemAccessErr) << "no ring takes a remote WRITE";
+      EXPECT_EQ(i.after, i.before);
+    }
+  }
+  expect_group_works(f, g);
+}
+
+TEST(HyperLoopSafety, RemoteAtomicsReachOnlyTheControlRings) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  ASSERT_TRUE(f.client->gwrite(g, 0, 8).ok());
+  const ReplicaRings rings = f.client->replica_rings(g, 0).value();
+  // A down ring WQE's remote address, through either key.
+  const uint64_t down_field = rings.chains[0].down_ring + nic::kWqeRemoteOffset;
+  for (const uint32_t key : {rings.key, rings.chains[0].ctl_key}) {
+    const Intrusion i = intrude(f, rings, /*foreign=*/false, nic::WrOpcode::kAtomicFetchAndAdd, down_field, key);
+    EXPECT_EQ(i.status, nic::WcStatus::kRemAccessErr);
+    EXPECT_EQ(i.after, i.before);
+  }
+  expect_group_works(f, g);
+}
+
+TEST(HyperLoopSafety, AnotherTenantCannotEnableAReplicasQueue) {
+  using namespace nic;
+  Fixture f;
+  const GroupId g = f.group(3);
+  ASSERT_TRUE(f.client->gwrite(g, 0, 8).ok());
+  const ReplicaRings rings = f.client->replica_rings(g, 0).value();
+  Nic* nic = rings.nic;
+  auto pd = nic->alloc_pd().value();
+  auto cq = nic->create_cq({}).value();
+  QpInitAttr attr;
+  attr.send_cq = attr.recv_cq = cq.get();
+  QpInitAttr managed = attr;
+  managed.managed_send = true;
+  auto own_managed = nic->create_qp(*pd, managed).value();
+  auto peer = nic->create_qp(*pd, attr).value();
+  ASSERT_TRUE(connect_qps(*own_managed, *nic, *peer, *nic).ok());
+  auto ctl = nic->create_qp(*pd, attr).value();
+  auto ctl_peer = nic->create_qp(*pd, attr).value();
+  ASSERT_TRUE(connect_qps(*ctl, *nic, *ctl_peer, *nic).ok());
+  // The tenant posts an ENABLE of its own queue and rewrites its target QP
+  // number in its ring to the replica's down queue before the NIC runs it.
+  SendWr wait;  // holds the ENABLE until the rewrite is done
+  wait.opcode = WrOpcode::kWait;
+  wait.wait_cq = cq.get();
+  wait.index = 1;
+  SendWr enable;
+  enable.opcode = WrOpcode::kSendEnable;
+  enable.flags = kSendSignaled;
+  enable.enable_qp = own_managed.get();
+  enable.index = 1'000'000;
+  SendWr wrs[2] = {wait, enable};
+  ASSERT_TRUE(ctl->post_send(wrs).ok());
+  uint8_t* wqe = ctl->send_wqe(1);
+  uint32_t qpn = rings.chains[0].down_qpn;
+  std::memcpy(wqe + kWqeRemoteOffset + 8, &qpn, 4);  // WqeRemoteSeg::rkey carries the QP number
+  SendWr nop;  // one completion on cq releases the WAIT
+  nop.opcode = WrOpcode::kNop;
+  nop.flags = kSendSignaled;
+  ASSERT_TRUE(peer->post_send(nop).ok());
+  std::vector<WorkCompletion> wcs;
+  ASSERT_TRUE(f.engine->run_until([&] {
+    WorkCompletion wc[4];
+    const uint32_t n = cq->poll(wc).value();
+    wcs.insert(wcs.end(), wc, wc + n);
+    return ctl->state() == QpState::kError && wcs.size() >= 2;
+  }).ok());
+  bool rejected = false;
+  for (const WorkCompletion& wc : wcs) rejected |= wc.qp_num == ctl->qp_num() && wc.status == WcStatus::kLocQpOpErr;
+  EXPECT_TRUE(rejected) << "an ENABLE naming another PD's queue fails";
+  ctl.reset();
+  ctl_peer.reset();
+  own_managed.reset();
+  peer.reset();
+  cq.reset();
+  expect_group_works(f, g);
 }
 
 // ---- seeded random mixes --------------------------------------------------------

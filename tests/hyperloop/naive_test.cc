@@ -134,6 +134,20 @@ TEST_P(NaiveModes, GwriteReplicatesTheClientsBytesToEveryReplica) {
   EXPECT_EQ(f.client->system(), GetParam() == NaiveMode::kEvent ? "naive-event" : "naive-poll");
 }
 
+TEST_P(NaiveModes, WireBytesAreCountedByTheNicsAndSplitByWhatTheyCarry) {
+  Fixture f(GetParam());
+  const GroupId g = f.group(3);
+  const WireBytes before = f.client->wire_bytes(g).value();
+  constexpr int kOps = 20;
+  for (int i = 0; i < kOps; ++i) ASSERT_TRUE(f.client->gwrite(g, static_cast<uint64_t>(i) * 1024, 1000).ok());
+  const WireBytes w = f.client->wire_bytes(g).value() - before;
+  EXPECT_EQ(w.payload, 3u * 1000 * kOps) << "client -> R0 -> R1 -> R2, each hop once";
+  EXPECT_EQ(w.metadata, 3u * kNaiveHeaderBytes * kOps) << "one header per hop; the tail's gWRITE ack is empty";
+  EXPECT_EQ(w.rearm, 0u);
+  EXPECT_EQ(w.loopback_packets, 0u);
+  EXPECT_GT(w.headers, 0u);
+}
+
 TEST_P(NaiveModes, GcasFollowsTheExecuteMapReturnsTheResultMapAndIsUndone) {
   Fixture f(GetParam());
   const GroupId g = f.group(3);

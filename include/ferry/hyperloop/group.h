@@ -98,6 +98,23 @@ struct ClientOptions {
   int replica_cpu = -1;
 };
 
+// Bytes a group's hosts sent each other, from the NICs' per-QP counters
+// (nic::QpTraffic), split by what they carry. Loopback QPs (both ends on one
+// NIC) never touch the network: their packets are counted apart.
+struct WireBytes {
+  uint64_t payload = 0;   // the operations' data (gWRITE bytes moved between hosts)
+  uint64_t metadata = 0;  // operation descriptors / headers, acknowledgement payloads (gCAS result maps)
+  uint64_t rearm = 0;     // WQE images written into replicas' rings to re-arm them
+  uint64_t headers = 0;   // transport headers of every packet, ACKs and READ responses included
+  uint64_t packets = 0;   // packets between hosts
+  uint64_t loopback_packets = 0;  // NIC-internal packets (loopback QPs): no wire bytes
+  uint64_t total() const { return payload + metadata + rearm + headers; }
+  WireBytes operator-(const WireBytes& o) const {
+    return {payload - o.payload, metadata - o.metadata, rearm - o.rearm, headers - o.headers, packets - o.packets,
+            loopback_packets - o.loopback_packets};
+  }
+};
+
 // What a replica host holds, for the application and for verification.
 struct ReplicaView {
   pm::PersistenceDomain* domain = nullptr;  // its persistence domain (power_fail, images)
@@ -152,6 +169,9 @@ class GroupClient {
   // CPU time consumed by the replicas' application threads since creation
   // (HyperLoop's only do setup; Naive's run every operation).
   virtual uint64_t replica_cpu_ns() const = 0;
+  // What gid's hosts have sent each other since creation (setup included;
+  // take differences). A control command per QP: not for the data path.
+  virtual Result<WireBytes> wire_bytes(GroupId gid) const = 0;
 
   nic::Engine& engine() const { return *engine_; }
   const ClientOptions& client_options() const { return options_; }
@@ -172,6 +192,16 @@ class GroupClient {
   nic::Engine* engine_;
   ClientOptions options_;
 };
+
+namespace detail {
+// What a QP's transmitted bytes count as (WireBytes): a data-path requester
+// (WRITE payload is data, SEND payload is metadata), an acknowledging
+// requester (the tail's WRITE_WITH_IMM: metadata), a re-arming requester
+// (WRITE payload is WQE images), a responder (headers, READ response data),
+// or a loopback QP (no wire bytes).
+enum class QpRole : uint8_t { kData, kAcknowledge, kRearm, kResponder, kLoopback };
+void add_traffic(WireBytes& w, const nic::QueuePair& qp, QpRole role);
+}  // namespace detail
 
 // Checks an offset range against the region: kOutOfRange with the numbers.
 Status check_range(const char* what, uint64_t offset, uint64_t size, size_t region_bytes);

@@ -7,11 +7,13 @@
 // completion queue, the operation's WQEs (forwarding WRITE, loopback CAS or
 // copy, 0-byte READ for gFLUSH), the forwarding SEND, and the enables that
 // hand the next operation's WQEs to the NIC. The tail acknowledges the client
-// with WRITE_WITH_IMM. The client re-arms the rings lap after lap by writing
-// the next lap's control WQE images with RDMA WRITE, so after setup no replica
-// CPU does anything. docs/hyperloop.md specifies the metadata and every chain.
+// with WRITE_WITH_IMM. Each control block ends by re-arming itself for the
+// next lap with loopback FETCH_AND_ADDs on its WQEs' index fields, so after
+// setup no replica CPU does anything and no host writes into another's rings.
+// docs/hyperloop.md specifies the metadata and every chain.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string_view>
 
@@ -21,10 +23,31 @@ namespace ferry::hyperloop {
 
 struct HyperLoopStats {
   uint64_t ops_completed = 0;
-  uint64_t rearm_batches = 0;     // control-ring laps re-armed by the client
-  uint64_t rearm_bytes = 0;       // WQE image bytes written to replicas for that
-  uint64_t rearm_waits = 0;       // submissions that waited for a re-arm to land
   uint64_t window_waits = 0;      // submissions that waited for room in the window
+};
+
+// Where one replica's work-queue rings are and how they are protected, for
+// diagnostics and the safety tests (docs/hyperloop.md, "Safety"). The rings
+// take no remote WRITE at all: RECV scatter lists rewrite the down and
+// loopback WQEs locally; the control rings take remote atomics only, which
+// only the replica's own loopback control pair is allowed to issue.
+struct ReplicaRings {
+  nic::Nic* nic = nullptr;              // the replica's NIC
+  nic::ProtectionDomain* pd = nullptr;  // the group's protection domain there
+  uint64_t addr = 0;                    // every ring, forward buffer and scratch of the replica
+  size_t bytes = 0;
+  uint32_t key = 0;                     // its memory region: local write only
+  uint32_t access = 0;
+  struct Chain {
+    uint64_t down_ring = 0;  // the down QP's send ring (rewritten by RECV scatter)
+    uint64_t ctl_ring = 0;   // the control ring (re-armed by loopback atomics)
+    size_t ctl_bytes = 0;
+    uint32_t ctl_key = 0;    // its memory region: local write, remote atomic
+    uint32_t ctl_access = 0;
+    uint32_t down_qpn = 0;   // the managed queues, by number
+    uint32_t ctl_qpn = 0;
+  };
+  std::array<Chain, 3> chains;  // gWRITE, gCAS, gMEMCPY
 };
 
 class HyperLoopClient final : public GroupClient {
@@ -45,8 +68,10 @@ class HyperLoopClient final : public GroupClient {
   Status gflush_async(GroupId gid, Callback done) override;
   Result<uint32_t> outstanding(GroupId gid) const override;
   uint64_t replica_cpu_ns() const override;
+  Result<WireBytes> wire_bytes(GroupId gid) const override;
 
   HyperLoopStats stats() const;
+  Result<ReplicaRings> replica_rings(GroupId gid, uint32_t index) const;
 
   struct Impl;
 

@@ -49,6 +49,7 @@ class NaiveClient final : public GroupClient {
   Status gflush_async(GroupId gid, Callback done) override;
   Result<uint32_t> outstanding(GroupId gid) const override;
   uint64_t replica_cpu_ns() const override;
+  Result<WireBytes> wire_bytes(GroupId gid) const override;
 
   struct Impl;
 
