@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 
@@ -22,10 +21,50 @@ namespace ferry::bench {
 using hyperloop::GroupClient;
 using hyperloop::GroupId;
 using hyperloop::Primitive;
+using hyperloop::WireBytes;
 
 namespace {
 
-uint64_t now_ns() { return SteadyClock::instance().now_ns(); }
+uint64_t now_ns() { return timing_clock().now_ns(); }
+
+// The load guard (design brief, "Measuring honestly"): a fixed short work item
+// timed many times on the client/NIC core, quiet just before a point pair and
+// then under each point's conditions. Its tails, not its best case, show
+// whether the load disturbed the core that runs every emulated NIC.
+constexpr int kGuardSamples = 10'000;
+constexpr double kDisturbedP99Ratio = 1.5;
+
+struct CoreGuard {
+  Histogram base;    // quiet, right before the point pair
+  Histogram during;  // under the point's load (for a quiet point: quiet again, after it)
+  double p99_ratio() const {
+    return static_cast<double>(during.percentile(0.99)) / static_cast<double>(std::max<uint64_t>(1, base.percentile(0.99)));
+  }
+  bool disturbed() const { return p99_ratio() > kDisturbedP99Ratio; }
+};
+
+// About a microsecond of integer work and L1 loads and stores: the kind of
+// work the engine thread does per packet.
+Histogram time_work_item(int samples) {
+  static std::array<uint64_t, 256> buf{};
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  Histogram h;
+  for (int s = 0; s < samples; ++s) {
+    const uint64_t t0 = now_ns();
+    for (int pass = 0; pass < 4; ++pass) {
+      for (uint64_t& v : buf) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v += x;
+      }
+    }
+    h.record(now_ns() - t0);
+  }
+  volatile uint64_t sink = buf[x % buf.size()];
+  (void)sink;
+  return h;
+}
 
 struct Point {
   std::string experiment;
@@ -38,10 +77,12 @@ struct Point {
   Histogram hist;
   uint64_t ops = 0;
   double seconds = 0;
+  double cap_seconds = 0;
+  bool capped = false;  // stopped by the time cap before its operation count
   uint64_t replica_cpu_ns = 0;
   uint64_t client_cpu_ns = 0;  // the client thread, which also runs every NIC
-  double core_slowdown = 1.0;  // core_reference_ns() under this point's load / just before it
-  bool capped = false;  // stopped by max_seconds before its operation count
+  WireBytes wire;              // what the hosts sent each other during the measured operations
+  CoreGuard guard;
 };
 
 // One system's client, engine and groups, alive for the points that use it.
@@ -59,7 +100,7 @@ Result<std::unique_ptr<SystemUnderTest>> start_system(const std::string& name, c
   eo.threaded = false;  // stepped by the client thread: see group_bench.h
   s->engine = std::make_unique<nic::Engine>(eo);
   hyperloop::ClientOptions co;
-  co.op_timeout_ns = 60'000'000'000ULL;
+  co.op_timeout_ns = 120'000'000'000ULL;
   co.replica_cpu = o.replica_cpu;
   if (name == "hyperloop") {
     FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(*s->engine, co));
@@ -107,39 +148,53 @@ Status one_op(GroupClient& c, GroupId g, Primitive p, uint32_t size, uint64_t i,
   return c.gwrite(g, slots.at(i), size, flush);
 }
 
+// The state a measurement starts from, for differences.
+struct Mark {
+  uint64_t replica_cpu_ns, client_cpu_ns, start_ns;
+  WireBytes wire;
+};
+Result<Mark> mark(SystemUnderTest& s, GroupId g) {
+  FERRY_ASSIGN_OR_RETURN(WireBytes w, s.client->wire_bytes(g));
+  return Mark{s.client->replica_cpu_ns(), thread_cpu_time_ns(), now_ns(), w};
+}
+Status finish(SystemUnderTest& s, GroupId g, const Mark& m, Point& pt, uint64_t ops) {
+  pt.seconds = static_cast<double>(now_ns() - m.start_ns) / 1e9;
+  pt.ops = ops;
+  pt.replica_cpu_ns = s.client->replica_cpu_ns() - m.replica_cpu_ns;
+  pt.client_cpu_ns = thread_cpu_time_ns() - m.client_cpu_ns;
+  FERRY_ASSIGN_OR_RETURN(WireBytes w, s.client->wire_bytes(g));
+  pt.wire = w - m.wire;
+  return ok_status();
+}
+
 Status latency_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o, uint64_t* cas_counter) {
   GroupClient& c = *s.client;
   const Slots slots(o.region_bytes, pt.size);
   auto run = [&](uint64_t i) -> Status {
     if (pt.primitive == Primitive::kCas) {
-      auto r = c.gcas(g, 0, *cas_counter, *cas_counter + 1, static_cast<uint8_t>((1u << pt.group) - 1), false);
+      const auto all = static_cast<uint8_t>((1u << pt.group) - 1);
+      auto r = c.gcas(g, 0, *cas_counter, *cas_counter + 1, all, false);
       if (!r.ok()) return r.status();
-      if (r->succeeded != static_cast<uint8_t>((1u << pt.group) - 1)) return internal_error("gcas counter lost a race");
+      if (r->succeeded != all) return internal_error("gcas counter lost a race");
       ++*cas_counter;
       return ok_status();
     }
     return one_op(c, g, pt.primitive, pt.size, i, slots, o.region_bytes, o.flush);
   };
   for (uint64_t i = 0; i < 100; ++i) FERRY_RETURN_IF_ERROR(run(i));  // warm-up
-  const uint64_t cpu0 = c.replica_cpu_ns();
-  const uint64_t client0 = thread_cpu_time_ns();
-  const uint64_t start = now_ns();
-  const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
+  FERRY_ASSIGN_OR_RETURN(const Mark m, mark(s, g));
+  const uint64_t cap = static_cast<uint64_t>(pt.cap_seconds * 1e9);
   uint64_t i = 0;
   for (; i < o.iters; ++i) {
     const uint64_t t0 = now_ns();
-    if (t0 - start > cap) {
+    if (t0 - m.start_ns > cap) {
       pt.capped = true;
       break;
     }
     FERRY_RETURN_IF_ERROR(run(i));
     pt.hist.record(now_ns() - t0);
   }
-  pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
-  pt.ops = i;
-  pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
-  pt.client_cpu_ns = thread_cpu_time_ns() - client0;
-  return ok_status();
+  return finish(s, g, m, pt, i);
 }
 
 Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o) {
@@ -150,16 +205,13 @@ Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBen
     Histogram* hist;
     Status failure;
   } tally{&pt.hist, ok_status()};
-  // Warm-up, then measure.
-  for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(c.gwrite(g, slots.at(i), pt.size, o.flush));
-  const uint64_t cpu0 = c.replica_cpu_ns();
-  const uint64_t client0 = thread_cpu_time_ns();
-  const uint64_t start = now_ns();
-  const uint64_t cap = static_cast<uint64_t>(o.max_seconds * 1e9);
+  for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(c.gwrite(g, slots.at(i), pt.size, o.flush));  // warm-up
+  FERRY_ASSIGN_OR_RETURN(const Mark m, mark(s, g));
+  const uint64_t cap = static_cast<uint64_t>(pt.cap_seconds * 1e9);
   uint64_t i = 0;
   for (; i < target_ops; ++i) {
     const uint64_t t0 = now_ns();
-    if ((i & 63) == 0 && t0 - start > cap) {
+    if ((i & 63) == 0 && t0 - m.start_ns > cap) {
       pt.capped = true;
       break;
     }
@@ -173,42 +225,55 @@ Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBen
   }
   FERRY_RETURN_IF_ERROR(c.drain(g));
   FERRY_RETURN_IF_ERROR(tally.failure);
-  pt.seconds = static_cast<double>(now_ns() - start) / 1e9;
-  pt.ops = i;
-  pt.replica_cpu_ns = c.replica_cpu_ns() - cpu0;
-  pt.client_cpu_ns = thread_cpu_time_ns() - client0;
-  return ok_status();
+  return finish(s, g, m, pt, i);
 }
 
 double us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+constexpr double kUs = 1e-3;  // ns -> us
 
-// The physical reference for the load experiments: a fixed CPU-bound
-// workload (xorshift over an L2-resident buffer) on the client thread, the
-// best of several runs. Run quiet and under load, its ratio says how much the
-// replica CPU's load slows the core that emulates every NIC -- on this VM the
-// two vCPUs share more than they would with a real NIC.
-uint64_t core_reference_ns() {
-  static std::vector<uint64_t> buf(32768);
-  uint64_t best = UINT64_MAX;
-  uint64_t x = 0x9e3779b97f4a7c15ULL;
-  for (int run = 0; run < 9; ++run) {
-    const uint64_t t0 = now_ns();
-    for (int pass = 0; pass < 8; ++pass) {
-      for (uint64_t& v : buf) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v += x;
-      }
-    }
-    best = std::min(best, now_ns() - t0);
-  }
-  volatile uint64_t sink = buf[x % buf.size()];
-  (void)sink;
-  return best;
+// The spec of one point pair (quiet, then loaded).
+struct Spec {
+  std::string experiment;
+  Primitive primitive;
+  uint32_t size;
+  uint32_t group;
+};
+bool same_spec(const Point& p, const Spec& s) {
+  return p.experiment == s.experiment && p.primitive == s.primitive && p.size == s.size && p.group == s.group;
 }
 
-nlohmann::json point_json(const Point& p, const GroupBenchOptions& o, const std::string& where) {
+const Point* find(const std::vector<Point>& points, const Spec& s, const std::string& system, bool loaded) {
+  for (const Point& p : points) {
+    if (same_spec(p, s) && p.system == system && p.load == loaded) return &p;
+  }
+  return nullptr;
+}
+
+// baseline / hyperloop at quantile q, or null when either side has too few
+// samples for q.
+nlohmann::json ratio_json(const Point* base, const Point* hl, double q) {
+  if (base == nullptr || hl == nullptr || !percentile_reportable(base->hist, q) ||
+      !percentile_reportable(hl->hist, q)) {
+    return nullptr;
+  }
+  return static_cast<double>(base->hist.percentile(q)) / static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(q)));
+}
+nlohmann::json ratios_json(const Point* base, const Point* hl) {
+  return {{"p50", ratio_json(base, hl, 0.5)}, {"p99", ratio_json(base, hl, 0.99)}, {"p999", ratio_json(base, hl, 0.999)}};
+}
+std::string ratio_text(const nlohmann::json& r) { return r.is_null() ? "n/a" : fmt::format("{:.1f}x", r.get<double>()); }
+
+nlohmann::json wire_json(const Point& p) {
+  const double d = p.ops && p.group ? static_cast<double>(p.ops) * p.group : 1.0;
+  const WireBytes& w = p.wire;
+  return {{"payload", static_cast<double>(w.payload) / d},   {"metadata", static_cast<double>(w.metadata) / d},
+          {"rearm", static_cast<double>(w.rearm) / d},       {"headers", static_cast<double>(w.headers) / d},
+          {"total", static_cast<double>(w.total()) / d},     {"packets", static_cast<double>(w.packets) / d},
+          {"loopback_packets", static_cast<double>(w.loopback_packets) / d}};
+}
+
+nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const GroupBenchOptions& o,
+                          const std::string& where, const std::string& load_command) {
   nlohmann::json j;
   j["experiment"] = p.experiment;
   j["system"] = p.system;
@@ -217,14 +282,17 @@ nlohmann::json point_json(const Point& p, const GroupBenchOptions& o, const std:
   j["group"] = p.group;
   j["load"] = p.load;
   j["window"] = p.window;
+  j["samples"] = p.hist.count();
   j["ops"] = p.ops;
   j["seconds"] = p.seconds;
+  j["cap_seconds"] = p.cap_seconds;
   j["capped"] = p.capped;
-  j["avg_us"] = p.hist.mean() / 1000.0;
-  j["p50_us"] = us(p.hist.percentile(0.50));
-  j["p95_us"] = us(p.hist.percentile(0.95));
-  j["p99_us"] = us(p.hist.percentile(0.99));
-  j["p999_us"] = us(p.hist.percentile(0.999));
+  j["stopped_by"] = p.capped ? "time cap" : p.experiment == "throughput" ? "bytes" : "iters";
+  j["avg_us"] = p.hist.mean() * kUs;
+  j["p50_us"] = percentile_json(p.hist, 0.50, kUs);
+  j["p95_us"] = percentile_json(p.hist, 0.95, kUs);
+  j["p99_us"] = percentile_json(p.hist, 0.99, kUs);
+  j["p999_us"] = percentile_json(p.hist, 0.999, kUs);
   j["max_us"] = us(p.hist.max());
   j["ops_per_s"] = p.seconds > 0 ? static_cast<double>(p.ops) / p.seconds : 0.0;
   j["gbps"] = p.seconds > 0 ? static_cast<double>(p.ops) * p.size * 8 / p.seconds / 1e9 : 0.0;
@@ -234,21 +302,39 @@ nlohmann::json point_json(const Point& p, const GroupBenchOptions& o, const std:
   // The client thread's CPU: the client machine plus every emulated NIC.
   j["client_and_nic_cpu_ns_per_op"] =
       p.ops ? static_cast<double>(p.client_cpu_ns) / static_cast<double>(p.ops) : 0.0;
-  j["client_core_slowdown"] = p.core_slowdown;
+  j["client_core"] = {{"work_item_samples", p.guard.during.count()},
+                      {"quiet_p50_ns", p.guard.base.percentile(0.5)},
+                      {"quiet_p99_ns", p.guard.base.percentile(0.99)},
+                      {"point_p50_ns", p.guard.during.percentile(0.5)},
+                      {"point_p99_ns", p.guard.during.percentile(0.99)}};
+  j["client_core_p99_ratio"] = p.guard.p99_ratio();
+  j["client_core_disturbed"] = p.guard.disturbed();
+  j["wire_bytes_per_op"] = wire_json(p);  // per replica
+  if (p.experiment != "throughput") {
+    const Spec s{p.experiment, p.primitive, p.size, p.group};
+    const Point* hl = find(all, s, "hyperloop", p.load);
+    j["ratios"] = {{"naive_event_over_hyperloop", ratios_json(find(all, s, "naive-event", p.load), hl)},
+                   {"naive_poll_over_hyperloop", ratios_json(find(all, s, "naive-poll", p.load), hl)}};
+  }
   j["media"] = o.media == pm::Media::kPm ? "pm" : "dram";
   j["flush"] = o.flush;
   j["placement"] = where;
+  j["load_command"] = p.load ? load_command : "";
+  add_provenance(j);
   return j;
 }
 
 void print_row(std::ostream& out, const Point& p) {
-  out << fmt::format("  {:<12} {:<8} {:>6} B  group {}  {:<5}  ops {:>6}{}  avg {:>9.1f}  p50 {:>9.1f}  p95 {:>9.1f}  "
-                     "p99 {:>9.1f}  p99.9 {:>9.1f}  max {:>9.1f} us  {:>9.0f} op/s  replica CPU {:>8.0f} ns/op\n",
-                     p.system, hyperloop::primitive_name(p.primitive), p.size, p.group, p.load ? "load" : "quiet",
-                     p.ops, p.capped ? "*" : " ", p.hist.mean() / 1000.0, us(p.hist.percentile(0.5)),
-                     us(p.hist.percentile(0.95)), us(p.hist.percentile(0.99)), us(p.hist.percentile(0.999)),
-                     us(p.hist.max()), p.seconds > 0 ? static_cast<double>(p.ops) / p.seconds : 0.0,
-                     p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0);
+  out << fmt::format(
+      "  {:<12} {:<8} {:>6} B  group {}  {:<5}  n {:>6}{}  avg {:>9.1f}  p50 {:>8}  p99 {:>8}  p99.9 {:>8}  max {:>9.1f} us  "
+      "{:>8.0f} op/s  replica CPU {:>7.0f} ns/op  wire {:>6.0f} B/op/replica  core p99 x{:.2f}{}\n",
+      p.system, hyperloop::primitive_name(p.primitive), p.size, p.group, p.load ? "load" : "quiet", p.hist.count(),
+      p.capped ? "*" : " ", p.hist.mean() / 1000.0, percentile_text(p.hist, 0.5, kUs, 1),
+      percentile_text(p.hist, 0.99, kUs, 1), percentile_text(p.hist, 0.999, kUs, 1), us(p.hist.max()),
+      p.seconds > 0 ? static_cast<double>(p.ops) / p.seconds : 0.0,
+      p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0,
+      p.ops && p.group ? static_cast<double>(p.wire.total()) / static_cast<double>(p.ops * p.group) : 0.0,
+      p.guard.p99_ratio(), p.guard.disturbed() ? " DISTURBED" : "");
 }
 
 bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
@@ -279,6 +365,8 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
   if (o.window < 1 || o.window > 32) {
     return invalid_argument("--window must be 1..32, not " + std::to_string(o.window));
   }
+  if (o.max_seconds <= 0 || o.max_seconds_loaded <= 0) return invalid_argument("time caps must be positive");
+  if (o.load_processes < 1) return invalid_argument("--load-processes must be at least 1");
 
   // The report: stdout, or stderr when stdout carries the JSON.
   std::ostream& text = o.json ? log : out;
@@ -292,24 +380,26 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
       "client machine; replica application threads {}",
       client_cpu >= 0 ? fmt::format("pinned to CPU {}", client_cpu) : "not pinned",
       replica_cpu >= 0 ? fmt::format("pinned to CPU {}", replica_cpu) : "not pinned");
+  const std::string load_command =
+      fmt::format("stress-ng --cpu {} --cpu-method loop{}", o.load_processes,
+                  replica_cpu >= 0 ? fmt::format(" --taskset {}", replica_cpu) : std::string());
   text << "ferry bench group: HyperLoop §6.1 against Naive-RDMA (event and poll), same run\n"
-      << "  " << where << "\n"
-      << fmt::format("  load: {} busy processes pinned to CPU {} when 'load'; replica regions: {} ({}), {} MiB; "
-                     "flush: {}\n",
-                     o.load_processes, replica_cpu, o.media == pm::Media::kPm ? "PM" : "DRAM",
-                     o.media == pm::Media::kPm ? "libpmem2 file, persistence modeled" : "volatile",
-                     o.region_bytes >> 20, o.flush ? "interleaved gFLUSH" : "none")
-      << "  machine: " << machine_description() << "\n"
-      << "  (* = stopped by the " << o.max_seconds << " s cap before its operation count)\n";
+       << "  " << where << "\n"
+       << fmt::format("  load: {} busy processes on CPU {} for 'load' points, started as a separate executable "
+                      "({}); replica regions: {} ({}), {} MiB; flush: {}\n",
+                      o.load_processes, replica_cpu, load_command, o.media == pm::Media::kPm ? "PM" : "DRAM",
+                      o.media == pm::Media::kPm ? "libpmem2 file, persistence modeled" : "volatile",
+                      o.region_bytes >> 20, o.flush ? "interleaved gFLUSH" : "none")
+       << "  machine: " << machine_description() << "; timing clock: " << timing_clock_name() << "\n"
+       << fmt::format("  latency points: {} operations or {} s quiet / {} s loaded (* = stopped by the cap); "
+                      "percentiles need 10/(1-q) samples (p99: 1,000, p99.9: 10,000), else n/a\n",
+                      o.iters, o.max_seconds, o.max_seconds_loaded)
+       << fmt::format("  core p99 = p99 of a fixed ~1 us work item on the client/NIC core during the point over "
+                      "quiet; above {:.1f} the point is DISTURBED\n",
+                      kDisturbedP99Ratio);
 
   // Every point is measured quiet and then loaded, back to back, so that the
   // pair sees the same machine (this VM's speed drifts over minutes).
-  struct Spec {
-    std::string experiment;
-    Primitive primitive;
-    uint32_t size;
-    uint32_t group;
-  };
   std::vector<Spec> specs;
   if (has(o.experiments, "latency")) {
     for (Primitive prim : {Primitive::kWrite, Primitive::kMemcpy}) {
@@ -325,25 +415,15 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
   }
 
   std::vector<Point> points;
-  double worst_slowdown = 1.0;
   for (const std::string& system : o.systems) {
     FERRY_ASSIGN_OR_RETURN(auto sut, start_system(system, opts));
     uint64_t cas_counter = 0;
     for (const Spec& spec : specs) {
       FERRY_ASSIGN_OR_RETURN(GroupId g, group_of(*sut, spec.group, opts));
+      const Histogram quiet_before = time_work_item(kGuardSamples);
+      Histogram quiet_base = quiet_before;
       for (const std::string& load_name : o.loads) {
         const bool loaded = load_name == "load";
-        std::unique_ptr<CpuLoad> load;
-        double slowdown = 1.0;
-        if (loaded) {
-          // The reference quiet, then under the load: back to back, like the point's pair.
-          const uint64_t quiet_reference = core_reference_ns();
-          FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes)));
-          usleep(20000);  // let the spinners start
-          slowdown = static_cast<double>(core_reference_ns()) /
-                     static_cast<double>(std::max<uint64_t>(1, quiet_reference));
-          worst_slowdown = std::max(worst_slowdown, slowdown);
-        }
         Point p;
         p.experiment = spec.experiment;
         p.system = system;
@@ -351,64 +431,79 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
         p.size = spec.size;
         p.group = spec.group;
         p.load = loaded;
+        p.cap_seconds = loaded && spec.experiment != "throughput" ? o.max_seconds_loaded : o.max_seconds;
+        std::unique_ptr<CpuLoad> load;
+        Histogram during;
+        if (loaded) {
+          // Separate processes, pinned to the replica CPU; they end by
+          // themselves if this process dies.
+          FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes),
+                                                      p.cap_seconds + 120));
+          during = time_work_item(kGuardSamples);
+        }
         if (spec.experiment == "throughput") {
           p.window = o.window;
           FERRY_RETURN_IF_ERROR(throughput_point(*sut, g, p, opts));
         } else {
           FERRY_RETURN_IF_ERROR(latency_point(*sut, g, p, opts, &cas_counter));
         }
-        p.core_slowdown = slowdown;
+        const Histogram after = time_work_item(kGuardSamples);
+        load.reset();
+        during.merge(after);
+        p.guard.base = quiet_base;
+        p.guard.during = during;
+        // A quiet point's after-measurement is quiet too: the loaded twin's
+        // reference uses both quiet measurements.
+        if (!loaded) quiet_base.merge(after);
         print_row(text, p);
-        if (o.json) out << point_json(p, o, where).dump() << "\n" << std::flush;
         points.push_back(std::move(p));
       }
     }
   }
-  if (has(o.loads, "load")) {
-    text << fmt::format("under load the client/NIC core ran its reference workload up to {:.2f}x slower than quiet "
-                       "(resources the VM's two vCPUs share; a real NIC would not slow down)\n",
-                       worst_slowdown);
-  }
 
-  // Ratios from this run: the paper's claims are about them.
-  auto find = [&](const std::string& exp, const std::string& sys, Primitive prim, uint32_t size, uint32_t group,
-                  bool loaded) -> const Point* {
-    for (const Point& p : points) {
-      if (p.experiment == exp && p.system == sys && p.primitive == prim && p.size == size && p.group == group &&
-          p.load == loaded) {
-        return &p;
+  // The headline: both baselines against HyperLoop at p50, p99 and p99.9,
+  // quiet and loaded, from this run.
+  text << "\nheadline (same run): baseline / hyperloop latency\n";
+  for (const Spec& spec : specs) {
+    if (spec.experiment == "throughput") continue;
+    for (const std::string& load_name : o.loads) {
+      const bool loaded = load_name == "load";
+      const Point* hl = find(points, spec, "hyperloop", loaded);
+      if (hl == nullptr) continue;
+      std::string line = fmt::format("  {:<10} {:<7} {:>5} B group {} {:<5}", spec.experiment,
+                                     hyperloop::primitive_name(spec.primitive), spec.size, spec.group, load_name);
+      for (const char* base : {"naive-event", "naive-poll"}) {
+        const Point* b = find(points, spec, base, loaded);
+        if (b == nullptr) continue;
+        const nlohmann::json r = ratios_json(b, hl);
+        line += fmt::format("  {}: p50 {} p99 {} p99.9 {}", base, ratio_text(r["p50"]), ratio_text(r["p99"]),
+                            ratio_text(r["p999"]));
       }
+      text << line << "\n";
     }
-    return nullptr;
-  };
-  text << "\nratios (same run):\n";
+    const Point* hq = find(points, spec, "hyperloop", false);
+    const Point* hl = find(points, spec, "hyperloop", true);
+    if (hq != nullptr && hl != nullptr && percentile_reportable(hq->hist, 0.99) &&
+        percentile_reportable(hl->hist, 0.99)) {
+      text << fmt::format("  {:<10} {:<7} {:>5} B group {} hyperloop p99 loaded / quiet = {:.2f}{}\n", spec.experiment,
+                          hyperloop::primitive_name(spec.primitive), spec.size, spec.group,
+                          static_cast<double>(hl->hist.percentile(0.99)) /
+                              static_cast<double>(std::max<uint64_t>(1, hq->hist.percentile(0.99))),
+                          hl->guard.disturbed() ? " (core DISTURBED: the load reached the NIC core)" : "");
+    }
+  }
   for (uint32_t size : o.sizes) {
-    const Point* hq = find("latency", "hyperloop", Primitive::kWrite, size, 3, false);
-    const Point* hl = find("latency", "hyperloop", Primitive::kWrite, size, 3, true);
-    const Point* el = find("latency", "naive-event", Primitive::kWrite, size, 3, true);
-    const Point* pl = find("latency", "naive-poll", Primitive::kWrite, size, 3, true);
-    if (hl != nullptr && el != nullptr) {
-      text << fmt::format("  gwrite {:>5} B under load: p99 naive-event / hyperloop = {:.1f}x", size,
-                         static_cast<double>(el->hist.percentile(0.99)) /
-                             static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(0.99))));
-      if (pl != nullptr) {
-        text << fmt::format(", naive-poll / hyperloop = {:.2f}x",
-                           static_cast<double>(pl->hist.percentile(0.99)) /
-                               static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(0.99))));
-      }
-      text << "\n";
-    }
-    if (hq != nullptr && hl != nullptr) {
-      text << fmt::format("  gwrite {:>5} B hyperloop p99 load / quiet = {:.2f}\n", size,
-                         static_cast<double>(hl->hist.percentile(0.99)) /
-                             static_cast<double>(std::max<uint64_t>(1, hq->hist.percentile(0.99))));
-    }
-    const Point* th = find("throughput", "hyperloop", Primitive::kWrite, size, 3, false);
-    const Point* tp = find("throughput", "naive-poll", Primitive::kWrite, size, 3, false);
+    const Spec spec{"throughput", Primitive::kWrite, size, 3};
+    const Point* th = find(points, spec, "hyperloop", false);
+    const Point* tp = find(points, spec, "naive-poll", false);
     if (th != nullptr && tp != nullptr && th->seconds > 0 && tp->seconds > 0 && tp->ops > 0) {
-      text << fmt::format("  gwrite {:>5} B quiet throughput hyperloop / naive-poll = {:.2f}\n", size,
-                         (static_cast<double>(th->ops) / th->seconds) / (static_cast<double>(tp->ops) / tp->seconds));
+      text << fmt::format("  throughput gwrite {:>5} B quiet: hyperloop / naive-poll = {:.2f}\n", size,
+                          (static_cast<double>(th->ops) / th->seconds) / (static_cast<double>(tp->ops) / tp->seconds));
     }
+  }
+  if (o.json) {
+    for (const Point& p : points) out << point_json(p, points, o, where, load_command).dump() << "\n";
+    out << std::flush;
   }
   return ok_status();
 }

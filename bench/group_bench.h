@@ -11,7 +11,10 @@
 // and steps a manual NIC engine, so it stands for the unloaded client machine
 // and for every host's NIC hardware at once; the replicas' application
 // threads (Naive's workers, HyperLoop's idle setup threads) and the load are
-// pinned to replica_cpu.
+// pinned to replica_cpu. The load is stress-ng, a separate executable (see
+// cpu_load.h for why never a fork of this process). Every point reports its
+// sample count, the wire bytes per operation per replica (NIC counters), and
+// a load guard comparing the tails of a fixed work item on the client/NIC core.
 #pragma once
 
 #include <cstdint>
@@ -32,10 +35,11 @@ struct GroupBenchOptions {
   uint32_t group_size_bytes = 1024;      // message size of the group-size experiment
   std::vector<std::string> loads = {"quiet", "load"};
   uint64_t iters = 10000;                // latency operations per point (the paper's 10,000)
-  double max_seconds = 3.0;              // cap on any one point
+  double max_seconds = 3.0;              // cap on a quiet latency point and on any throughput point
+  double max_seconds_loaded = 60.0;      // cap on a loaded latency point (Naive-event needs it for its samples)
   uint64_t throughput_bytes = 1ULL << 30;  // per throughput point (the paper's 1 GB)
   uint32_t window = 16;                  // operations outstanding in the throughput experiment
-  uint32_t load_processes = 10;          // busy tenant processes on the replica CPU
+  uint32_t load_processes = 10;          // busy tenant processes on the replica CPU (stress-ng workers)
   int client_cpu = 1;
   int replica_cpu = 0;
   size_t region_bytes = 16 << 20;

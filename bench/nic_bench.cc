@@ -268,11 +268,13 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
           j["engine"]["cpu_busy_fraction"] = p.engine_cpu_fraction;
           j["client_cpu"] = placement.client_cpu;
           j["load"] = placement.load;
+          add_provenance(j);
           out << j.dump() << std::endl;
         } else {
           out << fmt::format(
               "{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10.3f}{:>8.2f}{:>9}{:>9.1f}{:>8.2f}{:>7.2f}{:>8.2f}\n", op,
-              size, window, p.iters, p.latency.percentile(0.5), p.latency.percentile(0.99), p.latency.percentile(0.999),
+              size, window, p.iters, percentile_text(p.latency, 0.5, 1, 0), percentile_text(p.latency, 0.99, 1, 0),
+              percentile_text(p.latency, 0.999, 1, 0),
               p.latency.max(), mops, gbps, ref_p50, ref_gbps, p50_over_ref, gbps_over_ref, p.engine_cpu_fraction);
           out.flush();
         }

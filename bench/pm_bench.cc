@@ -444,6 +444,7 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
     j["load"] = placement.load;
     j["real_pm"] = real_pm;
     if (o.json) {
+      add_provenance(j);
       out << j.dump() << std::endl;
     }
   };
@@ -511,8 +512,8 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
         if (!o.json) {
           const auto& m = j["modeled"];
           out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
-                             v.pm ? "pm" : "dram", v.name, size, mops, r.latency.percentile(0.5),
-                             r.latency.percentile(0.99), r.latency.percentile(0.999),
+                             v.pm ? "pm" : "dram", v.name, size, mops, percentile_text(r.latency, 0.5, 1, 0),
+                             percentile_text(r.latency, 0.99, 1, 0), percentile_text(r.latency, 0.999, 1, 0),
                              m["write_amplification"].get<double>(),
                              m["pcie_rmw_per_op"].get<double>() + m["nt_partial_per_op"].get<double>(),
                              m["cpu_rfo_per_op"].get<double>(), m["read_requests_per_op"].get<double>(),
@@ -551,8 +552,8 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
       if (!o.json) {
         const auto& m = j["modeled"];
         out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
-                           on_pm ? "pm" : "dram", on_pm ? "locks on PM" : "+H8", 8, mops, r.latency.percentile(0.5),
-                           r.latency.percentile(0.99), r.latency.percentile(0.999),
+                           on_pm ? "pm" : "dram", on_pm ? "locks on PM" : "+H8", 8, mops, percentile_text(r.latency, 0.5, 1, 0),
+                           percentile_text(r.latency, 0.99, 1, 0), percentile_text(r.latency, 0.999, 1, 0),
                            m["write_amplification"].get<double>(), m["pcie_rmw_per_op"].get<double>(),
                            m["cpu_rfo_per_op"].get<double>(), m["read_requests_per_op"].get<double>(),
                            m["media_bound_mops"].get<double>());

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
+#include "build_info.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
 
@@ -22,12 +25,33 @@ std::string placement_text(const Placement& p) {
                      engine, client, p.load, machine_description());
 }
 
+uint64_t samples_needed(double q) { return static_cast<uint64_t>(std::ceil(10.0 / (1.0 - q) - 1e-9)); }
+
+bool percentile_reportable(const Histogram& h, double q) { return h.count() > 0 && h.count() >= samples_needed(q); }
+
+nlohmann::json percentile_json(const Histogram& h, double q, double scale) {
+  if (!percentile_reportable(h, q)) return nullptr;
+  return static_cast<double>(h.percentile(q)) * scale;
+}
+
+std::string percentile_text(const Histogram& h, double q, double scale, int decimals) {
+  if (!percentile_reportable(h, q)) return "n/a";
+  return fmt::format("{:.{}f}", static_cast<double>(h.percentile(q)) * scale, decimals);
+}
+
 void add_percentiles_ns(nlohmann::json& j, const Histogram& h) {
-  j["p50_ns"] = h.percentile(0.50);
-  j["p95_ns"] = h.percentile(0.95);
-  j["p99_ns"] = h.percentile(0.99);
-  j["p999_ns"] = h.percentile(0.999);
+  j["samples"] = h.count();
+  j["p50_ns"] = percentile_json(h, 0.50);
+  j["p95_ns"] = percentile_json(h, 0.95);
+  j["p99_ns"] = percentile_json(h, 0.99);
+  j["p999_ns"] = percentile_json(h, 0.999);
   j["max_ns"] = h.max();
+}
+
+void add_provenance(nlohmann::json& j) {
+  j["commit"] = build_commit();
+  if (build_dirty()) j["dirty"] = true;
+  j["machine"] = machine_description();
 }
 
 int usable_cpu(int wanted) { return (wanted >= 0 && wanted < available_cpus()) ? wanted : -1; }

@@ -4,10 +4,12 @@
 # Writes <outdir>/group-fig8.png (gWRITE/gMEMCPY avg, p95, p99 vs size, quiet
 # and loaded), group-fig9.png (gWRITE throughput and replica CPU vs size),
 # group-fig10.png (gWRITE p99 vs group size), group-table2.png (gCAS), and
-# prints Table 2 as text.
+# prints Table 2 (gCAS) and the wire bytes per operation as text. A
+# percentile with too few samples behind it is null in the JSON and is left
+# out of the plots.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 in=$1
@@ -30,7 +32,7 @@ for prim in gwrite gmemcpy; do
     for sys in $systems; do
       f="$tmp/f8-$prim-$load-$sys.tsv"
       jq -r --arg p "$prim" --arg s "$sys" --argjson l "$load" \
-        'select(.experiment == "latency" and .primitive == $p and .system == $s and .load == $l) | [.size, .avg_us, .p95_us, .p99_us] | @tsv' \
+        'select(.experiment == "latency" and .primitive == $p and .system == $s and .load == $l) | [.size, .avg_us, (.p95_us // "NaN"), (.p99_us // "NaN")] | @tsv' \
         "$in" | sort -n > "$f"
       [[ -s "$f" ]] || continue
       c=$(color "$sys")
@@ -101,7 +103,7 @@ for sys in $systems; do
   for load in false true; do
     f="$tmp/f10-$sys-$load.tsv"
     jq -r --arg s "$sys" --argjson l "$load" \
-      'select(.experiment == "group_size" and .system == $s and .load == $l) | [.group, .p99_us] | @tsv' \
+      'select(.experiment == "group_size" and .system == $s and .load == $l) | [.group, (.p99_us // "NaN")] | @tsv' \
       "$in" | sort -n > "$f"
     [[ -s "$f" ]] || continue
     c=$(color "$sys")
@@ -127,12 +129,15 @@ GP
 fi
 
 # ---- Table 2: gCAS ----------------------------------------------------------------
-jq -r 'select(.experiment == "cas") | [.system + (if .load then " (load)" else "" end), .avg_us, .p95_us, .p99_us] | @tsv' \
-  "$in" > "$tmp/t2.tsv"
+jq -r 'select(.experiment == "cas") | [.system + (if .load then "(load)" else "" end), .avg_us, (.p95_us // "NaN"),
+  (.p99_us // "NaN"), .samples] | @tsv' "$in" > "$tmp/t2.tsv"
+num() { awk -v v="$1" 'BEGIN { if (v == "NaN") printf "%10s", "n/a"; else printf "%10.1f", v }'; }
 if [[ -s "$tmp/t2.tsv" ]]; then
   echo "Table 2: gCAS latency (us), group of 3"
-  printf '%-24s %10s %10s %10s\n' system average p95 p99
-  awk -F'\t' '{ printf "%-24s %10.1f %10.1f %10.1f\n", $1, $2, $3, $4 }' "$tmp/t2.tsv"
+  printf '%-24s %10s %10s %10s %10s\n' system average p95 p99 samples
+  while IFS=$'\t' read -r name avg p95 p99 n; do
+    printf '%-24s %s %s %s %10s\n' "$name" "$(num "$avg")" "$(num "$p95")" "$(num "$p99")" "$n"
+  done < "$tmp/t2.tsv"
   gnuplot <<GP
 set terminal pngcairo size 1000,520 noenhanced
 set output '$out/group-table2.png'
@@ -147,5 +152,17 @@ set xtics rotate by -20 font ',9'
 set key left top
 plot '$tmp/t2.tsv' using 2:xtic(1) title 'average', '' using 3 title 'p95', '' using 4 title 'p99'
 GP
+fi
+# ---- wire bytes per operation per replica (NIC counters) ----------------------------
+jq -r 'select((.experiment == "latency" or .experiment == "cas") and .load == false and .wire_bytes_per_op != null)
+  | [.system, .primitive, .size, .wire_bytes_per_op.payload, .wire_bytes_per_op.metadata, .wire_bytes_per_op.rearm,
+     .wire_bytes_per_op.headers, .wire_bytes_per_op.total, .wire_bytes_per_op.loopback_packets] | @tsv' "$in" \
+  | sort -t$'\t' -k2,2 -k3,3n -k1,1 > "$tmp/wire.tsv"
+if [[ -s "$tmp/wire.tsv" ]]; then
+  echo
+  echo "Wire bytes per operation per replica, group of 3 (NIC counters; loopback = NIC-internal packets, no wire)"
+  printf '%-12s %-8s %6s %9s %9s %7s %8s %8s %9s\n' system primitive size payload metadata re-arm headers total loopback
+  awk -F'\t' '{ printf "%-12s %-8s %6d %9.1f %9.1f %7.1f %8.1f %8.1f %9.1f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }' \
+    "$tmp/wire.tsv"
 fi
 echo "plots written to $out"

@@ -176,12 +176,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   group->add_option("--iters", group_opts.iters, "operations per latency point (the paper: 10,000)")
       ->capture_default_str();
-  group->add_option("--max-seconds", group_opts.max_seconds, "cap on the time of any one point")->capture_default_str();
+  group->add_option("--max-seconds", group_opts.max_seconds,
+                    "cap on a quiet latency point and on any throughput point")
+      ->capture_default_str();
+  group->add_option("--max-seconds-loaded", group_opts.max_seconds_loaded,
+                    "cap on a loaded latency point (long enough for 1,000+ samples of naive-event)")
+      ->capture_default_str();
   group->add_option("--throughput-bytes", group_opts.throughput_bytes, "bytes written per throughput point (1 GiB)")
       ->capture_default_str();
   group->add_option("--window", group_opts.window, "operations outstanding in the throughput experiment (1..32)")
       ->capture_default_str();
-  group->add_option("--load-processes", group_opts.load_processes, "busy processes pinned to the replica CPU")
+  group->add_option("--load-processes", group_opts.load_processes, "busy processes (stress-ng workers) pinned to the replica CPU")
       ->capture_default_str();
   group->add_option("--client-cpu", group_opts.client_cpu, "CPU of the client thread, which also steps the NICs")
       ->capture_default_str();
