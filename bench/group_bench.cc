@@ -14,6 +14,7 @@
 #include "ferry/common/histogram.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
+#include "reference.h"
 #include "report.h"
 
 namespace ferry::bench {
@@ -273,7 +274,7 @@ nlohmann::json wire_json(const Point& p) {
 }
 
 nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const GroupBenchOptions& o,
-                          const std::string& where, const std::string& load_command) {
+                          const std::string& where, const std::string& load_command, const nlohmann::json& stalls) {
   nlohmann::json j;
   j["experiment"] = p.experiment;
   j["system"] = p.system;
@@ -320,6 +321,7 @@ nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const G
   j["flush"] = o.flush;
   j["placement"] = where;
   j["load_command"] = p.load ? load_command : "";
+  j["cpu_stalls"] = stalls;
   add_provenance(j);
   return j;
 }
@@ -397,6 +399,18 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
        << fmt::format("  core p99 = p99 of a fixed ~1 us work item on the client/NIC core during the point over "
                       "quiet; above {:.1f} the point is DISTURBED\n",
                       kDisturbedP99Ratio);
+
+  // The physical floor of every tail: how often, and for how long, the
+  // machine takes the client/NIC core away (quiet, before anything runs).
+  const CpuStalls stalls = cpu_stalls(0.5);
+  const nlohmann::json stalls_json = {{"per_second", stalls.per_second},
+                                      {"p50_us", stalls.gaps.percentile(0.5) * kUs},
+                                      {"max_us", stalls.gaps.max() * kUs},
+                                      {"stolen_fraction", stalls.stolen_fraction}};
+  text << fmt::format("  the client/NIC core loses the CPU {:.0f} times a second for {:.0f} us (median; max {:.0f} us, "
+                      "{:.1f}% of its time) -- a floor for the p99 of any operation of a few microseconds or more\n",
+                      stalls.per_second, stalls.gaps.percentile(0.5) * kUs, stalls.gaps.max() * kUs,
+                      stalls.stolen_fraction * 100);
 
   // Every point is measured quiet and then loaded, back to back, so that the
   // pair sees the same machine (this VM's speed drifts over minutes).
@@ -502,7 +516,7 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
     }
   }
   if (o.json) {
-    for (const Point& p : points) out << point_json(p, points, o, where, load_command).dump() << "\n";
+    for (const Point& p : points) out << point_json(p, points, o, where, load_command, stalls_json).dump() << "\n";
     out << std::flush;
   }
   return ok_status();

@@ -10,6 +10,7 @@
 
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
+#include "report.h"
 
 namespace ferry::bench {
 
@@ -61,6 +62,27 @@ double memcpy_bytes_per_second(size_t size, size_t blocks, double min_seconds) {
     iters *= 2;
   }
   return static_cast<double>(copied) / elapsed;
+}
+
+CpuStalls cpu_stalls(double seconds, uint64_t threshold_ns) {
+  const Clock& clock = timing_clock();
+  CpuStalls s;
+  const uint64_t start = clock.now_ns();
+  const uint64_t end = start + static_cast<uint64_t>(seconds * 1e9);
+  uint64_t prev = start;
+  uint64_t stolen = 0;
+  for (uint64_t now = clock.now_ns(); now < end; now = clock.now_ns()) {
+    const uint64_t gap = now - prev;
+    if (gap > threshold_ns) {
+      s.gaps.record(gap);
+      stolen += gap;
+    }
+    prev = now;
+  }
+  const double elapsed = static_cast<double>(prev - start) / 1e9;
+  s.per_second = elapsed > 0 ? static_cast<double>(s.gaps.count()) / elapsed : 0;
+  s.stolen_fraction = elapsed > 0 ? static_cast<double>(stolen) / 1e9 / elapsed : 0;
+  return s;
 }
 
 }  // namespace ferry::bench
