@@ -2,7 +2,7 @@
 // stressor (N worker processes) pinned to one CPU, started as a separate
 // executable with posix_spawn and stopped when the CpuLoad is destroyed.
 //
-// Why a separate executable: a load made by fork() of the measuring process
+// Why a separate executable: a load made by forking the measuring process
 // shares its pages copy-on-write, and every later first write of the
 // measured threads becomes a page fault whose TLB shootdown waits for the
 // loaded CPU -- the load then shows up in the measured tails through the
