@@ -24,17 +24,6 @@
 namespace ferry::nic::testing {
 namespace {
 
-SendWr read_wr(uint64_t wr_id, const Sge* local, uint64_t remote, uint32_t rkey, uint8_t flags = kSendSignaled) {
-  SendWr wr;
-  wr.wr_id = wr_id;
-  wr.opcode = WrOpcode::kRdmaRead;
-  wr.flags = flags;
-  wr.sg_list = std::span<const Sge>(local, local ? 1 : 0);
-  wr.remote_addr = remote;
-  wr.rkey = rkey;
-  return wr;
-}
-
 wire::Headers parse(const Packet& p) {
   wire::Headers h;
   size_t len = 0;
@@ -394,22 +383,7 @@ TEST_F(InlineObeysMaxSendSge, InlineSendWithMoreSgesThanMaxSendSgeIsRejected) {
 
 // ---- EnableExposesOnlyPosted -----------------------------------------------------
 
-class EnableExposesOnlyPosted : public NicTest {
- protected:
-  QueuePair& loopback_qp(Host& h) {
-    QueuePair& q1 = add_qp(h);
-    QueuePair& q2 = add_qp(h);
-    connect(q1, h, q2, h);
-    return q1;
-  }
-  static SendWr enable_wr(const QueuePair& target, uint64_t index, bool recv = false) {
-    SendWr wr;
-    wr.opcode = recv ? WrOpcode::kRecvEnable : WrOpcode::kSendEnable;
-    wr.enable_qp = &target;
-    wr.index = index;
-    return wr;
-  }
-};
+class EnableExposesOnlyPosted : public NicTest {};
 
 TEST_F(EnableExposesOnlyPosted, SendEnableBeyondThePostedCountWaitsForThePosts) {
   Host& a = add_host();

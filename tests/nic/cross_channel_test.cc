@@ -6,32 +6,7 @@
 namespace ferry::nic::testing {
 namespace {
 
-class CrossChannelTest : public NicTest {
- protected:
-  // A QP connected to a partner on the same NIC: carries WAIT/ENABLE/NOP and
-  // local copies.
-  QueuePair& loopback_qp(Host& h, QpInitAttr attr = {}) {
-    QueuePair& q1 = add_qp(h, attr);
-    QueuePair& q2 = add_qp(h);
-    connect(q1, h, q2, h);
-    return q1;
-  }
-
-  static SendWr enable_wr(const QueuePair& target, uint64_t index, bool recv = false) {
-    SendWr wr;
-    wr.opcode = recv ? WrOpcode::kRecvEnable : WrOpcode::kSendEnable;
-    wr.enable_qp = &target;
-    wr.index = index;
-    return wr;
-  }
-  static SendWr wait_wr(const CompletionQueue& cq, uint64_t index) {
-    SendWr wr;
-    wr.opcode = WrOpcode::kWait;
-    wr.wait_cq = &cq;
-    wr.index = index;
-    return wr;
-  }
-};
+class CrossChannelTest : public NicTest {};
 
 TEST_F(CrossChannelTest, ManagedSendQueueDoesNothingUntilEnabled) {
   Host& a = add_host();

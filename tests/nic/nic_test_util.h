@@ -162,6 +162,35 @@ class NicTest : public ::testing::Test {
     return wr;
   }
 
+  static SendWr read_wr(uint64_t wr_id, const Sge* local, uint64_t remote, uint32_t rkey,
+                        uint8_t flags = kSendSignaled) {
+    SendWr wr = write_wr(wr_id, local, remote, rkey, flags);
+    wr.opcode = WrOpcode::kRdmaRead;
+    return wr;
+  }
+  static SendWr enable_wr(const QueuePair& target, uint64_t index, bool recv = false) {
+    SendWr wr;
+    wr.opcode = recv ? WrOpcode::kRecvEnable : WrOpcode::kSendEnable;
+    wr.enable_qp = &target;
+    wr.index = index;
+    return wr;
+  }
+  static SendWr wait_wr(const CompletionQueue& cq, uint64_t index) {
+    SendWr wr;
+    wr.opcode = WrOpcode::kWait;
+    wr.wait_cq = &cq;
+    wr.index = index;
+    return wr;
+  }
+  // A QP connected to a partner on the same NIC: carries WAIT/ENABLE/NOP and
+  // local copies.
+  QueuePair& loopback_qp(Host& h, QpInitAttr attr = {}) {
+    QueuePair& q1 = add_qp(h, attr);
+    QueuePair& q2 = add_qp(h);
+    connect(q1, h, q2, h);
+    return q1;
+  }
+
   FakeClock clock_;
   std::unique_ptr<Engine> engine_;
   std::vector<std::unique_ptr<Host>> hosts_;
