@@ -28,8 +28,7 @@ ctest --test-dir build --output-on-failure --no-tests=error -j "$JOBS" --timeout
 if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "ASan+UBSan build"
   configure build-asan -DFERRY_SANITIZE=address
-  cmake --build build-asan -j "$JOBS" --target common_tests nic_tests nic_thread_tests pm_tests pm_thread_tests \
-    hyperloop_tests hyperloop_thread_tests
+  cmake --build build-asan -j "$JOBS" --target ferry_test_binaries
   step "ASan+UBSan tests"
   # Every test suite (the CLI tests need the tool, which this build skips).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
