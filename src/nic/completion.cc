@@ -33,7 +33,11 @@ void NicCore::complete(CqCore* cq, const WorkCompletion& wc) {
     cqe->wqe_index = static_cast<uint16_t>(wc.wqe_index);
     cqe->opcode = static_cast<uint8_t>(wc.opcode);
     cqe->status = static_cast<uint8_t>(wc.status);
-    cqe->flags = static_cast<uint8_t>((wc.has_imm ? kCqeFlagImm : 0) | (wc.solicited ? kCqeFlagSolicited : 0));
+    cqe->flags = static_cast<uint8_t>((wc.has_imm ? kCqeFlagImm : 0) | (wc.solicited ? kCqeFlagSolicited : 0) |
+                                      (wc.mp_buffer_done ? kCqeFlagMpBufferDone : 0) |
+                                      (wc.mp_filler ? kCqeFlagMpFiller : 0));
+    cqe->stride_index = wc.stride_index;
+    cqe->mp_strides_consumed = wc.mp_strides_consumed;
     const uint8_t owner = static_cast<uint8_t>(((cq->produced / cq->depth) & 1) + 1);
     std::atomic_ref<uint8_t>(cqe->owner).store(owner, std::memory_order_release);
     counters_.cqes_written.inc();
@@ -91,6 +95,10 @@ Result<uint32_t> CompletionQueue::poll(std::span<WorkCompletion> out) {
     wc.status = static_cast<WcStatus>(cqe->status);
     wc.has_imm = (cqe->flags & kCqeFlagImm) != 0;
     wc.solicited = (cqe->flags & kCqeFlagSolicited) != 0;
+    wc.mp_buffer_done = (cqe->flags & kCqeFlagMpBufferDone) != 0;
+    wc.mp_filler = (cqe->flags & kCqeFlagMpFiller) != 0;
+    wc.stride_index = cqe->stride_index;
+    wc.mp_strides_consumed = cqe->mp_strides_consumed;
     ++consumer_;
     ++n;
   }

@@ -53,7 +53,8 @@ NicCore::NicCore(Engine* engine, Fabric* fabric, const NicOptions& options)
       fabric_(fabric),
       options_(options),
       memory_(options.memory ? options.memory : &DramHostMemory::instance()),
-      doorbells_(round_pow2(options.max_qps, 2)) {
+      doorbells_(round_pow2(options.max_qps, 2)),
+      qpc_cache_(options.resource_model.qp_context_entries, round_pow2(std::max(options.max_qps, 2u), 2)) {
   const uint32_t max_qps = round_pow2(std::max(options.max_qps, 2u), 2);
   qp_index_bits_ = static_cast<uint32_t>(__builtin_ctz(max_qps));
   FERRY_ASSERT(qp_index_bits_ <= 16, "max_qps too large for 24-bit QP numbers with a generation");
@@ -187,6 +188,22 @@ void NicCore::destroy_cq(CqCore* cq) {
 Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr) {
   if (attr.max_wr == 0 || attr.max_wr > (1u << 20)) return invalid_argument("create_srq: max_wr must be in 1..1048576");
   if (attr.max_sge > kMaxRecvSge) return invalid_argument("create_srq: max_sge above " + std::to_string(kMaxRecvSge));
+  const bool pow2 = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }(attr.mp_strides);
+  if (attr.mp_strides != 0) {
+    const uint32_t k = attr.mp_stride_bytes;
+    if (!pow2 || attr.mp_strides > 32768) {
+      return invalid_argument("create_srq: mp_strides must be a power of two up to 32768");
+    }
+    if (k < 64 || k > 8192 || (k & (k - 1)) != 0) {
+      return invalid_argument("create_srq: mp_stride_bytes must be a power of two in 64..8192");
+    }
+    if (static_cast<uint64_t>(attr.mp_strides) * k > (1u << 30)) {
+      return invalid_argument("create_srq: a multi-packet buffer is at most 1 GiB");
+    }
+    if (attr.mp_max_message_bytes > attr.mp_strides * k) {
+      return invalid_argument("create_srq: mp_max_message_bytes exceeds one buffer");
+    }
+  }
   for (uint32_t n = 1; n < srqs_.size(); ++n) {
     if (srqs_[n]) continue;
     auto srq = std::make_unique<SrqCore>();
@@ -207,6 +224,12 @@ Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr) {
       srq->ring = srq->ring_memory.ptr;
     }
     srq->limit.store(attr.srq_limit, std::memory_order_relaxed);
+    if (attr.mp_strides != 0) {
+      srq->mp_strides = attr.mp_strides;
+      srq->mp_stride_bytes = attr.mp_stride_bytes;
+      const uint32_t max_message = attr.mp_max_message_bytes ? attr.mp_max_message_bytes : srq->mp_buffer_bytes();
+      srq->mp_max_message_strides = (max_message + attr.mp_stride_bytes - 1) / attr.mp_stride_bytes;
+    }
     ++pd_refs_[pd];
     SrqCore* raw = srq.get();
     srqs_[n] = std::move(srq);
@@ -301,6 +324,7 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
 void NicCore::destroy_qp(QpCore* qp) {
   // Packets in flight may borrow inline data from this QP's ring.
   fabric_->materialize_from(address_, qp->qpn);
+  qpc_cache_.forget(qp->qpn & ((1u << qp_index_bits_) - 1));
   if (qp->waiting_cq) {
     // Unlink from the CQ's WAIT list.
     for (auto& cq : cqs_) {
@@ -379,6 +403,9 @@ NicCounters NicCore::counters() const {
   c.doorbells = counters_.doorbells;
   c.wqes_fetched = counters_.wqes_fetched;
   c.cqes_written = counters_.cqes_written;
+  c.modeled_qpc_lookups = counters_.modeled_qpc_lookups;
+  c.modeled_qpc_misses = counters_.modeled_qpc_misses;
+  c.modeled_recv_wqe_dmas = counters_.modeled_recv_wqe_dmas;
   return c;
 }
 

@@ -137,6 +137,19 @@ struct SrqCore {
   std::atomic<uint64_t> producer{0};    // app stores (release) after writing WQEs; engine reads (acquire)
   std::atomic<uint64_t> consumer{0};    // engine stores (release) when taking a WQE; app reads (acquire)
   std::atomic<uint32_t> limit{0};       // app arms; engine clears when the event fires
+
+  // Multi-packet SRQ (immutable after create; 0 strides = ordinary).
+  uint32_t mp_strides = 0;
+  uint32_t mp_stride_bytes = 0;
+  uint32_t mp_max_message_strides = 0;
+  uint32_t mp_buffer_bytes() const { return mp_strides * mp_stride_bytes; }
+  // Engine: the buffer messages are being placed in.
+  bool mp_active = false;
+  uint64_t mp_index = 0;          // its SRQ index
+  uint64_t mp_wr_id = 0;
+  uint8_t* mp_base = nullptr;     // resolved host address (nullptr: its WQE failed the checks)
+  WcStatus mp_status = WcStatus::kSuccess;
+  uint32_t mp_next_stride = 0;    // first stride not yet given to a message
 };
 
 // A resolved local buffer segment (after lkey/bounds/access checks).
@@ -183,6 +196,12 @@ struct RecvContext {
   uint32_t capacity = 0;  // sum of SGE lengths
   uint8_t nsge = 0;
   LocalSeg sges[kMaxRecvSge];
+  // Multi-packet SRQ: the strides reserved for this message in buffer
+  // wqe_index, [stride, stride + strides).
+  bool mp = false;
+  bool mp_bad_buffer = false;  // the buffer failed its checks: retired with this message
+  uint16_t stride = 0;
+  uint32_t strides = 0;
 };
 
 // One response a responder owes its requester, in PSN order: ACK/NAK,
@@ -365,6 +384,30 @@ struct NicCounterSet {
   Counter tx_packets, rx_packets, rx_malformed, rx_unknown_qp, rx_duplicates, rx_out_of_sequence;
   Counter seq_naks_sent, rnr_naks_sent, error_naks_sent, acks_sent, retransmitted_packets;
   Counter ack_timeouts, rnr_retries, atomic_replays, read_replays, doorbells, wqes_fetched, cqes_written;
+  Counter modeled_qpc_lookups, modeled_qpc_misses, modeled_recv_wqe_dmas;
+};
+
+// The modeled QP-context cache (NicResourceModel::qp_context_entries): a
+// fully associative LRU over QP indices. Engine only.
+class QpContextCache {
+ public:
+  QpContextCache(uint32_t entries, uint32_t qp_slots);
+  bool enabled() const { return capacity_ != 0; }
+  // Looks the context up and makes it the most recent: true on a hit.
+  bool touch(uint32_t qp_index);
+  // The QP is gone: its context no longer counts as cached.
+  void forget(uint32_t qp_index);
+
+ private:
+  static constexpr uint32_t kNoQp = UINT32_MAX;
+  void unlink(int32_t slot);
+  void push_front(int32_t slot);
+  uint32_t capacity_;
+  uint32_t used_ = 0;
+  std::vector<int32_t> slot_of_;  // by QP index: its slot, or -1
+  std::vector<uint32_t> qp_of_;   // by slot
+  std::vector<int32_t> prev_, next_;
+  int32_t head_ = -1, tail_ = -1;
 };
 
 class NicCore {
@@ -448,7 +491,12 @@ class NicCore {
   // responder.cc
   void on_request(QpCore* qp, const wire::Headers& h, const uint8_t* payload, uint32_t len, uint64_t now);
   void on_duplicate_request(QpCore* qp, const wire::Headers& h, uint64_t now);
-  bool take_recv(QpCore* qp);
+  // Takes the RECV (or multi-packet SRQ strides) the message that starts
+  // with this packet lands in: `first_len` is its length when the packet is
+  // also the last (-1 if more packets follow). False if none is available.
+  bool take_recv(QpCore* qp, int64_t first_len);
+  bool take_mp_strides(QpCore* qp, SrqCore* srq, int64_t first_len);
+  void release_unused_strides(QpCore* qp);
   bool place_recv_payload(QpCore* qp, const uint8_t* payload, uint32_t len);
   void complete_recv(QpCore* qp, WcOpcode opcode, uint32_t byte_len, bool has_imm, uint32_t imm, bool solicited);
   // The MR `rkey` names if this QP and that MR allow every right in `access`, else nullptr.
@@ -488,6 +536,8 @@ class NicCore {
   void cq_overrun(CqCore* cq);
   // transmit helpers
   bool transmit(QpCore* qp, Packet& p, bool is_request, uint64_t now);
+  // resource_model.cc: a packet of this QP needed its context (counters only).
+  void model_qp_context(const QpCore* qp);
   void fill_packet(Packet& p, QpCore* qp, const wire::Headers& h);
 
   Engine* engine_;
@@ -530,6 +580,7 @@ class NicCore {
   std::deque<AsyncEvent> async_events_;  // guarded by async_mu_
 
   NicCounterSet counters_;
+  QpContextCache qpc_cache_;
   uint32_t tx_burst_ = 16;
   uint32_t window_packets_ = 1024;
   static constexpr uint32_t kAckReqInterval = 16;

@@ -22,6 +22,7 @@ void NicCore::on_packet(const Packet& packet, uint64_t now) {
     counters_.rx_unknown_qp.inc();
     return;
   }
+  model_qp_context(qp);
   const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
   if (info.request) {
     const QpState st = qp->state.load(std::memory_order_relaxed);

@@ -153,6 +153,10 @@ Status SharedReceiveQueue::post_recv(std::span<const RecvWr> wrs) {
     if (wrs[i].sg_list.size() > srq->max_sge) {
       return invalid_argument("srq post_recv: WR " + std::to_string(i) + " exceeds max_sge " + std::to_string(srq->max_sge));
     }
+    if (srq->mp_strides != 0 && (wrs[i].sg_list.size() != 1 || wrs[i].sg_list[0].length < srq->mp_buffer_bytes())) {
+      return invalid_argument("srq post_recv: WR " + std::to_string(i) + ": a multi-packet SRQ takes one SGE of " +
+                              std::to_string(srq->mp_buffer_bytes()) + " bytes (mp_strides x mp_stride_bytes)");
+    }
   }
   uint64_t in_use = srq->app_producer - srq->app_consumer_cache;
   if (in_use + wrs.size() > srq->depth) {
@@ -177,6 +181,8 @@ Status SharedReceiveQueue::arm_limit(uint32_t limit) {
 }
 
 uint32_t SharedReceiveQueue::number() const { return core_->number; }
+uint32_t SharedReceiveQueue::mp_strides() const { return core_->mp_strides; }
+uint32_t SharedReceiveQueue::mp_stride_bytes() const { return core_->mp_stride_bytes; }
 uint32_t SharedReceiveQueue::depth() const { return core_->depth; }
 uint32_t SharedReceiveQueue::stride() const { return core_->stride; }
 std::span<uint8_t> SharedReceiveQueue::ring() const {

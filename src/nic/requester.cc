@@ -356,6 +356,7 @@ static PacketKind packet_kind(uint8_t opcode) {
 bool NicCore::transmit(QpCore* qp, Packet& p, bool is_request, uint64_t now) {
   if (!fabric_->transmit(p, is_request, now)) return false;
   counters_.tx_packets.inc();
+  model_qp_context(qp);
   const int kind = static_cast<int>(packet_kind(p.header[0]));  // the BTH opcode byte
   ++qp->traffic.packets[kind];
   qp->traffic.header_bytes[kind] += p.header_len;

@@ -68,9 +68,107 @@ const MrEntry* NicCore::check_remote_access(QpCore* qp, uint64_t va, uint32_t rk
   return mr != nullptr && mr->resolve(va, len, host) ? mr : nullptr;
 }
 
-// The RECV WQE is read here, when a message starts to use it.
-bool NicCore::take_recv(QpCore* qp) {
+// Multi-packet SRQ: reserve strides for a message in the buffer being filled,
+// or release that buffer (a filler completion) and take the next WQE. The
+// strides are the message's from its first packet on (JUNE BERRY's rule 1:
+// positions are given in arrival order, before the ACK).
+bool NicCore::take_mp_strides(QpCore* qp, SrqCore* srq, int64_t first_len) {
   RecvContext& r = qp->recv;
+  const uint32_t k = srq->mp_stride_bytes;
+  // A message takes at least one stride; a multi-packet one is given room
+  // for the largest message, since its first packet does not say its length.
+  const uint32_t need = first_len >= 0
+                            ? std::max<uint32_t>(1, static_cast<uint32_t>((static_cast<uint64_t>(first_len) + k - 1) / k))
+                            : srq->mp_max_message_strides;
+  if (srq->mp_active && srq->mp_next_stride + need > srq->mp_strides) {
+    // It does not fit what is left: the buffer is done; say so now.
+    WorkCompletion wc;
+    wc.wr_id = srq->mp_wr_id;
+    wc.status = srq->mp_status;
+    wc.opcode = WcOpcode::kRecv;
+    wc.qp_num = qp->qpn;
+    wc.src_qp = qp->attr.dest_qp_num;
+    wc.wqe_index = static_cast<uint32_t>(srq->mp_index & 0xFFFF);
+    wc.stride_index = static_cast<uint16_t>(srq->mp_next_stride);
+    wc.mp_strides_consumed = static_cast<uint16_t>(srq->mp_strides - srq->mp_next_stride);
+    wc.mp_buffer_done = true;
+    wc.mp_filler = true;
+    complete(qp->recv_cq, wc);
+    srq->mp_active = false;
+  }
+  if (!srq->mp_active) {
+    const uint64_t producer = srq->producer.load(std::memory_order_acquire);
+    const uint64_t index = srq->consumer.load(std::memory_order_relaxed);  // engine is the only writer
+    if (index >= producer) return false;
+    const uint8_t* slot = srq->ring + (index & (srq->depth - 1)) * srq->stride;
+    DecodedRecvWqe wqe;
+    const WqeError err = decode_recv_wqe(std::span<const uint8_t>(slot, srq->stride), srq->max_sge, &wqe);
+    srq->consumer.store(index + 1, std::memory_order_release);
+    counters_.modeled_recv_wqe_dmas.inc();  // one WQE fetch serves every message of the buffer
+    const uint32_t limit = srq->limit.load(std::memory_order_acquire);
+    if (limit != 0 && producer - (index + 1) < limit && srq->limit.exchange(0, std::memory_order_acq_rel) != 0) {
+      push_async_event({AsyncEventType::kSrqLimitReached, srq->number});
+    }
+    srq->mp_active = true;
+    srq->mp_index = index;
+    srq->mp_wr_id = wqe.wr_id;
+    srq->mp_next_stride = 0;
+    srq->mp_base = nullptr;
+    srq->mp_status = WcStatus::kSuccess;
+    if (err != WqeError::kNone || wqe.num_sge != 1) {
+      srq->mp_status = WcStatus::kLocQpOpErr;
+    } else {
+      // The buffer is one segment of exactly strides x stride bytes (or more).
+      const WqeDataSeg seg = load_data_seg(wqe.sges);
+      const MrEntry* mr = find_mr(seg.lkey);
+      uint8_t* host = nullptr;
+      if (seg.length < srq->mp_buffer_bytes() || mr == nullptr || mr->pd != srq->pd ||
+          !(mr->access & kAccessLocalWrite) || !mr->resolve(seg.addr, srq->mp_buffer_bytes(), &host)) {
+        srq->mp_status = WcStatus::kLocProtErr;
+      } else {
+        srq->mp_base = host;
+      }
+    }
+  }
+  r.active = true;
+  r.mp = true;
+  r.wr_id = srq->mp_wr_id;
+  r.wqe_index = static_cast<uint32_t>(srq->mp_index & 0xFFFF);
+  r.stride = static_cast<uint16_t>(srq->mp_next_stride);
+  r.strides = need;
+  r.offset = 0;
+  r.status = srq->mp_status;
+  r.nsge = 0;
+  r.capacity = 0;
+  if (r.status == WcStatus::kSuccess) {
+    r.sges[0] = LocalSeg{srq->mp_base + static_cast<size_t>(r.stride) * k, need * k};
+    r.nsge = 1;
+    r.capacity = need * k;
+  }
+  srq->mp_next_stride += need;
+  r.mp_bad_buffer = r.status != WcStatus::kSuccess;
+  if (r.mp_bad_buffer) srq->mp_active = false;  // a bad buffer serves no further message
+  return true;
+}
+
+// A multi-packet message that used fewer strides than it was given returns
+// the rest, if nothing was placed after it meanwhile.
+void NicCore::release_unused_strides(QpCore* qp) {
+  RecvContext& r = qp->recv;
+  SrqCore* srq = qp->srq;
+  if (!r.mp || srq == nullptr || !srq->mp_active || (srq->mp_index & 0xFFFF) != r.wqe_index) return;
+  const uint32_t used = std::max<uint32_t>(1, (r.offset + srq->mp_stride_bytes - 1) / srq->mp_stride_bytes);
+  if (used < r.strides && srq->mp_next_stride == r.stride + r.strides) {
+    srq->mp_next_stride = r.stride + used;
+    r.strides = used;
+  }
+}
+
+// The RECV WQE is read here, when a message starts to use it.
+bool NicCore::take_recv(QpCore* qp, int64_t first_len) {
+  RecvContext& r = qp->recv;
+  r.mp = false;
+  if (qp->srq != nullptr && qp->srq->mp_strides != 0) return take_mp_strides(qp, qp->srq, first_len);
   const uint8_t* slot;
   uint32_t stride;
   uint32_t max_sge;
@@ -89,6 +187,7 @@ bool NicCore::take_recv(QpCore* qp) {
     pd = srq->pd;
     err = decode_recv_wqe(std::span<const uint8_t>(slot, stride), max_sge, &wqe);
     srq->consumer.store(index + 1, std::memory_order_release);
+    counters_.modeled_recv_wqe_dmas.inc();  // list-based SRQ WQEs are fetched one at a time (pointer chasing)
     const uint32_t limit = srq->limit.load(std::memory_order_acquire);
     if (limit != 0 && producer - (index + 1) < limit && srq->limit.exchange(0, std::memory_order_acq_rel) != 0) {
       push_async_event({AsyncEventType::kSrqLimitReached, srq->number});
@@ -108,6 +207,10 @@ bool NicCore::take_recv(QpCore* qp) {
     // ... but an enable only exposes RECVs the owner has posted: a slot that
     // never held one is no RECV (the message is RNR-NAKed until a post).
     if (err == WqeError::kEmpty && qp->managed_recv) return false;
+    // An array-based RQ is prefetched several contiguous WQEs per DMA.
+    if (index % std::max<uint32_t>(1, options_.resource_model.rq_prefetch_wqes) == 0) {
+      counters_.modeled_recv_wqe_dmas.inc();
+    }
     ++qp->rq_consumed;
     qp->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
   }
@@ -172,6 +275,17 @@ void NicCore::complete_recv(QpCore* qp, WcOpcode opcode, uint32_t byte_len, bool
   wc.qp_num = qp->qpn;
   wc.src_qp = qp->attr.dest_qp_num;
   wc.wqe_index = qp->recv.wqe_index;
+  if (qp->recv.mp) {
+    release_unused_strides(qp);
+    SrqCore* srq = qp->srq;
+    wc.stride_index = qp->recv.stride;
+    wc.mp_strides_consumed = static_cast<uint16_t>(qp->recv.strides);
+    // This message took the buffer's last strides: nothing more lands there.
+    wc.mp_buffer_done = qp->recv.mp_bad_buffer ||
+                        (srq->mp_active && (srq->mp_index & 0xFFFF) == qp->recv.wqe_index &&
+                         srq->mp_next_stride == srq->mp_strides && qp->recv.stride + qp->recv.strides == srq->mp_strides);
+    if (wc.mp_buffer_done) srq->mp_active = false;
+  }
   qp->recv.active = false;
   complete(qp->recv_cq, wc);
 }
@@ -221,7 +335,7 @@ void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, u
     case wire::kSendLastImm:
     case wire::kSendOnly:
     case wire::kSendOnlyImm: {
-      if (info.first && !take_recv(qp)) {
+      if (info.first && !take_recv(qp, info.last ? static_cast<int64_t>(len) : -1)) {
         send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeRnrNak, qp->attr.min_rnr_timer), now);
         counters_.rnr_naks_sent.inc();
         qp->nak_outstanding = true;
@@ -296,7 +410,7 @@ void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, u
       const bool with_imm = op == wire::kWriteLastImm || op == wire::kWriteOnlyImm;
       if (with_imm) {
         // The immediate consumes a RECV; without one the last packet is RNR-NAKed.
-        if (!take_recv(qp)) {
+        if (!take_recv(qp, 0)) {
           send_ack(qp, psn, wire::make_syndrome(wire::kAckTypeRnrNak, qp->attr.min_rnr_timer), now);
           counters_.rnr_naks_sent.inc();
           qp->nak_outstanding = true;

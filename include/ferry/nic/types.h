@@ -118,6 +118,17 @@ struct WorkCompletion {
   uint32_t qp_num = 0;      // the local QP this completion belongs to
   uint32_t src_qp = 0;      // remote QP number that sent the message (receives)
   uint32_t wqe_index = 0;   // low 16 bits of the absolute WQE index in its queue
+  // Multi-packet SRQ receives: the message starts at stride `stride_index`
+  // of buffer `wqe_index` (wr_id is the buffer's). `mp_buffer_done`: no more
+  // messages will be placed in that buffer (it may still have messages in
+  // flight from other QPs); `mp_filler`: no message, only that news.
+  uint16_t stride_index = 0;
+  // ... and took `mp_strides_consumed` strides: the next message of that
+  // buffer starts at stride_index + mp_strides_consumed (a filler: the
+  // strides left unused at the buffer's end).
+  uint16_t mp_strides_consumed = 0;
+  bool mp_buffer_done = false;
+  bool mp_filler = false;
 };
 
 // Scatter/gather element (ibv_sge).
@@ -233,6 +244,16 @@ struct SrqInitAttr {
   uint32_t max_sge = 1;
   uint32_t srq_limit = 0;          // armed limit; 0 = not armed
   std::span<uint8_t> ring_memory;  // optional, as for QPs
+  // Multi-packet (striding) SRQ, mlx5's striding RQ (docs/wqe-format.md):
+  // every posted RECV is one buffer of `mp_strides` strides of
+  // `mp_stride_bytes` bytes (powers of two), and messages land in it back to
+  // back, each at the next stride boundary. 0 = an ordinary SRQ; at most 32768.
+  uint32_t mp_strides = 0;
+  uint32_t mp_stride_bytes = 64;
+  // The largest message a multi-packet SEND may carry: its first packet does
+  // not say its length, so it is placed only where this much still fits.
+  // 0 = one whole buffer.
+  uint32_t mp_max_message_bytes = 0;
 };
 
 // Asynchronous events (ibv_async_event subset).

@@ -152,7 +152,10 @@ class SharedReceiveQueue {
   Status arm_limit(uint32_t limit);
   uint32_t number() const;
   uint32_t depth() const;
-  uint32_t stride() const;
+  uint32_t stride() const;  // of its WQE ring
+  // Multi-packet SRQ: strides per buffer and stride size (0, 0: ordinary).
+  uint32_t mp_strides() const;
+  uint32_t mp_stride_bytes() const;
   std::span<uint8_t> ring() const;
   uint64_t posted() const;    // absolute producer index
   uint64_t consumed() const;  // absolute consumer index (WQEs taken by the NIC)
@@ -236,6 +239,21 @@ struct NicCounters {
   uint64_t doorbells = 0;
   uint64_t wqes_fetched = 0;
   uint64_t cqes_written = 0;
+  // Modeled, not measured (NicResourceModel): what an RNIC's on-chip caches
+  // would do with this traffic (JUNE BERRY §5.2, Fig. 6).
+  uint64_t modeled_qpc_lookups = 0;    // packets that needed their QP's context
+  uint64_t modeled_qpc_misses = 0;     // ... not in the context cache: a DMA to fetch it
+  uint64_t modeled_recv_wqe_dmas = 0;  // DMAs fetching receive WQEs
+};
+
+// A model of an RNIC's on-chip resources, for counters only (nothing is
+// slower for it): the QP-context cache, which thrashes with many QPs, and the
+// receive-WQE fetch, one DMA per WQE for a list-based SRQ, one per
+// `rq_prefetch_wqes` for an array-based RQ, one per buffer for a
+// multi-packet SRQ (JUNE BERRY §5.2.1-5.2.2).
+struct NicResourceModel {
+  uint32_t qp_context_entries = 0;  // fully associative, LRU; 0 = not modeled (no lookups counted)
+  uint32_t rq_prefetch_wqes = 8;
 };
 
 struct NicOptions {
@@ -245,6 +263,7 @@ struct NicOptions {
   uint32_t max_mrs = 65536;
   uint32_t max_cqs = 4096;
   uint32_t max_srqs = 1024;
+  NicResourceModel resource_model = {};
 };
 
 // One emulated host adapter (ibv_context). Created by Engine::add_nic and

@@ -82,14 +82,21 @@ struct Cqe {
   uint16_t wqe_index;
   uint8_t opcode;   // WcOpcode
   uint8_t status;   // WcStatus
-  uint8_t flags;    // bit 0: has_imm, bit 1: solicited
-  uint8_t reserved[34];
+  uint8_t flags;    // bit 0: has_imm, bit 1: solicited, bit 2: MP buffer done, bit 3: MP filler
+  uint8_t reserved0;
+  uint16_t stride_index;         // multi-packet SRQ: first stride of the message
+  uint16_t mp_strides_consumed;  // ... and how many strides it took
+  uint8_t reserved[29];
   uint8_t owner;
 };
 static_assert(sizeof(Cqe) == 64);
+static_assert(offsetof(Cqe, stride_index) == 30);
+static_assert(offsetof(Cqe, mp_strides_consumed) == 32);
 static_assert(offsetof(Cqe, owner) == 63);
 constexpr uint8_t kCqeFlagImm = 1;
 constexpr uint8_t kCqeFlagSolicited = 2;
+constexpr uint8_t kCqeFlagMpBufferDone = 4;
+constexpr uint8_t kCqeFlagMpFiller = 8;
 
 // Stride of a send WQE for the given capabilities: the smallest 64 << k that
 // holds the header plus max(max_send_sge segments, max_inline bytes).
