@@ -141,6 +141,7 @@ void PersistenceDomain::release(Region* region) {
   for (uint64_t line = 0; line < s->lines.size(); ++line) {
     if (s->lines[line].cache_pos != 0) impl_->cache_remove(s, line, false);
   }
+  impl_->cache_forget(s);
   impl_->fence.erase(std::remove_if(impl_->fence.begin(), impl_->fence.end(),
                                     [&](const detail::FenceSnapshot& f) { return f.region == s; }),
                      impl_->fence.end());
@@ -172,10 +173,17 @@ size_t PersistenceDomain::nic_buffer_bytes() const {
 void PersistenceDomain::Impl::cache_insert(const PlatformConfig& config, RegionState* r, uint64_t line, bool ddio) {
   LineMeta& m = r->lines[line];
   if (m.cache_pos == 0) {
-    cache.push_back({r, line});
+    const CachedLine c{r, line, ++cache_gen};
+    cache.push_back(c);
+    cache_order.push_back(c);
     m.cache_pos = static_cast<uint32_t>(cache.size());
     m.ddio = ddio;
-    while (cache.size() > config.cache_lines) cache_evict_random();
+    while (cache.size() > config.cache_lines) cache_evict(config);
+    // Entries of lines written back or streamed over since: drop them before
+    // they outnumber the cache (a cache that never fills never pops them).
+    if (cache_order.size() > 2 * (cache.size() + config.cache_eviction_window) + 1024) {
+      std::erase_if(cache_order, [&](const CachedLine& e) { return !cache_live(e); });
+    }
   } else if (!ddio) {
     m.ddio = false;  // a CPU store mixed into it: word granularity from now on
   }
@@ -196,9 +204,33 @@ void PersistenceDomain::Impl::cache_remove(RegionState* r, uint64_t line, bool w
   m.ddio = false;
 }
 
-void PersistenceDomain::Impl::cache_evict_random() {
-  const CachedLine victim = cache[eviction_rng.below(cache.size())];
-  cache_remove(victim.region, victim.line, /*write_back=*/true);
+void PersistenceDomain::Impl::cache_evict(const PlatformConfig& config) {
+  // Not LRU, not uniform: a victim drawn from the oldest insertions. A real
+  // last-level cache replaces per set with an undisclosed policy, and DDIO
+  // fills only a few ways, so a sequential DMA stream leaves in roughly, not
+  // exactly, the order it came in; how roughly decides how many of an
+  // XPLine's four lines the controller still merges (ATC'21 Fig. 11b: about
+  // 2x amplification). The window size is that calibration.
+  const size_t window = std::max<size_t>(config.cache_eviction_window, 1);
+  while (true) {
+    while (cache_window.size() < window && !cache_order.empty()) {
+      cache_window.push_back(cache_order.front());
+      cache_order.pop_front();
+    }
+    if (cache_window.empty()) return;  // nothing cached
+    const size_t j = eviction_rng.below(cache_window.size());
+    const CachedLine victim = cache_window[j];
+    cache_window[j] = cache_window.back();
+    cache_window.pop_back();
+    if (!cache_live(victim)) continue;  // written back or streamed over already
+    cache_remove(victim.region, victim.line, /*write_back=*/true);
+    return;
+  }
+}
+
+void PersistenceDomain::Impl::cache_forget(const RegionState* r) {
+  std::erase_if(cache_order, [&](const CachedLine& e) { return e.region == r; });
+  std::erase_if(cache_window, [&](const CachedLine& e) { return e.region == r; });
 }
 
 void PersistenceDomain::Impl::make_durable(RegionState* r, size_t off, size_t len) {
@@ -240,6 +272,10 @@ void PersistenceDomain::Impl::drain_front(const PlatformConfig& config) {
   // must not take this write for one still pending.
   PendingWrite w = std::move(fifo.front());
   fifo.pop_front();
+  apply_drained(config, std::move(w));
+}
+
+void PersistenceDomain::Impl::apply_drained(const PlatformConfig& config, PendingWrite&& w) {
   RegionState* r = w.region;
   const uint64_t first = w.offset / kLine;
   const uint64_t last = (w.offset + w.length - 1) / kLine;
@@ -277,19 +313,47 @@ void PersistenceDomain::Impl::drain_front(const PlatformConfig& config) {
 }
 
 void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uint32_t qpn) {
-  // PCIe keeps posted writes in order: the QP's last write leaves the buffer
-  // only after everything queued before it.
+  // IBTA orders a READ or FLUSH behind the earlier writes of its own QP only
+  // (the property gFLUSH, H9 and JUNE BERRY-D rely on); another QP's writes
+  // may still sit in the buffer, and the model keeps them there, adversarially.
+  // Per address, writes still reach memory in the order they were issued: an
+  // older write of another QP over bytes a drained write covers drains first.
   size_t through = 0;
-  bool found = false;
   for (size_t i = fifo.size(); i > 0; --i) {
     if (fifo[i - 1].qpn == qpn) {
       through = i;
-      found = true;
       break;
     }
   }
-  if (!found) return;
-  for (size_t i = 0; i < through; ++i) drain_front(config);
+  if (through == 0) return;
+  std::vector<uint8_t> drain(through, 0);
+  struct Span {
+    const RegionState* region;
+    size_t lo, hi;
+  };
+  std::vector<Span> spans;  // of the writes drained so far (newest first)
+  for (size_t i = through; i > 0; --i) {
+    const PendingWrite& w = fifo[i - 1];
+    bool take = w.qpn == qpn;
+    for (size_t k = 0; !take && k < spans.size(); ++k) {
+      take = spans[k].region == w.region && w.offset < spans[k].hi && spans[k].lo < w.offset + w.length;
+    }
+    if (!take) continue;
+    drain[i - 1] = 1;
+    spans.push_back({w.region, w.offset, w.offset + w.length});
+  }
+  // Out of the buffer, oldest first; the others keep their order.
+  std::deque<PendingWrite> kept;
+  std::vector<PendingWrite> drained;
+  for (size_t i = 0; i < fifo.size(); ++i) {
+    if (i < through && drain[i]) {
+      drained.push_back(std::move(fifo[i]));
+    } else {
+      kept.push_back(std::move(fifo[i]));
+    }
+  }
+  fifo.swap(kept);
+  for (PendingWrite& w : drained) apply_drained(config, std::move(w));
 }
 
 void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, RegionState* r, size_t off,

@@ -201,6 +201,8 @@ void PersistenceDomain::Impl::reset_volatile() {
   fifo.clear();
   fifo_bytes = 0;
   cache.clear();
+  cache_order.clear();
+  cache_window.clear();
   fence.clear();
   fence_bytes.clear();
   for (auto& s : states) {

@@ -49,13 +49,27 @@ void Region::settle_media_model() {
   auto& impl = *domain_->impl_;
   if (state_->media != Media::kPm) return;
   while (state_->nic_pending_writes != 0) impl.drain_front(domain_->config_);
-  // The cache writes its lines back in no particular order.
-  std::vector<uint64_t> mine;
-  for (const auto& c : impl.cache) {
-    if (c.region == state_) mine.push_back(c.line);
+  // The cache writes this region's lines back as its eviction would: each
+  // a random one among the oldest `cache_eviction_window` still cached.
+  std::deque<uint64_t> mine;  // oldest first
+  for (const auto& c : impl.cache_window) {
+    if (c.region == state_ && impl.cache_live(c)) mine.push_back(c.line);
   }
-  for (size_t i = mine.size(); i > 1; --i) std::swap(mine[i - 1], mine[impl.eviction_rng.below(i)]);
-  for (uint64_t line : mine) impl.cache_remove(state_, line, true);
+  for (const auto& c : impl.cache_order) {
+    if (c.region == state_ && impl.cache_live(c)) mine.push_back(c.line);
+  }
+  const size_t window = std::max<size_t>(domain_->config_.cache_eviction_window, 1);
+  std::vector<uint64_t> candidates;
+  while (!mine.empty() || !candidates.empty()) {
+    while (candidates.size() < window && !mine.empty()) {
+      candidates.push_back(mine.front());
+      mine.pop_front();
+    }
+    const size_t j = impl.eviction_rng.below(candidates.size());
+    impl.cache_remove(state_, candidates[j], true);
+    candidates[j] = candidates.back();
+    candidates.pop_back();
+  }
   state_->media_model.settle();
 }
 

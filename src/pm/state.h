@@ -126,8 +126,15 @@ struct PersistenceDomain::Impl {
   struct CachedLine {
     detail::RegionState* region;
     uint64_t line;
+    uint64_t gen;  // which insertion of the line this is (stale order entries differ)
   };
-  std::vector<CachedLine> cache;
+  std::vector<CachedLine> cache;  // unordered pool: O(1) removal by LineMeta::cache_pos
+  // Eviction order: the lines in insertion order (stale entries skipped) and
+  // the window of the oldest `cache_eviction_window` of them, from which a
+  // victim is drawn at random.
+  std::deque<CachedLine> cache_order;
+  std::vector<CachedLine> cache_window;
+  uint64_t cache_gen = 0;
   Rng eviction_rng{0x5eed};
   // Fence
   std::vector<detail::FenceSnapshot> fence;
@@ -144,6 +151,9 @@ struct PersistenceDomain::Impl {
   // batching them would land a batch's whole cost on one request, a latency
   // spike that belongs to the model, not the NIC.
   void drain_front(const PlatformConfig& config);
+  void apply_drained(const PlatformConfig& config, detail::PendingWrite&& w);
+  // What a READ or FLUSH on QP qpn guarantees: that QP's earlier writes are
+  // out of the buffer (and, per address, any older write they cover).
   void drain_through_qp(const PlatformConfig& config, uint32_t qpn);
   // The CPU is about to write (back) [off, off+len) of r: every NIC write
   // still buffered over those bytes -- and, PCIe being ordered, everything
@@ -160,7 +170,14 @@ struct PersistenceDomain::Impl {
   void supersede_snapshots(detail::RegionState* r, size_t off, size_t len);
   void cache_insert(const PlatformConfig& config, detail::RegionState* r, uint64_t line, bool ddio);
   void cache_remove(detail::RegionState* r, uint64_t line, bool write_back);
-  void cache_evict_random();
+  bool cache_live(const CachedLine& c) const {
+    const uint32_t pos = c.region->lines[c.line].cache_pos;
+    return pos != 0 && cache[pos - 1].gen == c.gen;
+  }
+  // Writes back one line: a random one among the oldest insertions.
+  void cache_evict(const PlatformConfig& config);
+  // Forgets region r's entries in the eviction order (r is going away).
+  void cache_forget(const detail::RegionState* r);
   // Empties what a failure loses or the surviving machine finishes -- the NIC
   // buffer, the cache, pending fences -- and clears the per-line state.
   void reset_volatile();

@@ -55,17 +55,37 @@ TEST_F(MediaModelTest, TheWriteCombiningBufferMergesLinesOfOneXplineArrivingApar
   EXPECT_EQ(c.xpline_rmw, 0u);
 }
 
-TEST_F(MediaModelTest, DdioScattersASequentialWriteAndAmplifiesIt) {
-  // H3: the NIC writes sequentially, the cache evicts in random order.
+TEST_F(MediaModelTest, DdioScattersASequentialWriteAndAmplifiesItAboutTwofold) {
+  // H3: the NIC writes sequentially, the cache writes back in only roughly
+  // that order, so the controller merges some XPLines and not others. The
+  // study measured about 2x with DDIO on and 1x with it off (ATC'21 Fig. 11b);
+  // the eviction window of the default platform is calibrated to that.
   std::vector<std::pair<size_t, size_t>> bulk;
   for (size_t off = 0; off < 60 * 1024; off += 4096) bulk.push_back({off, 4096});
   build({.ddio = false});
   const double off_amp = write_and_settle(bulk).write_amplification();
   TearDown();
-  build({.ddio = true, .cache_lines = 64, .xbuffer_xplines = 8});
+  build({.ddio = true});
   const double on_amp = write_and_settle(bulk).write_amplification();
+  TearDown();
+  // Steady state: a stream four times the cache, every line evicted by a
+  // later insertion rather than by the settle.
+  build({.ddio = true, .cache_lines = 256});
+  std::vector<std::pair<size_t, size_t>> stream;
+  for (int pass = 0; pass < 4; ++pass) {
+    for (size_t off = 0; off < kRegionBytes; off += 4096) stream.push_back({off, 4096});
+  }
+  const double steady_amp = write_and_settle(stream).write_amplification();
   EXPECT_DOUBLE_EQ(off_amp, 1.0);
-  EXPECT_GT(on_amp, 1.5) << "random write-back defeats the write-combining buffer";
+  EXPECT_GT(on_amp, 1.7);
+  EXPECT_LT(on_amp, 2.3);
+  EXPECT_GT(steady_amp, 1.7);
+  EXPECT_LT(steady_amp, 2.3);
+  TearDown();
+  // Uniformly random write-back (the whole cache as the window) would
+  // amplify far more than the study saw: the window is what keeps it at 2x.
+  build({.ddio = true, .cache_eviction_window = 32768});
+  EXPECT_GT(write_and_settle(bulk).write_amplification(), 3.0);
 }
 
 TEST_F(MediaModelTest, CachedStoresReadEachLineFirstNonTemporalWholeLinesDoNot) {

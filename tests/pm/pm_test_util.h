@@ -47,7 +47,8 @@ inline ::testing::Environment* const kTempDirCleanup = ::testing::AddGlobalTestE
 // one PM region registered for remote access, on a manual engine.
 class PmTest : public ::testing::Test {
  protected:
-  void build(const PlatformConfig& config) {
+  // path_mtu: the QPs' MTU (a multi-packet message is one buffered write per packet).
+  void build(const PlatformConfig& config, uint32_t path_mtu = 4096) {
     domain_ = std::make_unique<PersistenceDomain>(config);
     const std::string path = temp_path(::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove(path);
@@ -76,7 +77,7 @@ class PmTest : public ::testing::Test {
       b.send_cq = b.recv_cq = scq_.get();
       sqp_[i] = server_->create_qp(*spd_, b).value();
       ConnectOptions o;
-      o.path_mtu = 4096;
+      o.path_mtu = path_mtu;
       ASSERT_TRUE(connect_qps(*cqp_[i], *client_, *sqp_[i], *server_, o).ok());
     }
   }

@@ -45,7 +45,8 @@ struct PlatformConfig {
   bool ddio = false;  // DMA writes land in the CPU's last-level cache (H3: disable it)
   bool eadr = false;  // the CPU caches are in the persistence domain
   size_t nic_write_buffer_bytes = 256 << 10;  // NIC volatile buffer; drains oldest first when full
-  size_t cache_lines = 32768;                 // modeled cache capacity for PM lines (2 MiB), random eviction
+  size_t cache_lines = 32768;                 // modeled cache capacity for PM lines (2 MiB)
+  size_t cache_eviction_window = 160;         // victim: random among this many oldest lines (calibrated, see persistence.md)
   size_t xbuffer_xplines = 64;                // PM controller write-combining buffer (16 KiB), LRU
 };
 
