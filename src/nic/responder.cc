@@ -77,7 +77,7 @@ bool NicCore::take_mp_strides(QpCore* qp, SrqCore* srq, int64_t first_len) {
   const uint32_t k = srq->mp_stride_bytes;
   // A message takes at least one stride; a multi-packet one is given room
   // for the largest message, since its first packet does not say its length.
-  const uint32_t need = first_len >= 0
+  uint32_t need = first_len >= 0
                             ? std::max<uint32_t>(1, static_cast<uint32_t>((static_cast<uint64_t>(first_len) + k - 1) / k))
                             : srq->mp_max_message_strides;
   if (srq->mp_active && srq->mp_next_stride + need > srq->mp_strides) {
@@ -130,6 +130,9 @@ bool NicCore::take_mp_strides(QpCore* qp, SrqCore* srq, int64_t first_len) {
       }
     }
   }
+  // A message larger than a whole buffer gets what the buffer has: placing
+  // it overflows that, and it fails with LOC_LEN_ERR as on any RECV.
+  need = std::min(need, srq->mp_strides - srq->mp_next_stride);
   r.active = true;
   r.mp = true;
   r.wr_id = srq->mp_wr_id;

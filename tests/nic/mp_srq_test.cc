@@ -196,6 +196,27 @@ TEST_F(MpSrqTest, InterleavedMultiPacketMessagesGetDisjointStrides) {
   EXPECT_EQ(next[0].stride_index, 31u);
 }
 
+TEST_F(MpSrqTest, AMessageLargerThanAWholeBufferFailsWithALengthErrorAndWritesNothingPastIt) {
+  build(4, 64, 1);  // 256-byte buffers
+  post_buffer(0, 256);
+  post_buffer(1, 256);
+  std::memset(server_->at(512), 0xEE, 64);  // just past both buffers
+  send(0, 100, 1);
+  run();
+  send(0, 300, 2);  // one packet, more than any buffer holds
+  run();
+  auto server_wcs = drain(*server_->cq);
+  ASSERT_EQ(server_wcs.size(), 3u);
+  EXPECT_EQ(server_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(server_wcs[1].mp_filler) << "buffer 0 could not take it";
+  EXPECT_EQ(server_wcs[2].status, WcStatus::kLocLenErr);
+  EXPECT_EQ(server_wcs[2].wqe_index, 1u);
+  auto client_wcs = drain(*clients_[0]->cq);
+  ASSERT_EQ(client_wcs.size(), 2u);
+  EXPECT_EQ(client_wcs[1].status, WcStatus::kRemInvReqErr) << wc_status_name(client_wcs[1].status);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(*server_->at(512 + i), 0xEE) << "byte " << i << " past the buffers";
+}
+
 TEST_F(MpSrqTest, AMultiPacketSrqTakesOneWholeBufferPerRecv) {
   build(16, 64, 1);
   const Sge small = server_->sge(0, 512);
