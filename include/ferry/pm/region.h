@@ -74,7 +74,7 @@ class Region {
   MediaCounters counters() const;
   void reset_counters();
   // Writes back everything the modeled cache and write-combining buffer
-  // still hold (random order for the cache), so counters are complete.
+  // still hold (the cache in its eviction order), so counters are complete.
   void settle_media_model();
 
  private:
