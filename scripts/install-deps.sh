@@ -16,6 +16,7 @@ packages=(
   gnuplot-nox                       # plots of benchmark JSON
   jq                                # JSON -> table for plot scripts
   libpmem2-dev                      # persistent-memory mapping, persist/flush/drain, non-temporal memcpy
+  libxxhash-dev                     # XXH3-64 checksums of RPC requests and PM records
   stress-ng                         # CPU load from a separate executable in benchmarks (never a fork of the bench)
   git                               # benchmarks record the commit they were built from
 )

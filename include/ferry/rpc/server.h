@@ -1,0 +1,196 @@
+// Ferry's two-sided RPC layer: the server side.
+//
+// One RPC framework, three modes on the same code (JUNE BERRY, NSDI'25):
+//  - kRawRpc: the worker executes every request, then replies.
+//  - kDeferredExec: for a nilext request the worker first replies with a
+//    software ACK, then executes; others as RawRPC.
+//  - kOrderedQueue (OQ): a nilext request is committed by the hardware ACK of
+//    its SEND; the server sends nothing for it. Rule 1 is the NIC's (an SRQ
+//    buffer is allocated in arrival order, before the ACK); Rule 2 is the
+//    worker's: it executes strictly in buffer order, never in CQ order
+//    (a bitmap over buffer positions, Figure 3).
+// Every mode executes in buffer order: the modes differ only in when and
+// what they reply.
+//
+// A server has `workers` worker threads. Each owns a shared receive queue
+// (multi-packet by default), a completion queue and a partition of the data:
+// clients route a request to worker hash(key) % workers (§5.1). Every client
+// connection is one RC QP per worker, on that worker's SRQ.
+//
+// Durable OQ (JUNE BERRY-D, §5.3): the SRQ buffers and each worker's
+// ReqToExecute/SRQTail live in a PM region of the server NIC's persistence
+// domain (DDIO off); clients follow every nilext SEND with a 1-byte READ on
+// the same QP; recovery re-executes the committed nilext requests. Handlers
+// of a durable server must persist their own effects before returning.
+//
+// Threads: register handlers, then start(). With `threaded` each worker runs
+// on its own thread from start() to stop(); otherwise the caller drives
+// worker w with poll_worker(w) (deterministic tests). connect() may be called
+// from any thread at any time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/nic/connect.h"
+#include "ferry/nic/engine.h"
+#include "ferry/nic/verbs.h"
+#include "ferry/pm/region.h"
+#include "ferry/rpc/durable_log.h"
+#include "ferry/rpc/format.h"
+
+namespace ferry::rpc {
+
+enum class Mode : uint8_t { kRawRpc = 0, kDeferredExec, kOrderedQueue };
+std::string_view mode_name(Mode m);
+// "rawrpc", "deferred", "oq" (also "raw", "deferredexec", "ordered-queue").
+Result<Mode> parse_mode(std::string_view name);
+
+// What a handler is told about the request it executes.
+struct Request {
+  uint16_t type = 0;
+  bool nilext = false;     // the client committed at the ACK: no one reads the reply
+  uint32_t worker = 0;     // the executing worker (its data partition)
+  uint64_t position = 0;   // place in the worker's SRQ order (buffer sequence * strides + stride)
+  std::span<const uint8_t> payload;
+  bool recovering = false; // re-executed by recovery after a power failure (durable mode)
+};
+
+// Where a handler writes its reply: a status byte and up to capacity() bytes.
+class Reply {
+ public:
+  Reply(std::span<uint8_t> space) : space_(space) {}  // NOLINT(google-explicit-constructor)
+  std::span<uint8_t> space() const { return space_; }
+  size_t capacity() const { return space_.size(); }
+  // The reply is the first `bytes` of space(); more than capacity() makes it
+  // a kTooLarge error.
+  void set_size(size_t bytes) { size_ = bytes; }
+  // Copies `bytes` after what is already there.
+  void append(std::span<const uint8_t> bytes);
+  void set_status(uint8_t status) { status_ = status; }
+  size_t size() const { return size_; }
+  uint8_t status() const { return status_; }
+
+ private:
+  std::span<uint8_t> space_;
+  size_t size_ = 0;
+  uint8_t status_ = 0;
+};
+
+using Handler = std::function<void(const Request&, Reply&)>;
+
+struct HandlerInfo {
+  std::string name;
+  // The request returns nothing and cannot fail by state, and executing it
+  // twice is the same as once (idempotent): only then may a client mark it
+  // nilext (§3, §5.3). Everything else is software-controlled.
+  bool nilext = false;
+};
+
+struct ServerOptions {
+  Mode mode = Mode::kOrderedQueue;
+  uint32_t workers = 2;
+  // Multi-packet SRQ (§5.2.1): each RECV is one buffer of buffer_bytes that
+  // takes many requests, each at a stride_bytes boundary. Off: an ordinary
+  // SRQ, one request per RECV of max_request_bytes.
+  bool multi_packet = true;
+  uint32_t stride_bytes = 64;
+  uint32_t buffer_bytes = 16 << 10;  // the paper's 16 KB
+  uint32_t buffers = 48;             // RECVs posted per worker (the paper's 48)
+  uint32_t max_request_bytes = 4096;  // header included
+  uint32_t max_response_bytes = 4096; // header included
+  uint32_t max_connections = 1024;    // QPs per worker
+  // Worker threads (false: the caller drives poll_worker()).
+  bool threaded = true;
+  std::vector<int> worker_cpus;  // pin worker w to worker_cpus[w % size] (empty: not pinned)
+  // Durable OQ (JUNE BERRY-D): mode must be kOrderedQueue. The region is PM
+  // on the server NIC's persistence domain (NicOptions::memory) and holds
+  // `workers` areas of durable_layout().area_bytes() from durable_offset.
+  pm::Region* durable_region = nullptr;
+  size_t durable_offset = 0;
+  // Resume from what the region holds (after a power failure): start()
+  // scans each area and re-executes its committed nilext requests in order
+  // (handlers see Request::recovering), then starts afresh. Without it,
+  // start() initializes the areas.
+  bool recover = false;
+};
+
+// Counters of one worker (or their sum). Monotonic.
+struct WorkerCounters {
+  uint64_t requests = 0;        // executed (recovery included)
+  uint64_t nilext = 0;          // ... of which nilext
+  uint64_t replies = 0;         // software responses sent (replies, ACKs, errors)
+  uint64_t acks = 0;            // DeferredExec software ACKs
+  uint64_t errors = 0;          // kError responses (unknown type, not nilext, ...)
+  uint64_t dropped = 0;         // requests not executed and not answerable (bad checksum, truncated, ...)
+  uint64_t recv_errors = 0;     // receive completions with an error status
+  uint64_t fillers = 0;         // multi-packet buffers retired by the NIC with a filler
+  uint64_t reposts = 0;         // RECVs posted again after their buffer was executed
+  uint64_t out_of_order = 0;    // completions that arrived ahead of an earlier buffer position
+  uint64_t recovered = 0;       // nilext requests re-executed by recovery
+  uint64_t recovery_skipped = 0;  // valid non-nilext requests recovery skipped
+  uint64_t busy_ns = 0;         // time spent handling completions (not polling empty CQs)
+  WorkerCounters& operator+=(const WorkerCounters& o);
+};
+
+// What a client needs to talk to one worker (filled in by Server::connect).
+struct WorkerEndpoint {
+  uint32_t worker = 0;
+  uint64_t flush_addr = 0;  // durable mode: a byte the client's 1-byte READ targets
+  uint32_t flush_rkey = 0;
+};
+
+class Server {
+ public:
+  // `nic` (owned by `engine`) is the server host's NIC; both must outlive the
+  // server. kInvalidArgument names a bad option.
+  static Result<std::unique_ptr<Server>> create(nic::Engine& engine, nic::Nic& nic, const ServerOptions& options);
+  ~Server();  // stops the workers; connected client QPs then see errors
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Before start(). kAlreadyExists if `type` has a handler.
+  Status register_handler(uint16_t type, HandlerInfo info, Handler handler);
+
+  // Builds the workers' queues, initializes or recovers the durable areas,
+  // posts the receive buffers and (threaded) starts the worker threads.
+  Status start();
+  // Stops the worker threads (idempotent). Requests already committed by an
+  // ACK but not executed stay unexecuted (durable mode: in PM, for recovery).
+  void stop();
+
+  // Manual mode: one pass of worker w (poll its CQ, execute what is next in
+  // buffer order, repost buffers). Returns the completions handled.
+  size_t poll_worker(uint32_t w);
+
+  // Connects `client_qp` (RESET, on `client_nic`, with its own receive queue
+  // for responses) to a new QP on worker w's SRQ. Thread-safe.
+  Result<WorkerEndpoint> connect(uint32_t w, nic::QueuePair& client_qp, const nic::Nic& client_nic,
+                                 const nic::ConnectOptions& options = {});
+
+  const ServerOptions& options() const;
+  Mode mode() const;
+  uint32_t workers() const;
+  bool durable() const;
+  DurableLayout durable_layout() const;
+  // Whether a client may mark `type` nilext (its handler says so).
+  bool nilext_allowed(uint16_t type) const;
+  WorkerCounters counters(uint32_t w) const;
+  WorkerCounters counters() const;  // all workers
+  // The recovery scans of the last start() with `recover` (one per worker).
+  std::vector<ScanStats> recovery_stats() const;
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::rpc

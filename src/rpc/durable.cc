@@ -1,0 +1,113 @@
+// Durable Ordered Queue (JUNE BERRY-D, NSDI'25 §5.3): the worker's
+// persisted positions, buffer invalidation before reuse, and recovery.
+//
+// Persist order, per request:   handler persists its effects
+//                               -> ReqToExecute past the request (persisted)
+//                               -> software response (non-nilext only)
+// per buffer reuse:             ReqToExecute past the buffer (persisted)
+//                               -> checksums of its requests zeroed (drained)
+//                               -> SRQTail past the new posting (persisted)
+//                               -> RECV posted
+// So a scan from ReqToExecute to SRQTail sees every request a client may
+// have been told is committed, and no request of an earlier lap.
+#include <cstring>
+#include <string>
+
+#include "server_impl.h"
+
+namespace ferry::rpc {
+
+void Server::Impl::persist_req_to_execute(Worker& w, uint64_t position) {
+  if (position <= w.persisted_rte) return;
+  pm::Region& r = *options.durable_region;
+  r.store(&w.control->req_to_execute, &position, sizeof(position));
+  r.persist(&w.control->req_to_execute, sizeof(position));
+  w.persisted_rte = position;
+}
+
+void Server::Impl::persist_srq_tail(Worker& w, uint64_t tail) {
+  pm::Region& r = *options.durable_region;
+  r.store(&w.control->srq_tail, &tail, sizeof(tail));
+  r.persist(&w.control->srq_tail, sizeof(tail));
+}
+
+void Server::Impl::invalidate_buffer(Worker& w, uint64_t sequence) {
+  pm::Region& r = *options.durable_region;
+  static constexpr uint64_t kZero = 0;
+  uint8_t* buffer = w.buffer_base + (sequence % options.buffers) * options.buffer_bytes;
+  for (uint16_t stride : w.starts[sequence % options.buffers]) {
+    r.store_nt(buffer + static_cast<size_t>(stride) * w.stride_bytes, &kZero, sizeof(kZero));
+  }
+  r.drain();
+}
+
+Status Server::Impl::init_durable_area(Worker& w) {
+  pm::Region& r = *options.durable_region;
+  const DurableLayout layout{options.buffers, options.buffer_bytes, options.stride_bytes};
+  // A failure in the middle of this must not make the old contents look
+  // like requests: first an empty scan range, then clean buffers, then the
+  // new control block.
+  if (w.control->magic == kDurableMagic) {
+    const uint64_t end = w.control->srq_tail * layout.strides();
+    r.store(&w.control->req_to_execute, &end, sizeof(end));
+    r.persist(&w.control->req_to_execute, sizeof(end));
+  }
+  const size_t ring_bytes = static_cast<size_t>(options.buffers) * options.buffer_bytes;
+  static const std::vector<uint8_t> zeros(64 << 10, 0);
+  for (size_t off = 0; off < ring_bytes; off += zeros.size()) {
+    r.store_nt(w.buffer_base + off, zeros.data(), std::min(zeros.size(), ring_bytes - off));
+  }
+  r.drain();
+  DurableControl c{};
+  c.magic = kDurableMagic;
+  c.version = kDurableVersion;
+  c.worker = w.index;
+  c.buffers = layout.buffers;
+  c.buffer_bytes = layout.buffer_bytes;
+  c.stride_bytes = layout.stride_bytes;
+  c.req_to_execute = 0;
+  c.srq_tail = 0;
+  r.store(w.control, &c, sizeof(c));
+  r.persist(w.control, sizeof(c));
+  w.persisted_rte = 0;
+  return ok_status();
+}
+
+Status Server::Impl::recover_durable_area(Worker& w) {
+  const DurableLayout layout{options.buffers, options.buffer_bytes, options.stride_bytes};
+  std::span<const uint8_t> area(w.area, layout.area_bytes());
+  auto stats = scan_durable_area(area, layout, options.max_request_bytes, [&](uint64_t position, const RequestView& v) {
+    const HandlerEntry* h = handlers[v.type].present ? &handlers[v.type] : nullptr;
+    // Only a nilext request may have been committed without a response;
+    // a non-nilext one at or after ReqToExecute was never answered, so it is
+    // concurrent with what follows and is skipped (§5.3, Figure 5).
+    if (!v.nilext || h == nullptr || !h->info.nilext) {
+      w.counters.recovery_skipped.inc();
+      return;
+    }
+    std::vector<uint8_t> scratch(options.max_response_bytes);
+    Reply reply(std::span<uint8_t>(scratch.data(), scratch.size()));
+    Request req;
+    req.type = v.type;
+    req.nilext = true;
+    req.worker = w.index;
+    req.position = position;
+    req.payload = v.payload;
+    req.recovering = true;
+    h->handler(req, reply);
+    w.counters.recovered.inc();
+    w.counters.requests.inc();
+    w.counters.nilext.inc();
+  });
+  if (!stats.ok()) {
+    if (stats.status().code() == Code::kNotFound) {  // never initialized: nothing to recover
+      recovery.push_back(ScanStats{});
+      return ok_status();
+    }
+    return Status(stats.status().code(), "worker " + std::to_string(w.index) + ": " + stats.status().message());
+  }
+  recovery.push_back(stats.value());
+  return ok_status();
+}
+
+}  // namespace ferry::rpc

@@ -1,0 +1,338 @@
+// RPC server: options, handler registry, the workers' queues and threads,
+// and connection setup.
+#include "ferry/rpc/server.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "ferry/common/cpu.h"
+#include "ferry/common/tsc.h"
+#include "ferry/nic/connect.h"
+#include "server_impl.h"
+
+namespace ferry::rpc {
+
+namespace {
+
+bool pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+uint32_t round_up(uint32_t v, uint32_t to) { return (v + to - 1) / to * to; }
+
+constexpr uint32_t kResponseSlots = 256;
+constexpr uint32_t kServerSendDepth = 256;
+constexpr uint32_t kMaxInline = 192;
+constexpr uint32_t kMaxSendsOutstanding = 1024;
+constexpr uint32_t kIdlePollsBeforeYield = 256;
+
+Status validate(const ServerOptions& o) {
+  if (o.workers == 0 || o.workers > 64) return invalid_argument("rpc server: workers must be 1..64");
+  if (o.max_request_bytes < kRequestHeaderBytes || o.max_request_bytes > (1u << 20)) {
+    return invalid_argument("rpc server: max_request_bytes must be in 32..1048576 (a request has a 32-byte header)");
+  }
+  if (o.max_response_bytes < kResponseHeaderBytes || o.max_response_bytes > (1u << 20)) {
+    return invalid_argument("rpc server: max_response_bytes must be in 24..1048576 (a response has a 24-byte header)");
+  }
+  if (o.buffers == 0 || o.buffers > 65536) return invalid_argument("rpc server: buffers must be 1..65536");
+  if (o.max_connections == 0 || o.max_connections > 65536) {
+    return invalid_argument("rpc server: max_connections must be 1..65536");
+  }
+  if (o.multi_packet) {
+    if (!pow2(o.stride_bytes) || o.stride_bytes < 64 || o.stride_bytes > 8192) {
+      return invalid_argument("rpc server: stride_bytes must be a power of two in 64..8192");
+    }
+    if (o.buffer_bytes % o.stride_bytes != 0 || !pow2(o.buffer_bytes / o.stride_bytes) ||
+        o.buffer_bytes / o.stride_bytes > 32768) {
+      return invalid_argument("rpc server: buffer_bytes must be a power-of-two number (up to 32768) of strides");
+    }
+    if (o.max_request_bytes > o.buffer_bytes) {
+      return invalid_argument("rpc server: max_request_bytes must fit one buffer (buffer_bytes)");
+    }
+  }
+  if (o.durable_region != nullptr) {
+    if (o.mode != Mode::kOrderedQueue) return invalid_argument("rpc server: durable mode is Ordered Queue only");
+    if (o.durable_region->media() != pm::Media::kPm) return invalid_argument("rpc server: durable_region must be PM");
+  } else if (o.recover) {
+    return invalid_argument("rpc server: recover needs a durable_region");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string_view mode_name(Mode m) {
+  switch (m) {
+    case Mode::kRawRpc: return "rawrpc";
+    case Mode::kDeferredExec: return "deferred";
+    case Mode::kOrderedQueue: return "oq";
+  }
+  return "?";
+}
+
+Result<Mode> parse_mode(std::string_view name) {
+  if (name == "rawrpc" || name == "raw") return Mode::kRawRpc;
+  if (name == "deferred" || name == "deferredexec") return Mode::kDeferredExec;
+  if (name == "oq" || name == "ordered-queue") return Mode::kOrderedQueue;
+  return invalid_argument("unknown rpc mode '" + std::string(name) + "' (rawrpc, deferred, oq)");
+}
+
+void Reply::append(std::span<const uint8_t> bytes) {
+  if (size_ + bytes.size() <= space_.size()) std::memcpy(space_.data() + size_, bytes.data(), bytes.size());
+  size_ += bytes.size();  // beyond capacity: reported as kTooLarge, nothing written
+}
+
+WorkerCounters& WorkerCounters::operator+=(const WorkerCounters& o) {
+  requests += o.requests;
+  nilext += o.nilext;
+  replies += o.replies;
+  acks += o.acks;
+  errors += o.errors;
+  dropped += o.dropped;
+  recv_errors += o.recv_errors;
+  fillers += o.fillers;
+  reposts += o.reposts;
+  out_of_order += o.out_of_order;
+  recovered += o.recovered;
+  recovery_skipped += o.recovery_skipped;
+  busy_ns += o.busy_ns;
+  return *this;
+}
+
+Result<std::unique_ptr<Server>> Server::create(nic::Engine& engine, nic::Nic& nic, const ServerOptions& options) {
+  if (Status s = validate(options); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  impl->engine = &engine;
+  impl->nic = &nic;
+  impl->options = options;
+  if (!options.multi_packet) {
+    // One request per RECV: the buffer is the largest request.
+    impl->options.buffer_bytes = round_up(options.max_request_bytes, 64);
+    impl->options.stride_bytes = impl->options.buffer_bytes;
+  }
+  if (options.durable_region != nullptr) {
+    const DurableLayout layout{impl->options.buffers, impl->options.buffer_bytes, impl->options.stride_bytes};
+    const size_t need = options.durable_offset + static_cast<size_t>(options.workers) * layout.area_bytes();
+    if (options.durable_offset % 256 != 0 || need > options.durable_region->size()) {
+      return invalid_argument("rpc server: durable_region needs " + std::to_string(need) +
+                              " bytes from a 256-byte aligned durable_offset");
+    }
+  }
+  auto pd = nic.alloc_pd();
+  if (!pd.ok()) return pd.status();
+  impl->pd = std::move(pd.value());
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { stop(); }
+
+Status Server::register_handler(uint16_t type, HandlerInfo info, Handler handler) {
+  if (impl_->started) return failed_precondition("rpc server: register handlers before start()");
+  if (!handler) return invalid_argument("rpc server: empty handler");
+  if (impl_->handlers.empty()) impl_->handlers.resize(65536);
+  HandlerEntry& e = impl_->handlers[type];
+  if (e.present) return {Code::kAlreadyExists, "rpc server: type " + std::to_string(type) + " has a handler"};
+  e.info = std::move(info);
+  e.handler = std::move(handler);
+  e.present = true;
+  return ok_status();
+}
+
+Status Server::start() {
+  Impl& s = *impl_;
+  if (s.started) return failed_precondition("rpc server: already started");
+  if (s.handlers.empty()) return failed_precondition("rpc server: no handlers registered");
+  const ServerOptions& o = s.options;
+  const bool mp = o.multi_packet;
+  const uint32_t strides = mp ? o.buffer_bytes / o.stride_bytes : 1;
+  for (uint32_t i = 0; i < o.workers; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->index = i;
+    w->server = &s;
+    w->strides = strides;
+    w->stride_bytes = o.stride_bytes;
+    const uint64_t positions = static_cast<uint64_t>(o.buffers) * strides;
+    nic::CqInitAttr ca;
+    ca.cqe = static_cast<uint32_t>(positions + o.buffers + kMaxSendsOutstanding);
+    auto cq = s.nic->create_cq(ca);
+    if (!cq.ok()) return cq.status();
+    w->cq = std::move(cq.value());
+    nic::SrqInitAttr sa;
+    sa.max_wr = o.buffers;
+    sa.max_sge = 1;
+    if (mp) {
+      sa.mp_strides = strides;
+      sa.mp_stride_bytes = o.stride_bytes;
+      sa.mp_max_message_bytes = round_up(o.max_request_bytes, o.stride_bytes);
+    }
+    auto srq = s.nic->create_srq(*s.pd, sa);
+    if (!srq.ok()) return srq.status();
+    w->srq = std::move(srq.value());
+    const size_t ring_bytes = static_cast<size_t>(o.buffers) * o.buffer_bytes;
+    if (o.durable_region != nullptr) {
+      const DurableLayout layout = durable_layout();
+      w->area = o.durable_region->data() + o.durable_offset + i * layout.area_bytes();
+      w->control = reinterpret_cast<DurableControl*>(w->area);
+      w->buffer_base = w->area + kDurableControlBytes;
+      auto fmr = s.nic->reg_mr(*s.pd, w->area, kDurableControlBytes, nic::kAccessRemoteRead);
+      if (!fmr.ok()) return fmr.status();
+      w->flush_mr = std::move(fmr.value());
+    } else {
+      void* mem = std::aligned_alloc(4096, (ring_bytes + 4095) / 4096 * 4096);
+      if (mem == nullptr) return resource_exhausted("rpc server: receive buffers");
+      std::memset(mem, 0, ring_bytes);
+      w->dram_buffers = std::unique_ptr<uint8_t[], void (*)(void*)>(static_cast<uint8_t*>(mem), std::free);
+      w->buffer_base = w->dram_buffers.get();
+    }
+    auto bmr = s.nic->reg_mr(*s.pd, w->buffer_base, ring_bytes, nic::kAccessLocalWrite);
+    if (!bmr.ok()) return bmr.status();
+    w->buffer_mr = std::move(bmr.value());
+    w->positions.assign(positions, PositionState{});
+    w->starts.assign(o.buffers, {});
+    w->response_memory.assign(static_cast<size_t>(kResponseSlots) * o.max_response_bytes, 0);
+    auto rmr = s.nic->reg_mr(*s.pd, w->response_memory.data(), w->response_memory.size(), nic::kAccessLocalWrite);
+    if (!rmr.ok()) return rmr.status();
+    w->response_mr = std::move(rmr.value());
+    for (uint32_t k = kResponseSlots; k > 0; --k) w->free_slots.push_back(k - 1);
+    s.workers.push_back(std::move(w));
+  }
+  if (o.durable_region != nullptr) {
+    s.recovery.clear();
+    for (auto& w : s.workers) {
+      if (o.recover) {
+        if (Status st = s.recover_durable_area(*w); !st.ok()) return st;
+      }
+      if (Status st = s.init_durable_area(*w); !st.ok()) return st;
+    }
+  }
+  for (auto& w : s.workers) {
+    for (uint64_t seq = 0; seq < o.buffers; ++seq) {
+      if (Status st = s.post_buffer(*w, seq); !st.ok()) return st;
+    }
+  }
+  s.started = true;
+  s.running.store(true, std::memory_order_release);
+  if (o.threaded) {
+    for (auto& w : s.workers) {
+      Worker* wp = w.get();
+      const int cpu = o.worker_cpus.empty() ? -1 : o.worker_cpus[wp->index % o.worker_cpus.size()];
+      wp->thread = std::thread([this, wp, cpu] {
+        if (cpu >= 0) (void)pin_current_thread(cpu);
+        Impl& s = *impl_;
+        uint32_t idle = 0;
+        while (s.running.load(std::memory_order_acquire)) {
+          if (s.poll(*wp) != 0) {
+            idle = 0;
+          } else if (++idle < kIdlePollsBeforeYield) {
+            cpu_relax();
+          } else {
+            std::this_thread::yield();  // let other threads of an oversubscribed host run
+          }
+        }
+      });
+    }
+  }
+  return ok_status();
+}
+
+void Server::stop() {
+  impl_->running.store(false, std::memory_order_release);
+  for (auto& w : impl_->workers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+size_t Server::poll_worker(uint32_t w) {
+  FERRY_ASSERT(!impl_->options.threaded, "poll_worker: the server runs its own worker threads");
+  FERRY_ASSERT(w < impl_->workers.size(), "poll_worker: no such worker (start() first)");
+  return impl_->poll(*impl_->workers[w]);
+}
+
+Result<WorkerEndpoint> Server::connect(uint32_t w, nic::QueuePair& client_qp, const nic::Nic& client_nic,
+                                       const nic::ConnectOptions& options) {
+  Impl& s = *impl_;
+  if (!s.started) return failed_precondition("rpc server: connect() before start()");
+  if (w >= s.workers.size()) return invalid_argument("rpc server: no worker " + std::to_string(w));
+  Worker& wk = *s.workers[w];
+  {
+    std::lock_guard<std::mutex> lock(wk.mu);
+    if (wk.owned_conns.size() >= s.options.max_connections) {
+      return resource_exhausted("rpc server: worker " + std::to_string(w) + " has max_connections QPs");
+    }
+  }
+  nic::QpInitAttr a;
+  a.send_cq = wk.cq.get();
+  a.recv_cq = wk.cq.get();
+  a.srq = wk.srq.get();
+  a.cap.max_send_wr = kServerSendDepth;
+  a.cap.max_recv_wr = 1;
+  a.cap.max_send_sge = 1;
+  a.cap.max_inline_data = kMaxInline;
+  auto qp = s.nic->create_qp(*s.pd, a);
+  if (!qp.ok()) return qp.status();
+  auto conn = std::make_unique<Connection>();
+  conn->qp = std::move(qp.value());
+  conn->qpn = conn->qp->qp_num();
+  {
+    // Known to the worker before any request can arrive on it.
+    std::lock_guard<std::mutex> lock(wk.mu);
+    wk.shared_conns[conn->qpn] = conn.get();
+  }
+  Status st = nic::connect_qps(client_qp, client_nic, *conn->qp, *s.nic, options);
+  std::lock_guard<std::mutex> lock(wk.mu);
+  if (!st.ok()) {
+    wk.shared_conns.erase(conn->qpn);
+    return st;
+  }
+  wk.owned_conns.push_back(std::move(conn));
+  WorkerEndpoint e;
+  e.worker = w;
+  if (wk.flush_mr) {
+    e.flush_addr = wk.flush_mr->iova();
+    e.flush_rkey = wk.flush_mr->rkey();
+  }
+  return e;
+}
+
+const ServerOptions& Server::options() const { return impl_->options; }
+Mode Server::mode() const { return impl_->options.mode; }
+uint32_t Server::workers() const { return impl_->options.workers; }
+bool Server::durable() const { return impl_->options.durable_region != nullptr; }
+
+DurableLayout Server::durable_layout() const {
+  return DurableLayout{impl_->options.buffers, impl_->options.buffer_bytes, impl_->options.stride_bytes};
+}
+
+bool Server::nilext_allowed(uint16_t type) const {
+  return !impl_->handlers.empty() && impl_->handlers[type].present && impl_->handlers[type].info.nilext;
+}
+
+WorkerCounters Server::counters(uint32_t w) const {
+  WorkerCounters c;
+  if (w >= impl_->workers.size()) return c;
+  const WorkerCounterSet& k = impl_->workers[w]->counters;
+  c.requests = k.requests;
+  c.nilext = k.nilext;
+  c.replies = k.replies;
+  c.acks = k.acks;
+  c.errors = k.errors;
+  c.dropped = k.dropped;
+  c.recv_errors = k.recv_errors;
+  c.fillers = k.fillers;
+  c.reposts = k.reposts;
+  c.out_of_order = k.out_of_order;
+  c.recovered = k.recovered;
+  c.recovery_skipped = k.recovery_skipped;
+  c.busy_ns = static_cast<uint64_t>(static_cast<double>(k.busy_ticks.get()) * Tsc::ns_per_tick());
+  return c;
+}
+
+WorkerCounters Server::counters() const {
+  WorkerCounters sum;
+  for (uint32_t w = 0; w < impl_->workers.size(); ++w) sum += counters(w);
+  return sum;
+}
+
+std::vector<ScanStats> Server::recovery_stats() const { return impl_->recovery; }
+
+}  // namespace ferry::rpc

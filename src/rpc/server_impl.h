@@ -1,0 +1,123 @@
+// Internal state of an RPC server: its workers, their queues, receive
+// buffers, in-order execution state and connections.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ferry/common/counter.h"
+#include "ferry/rpc/server.h"
+
+namespace ferry::rpc {
+
+// One client connection as the worker sees it.
+struct Connection {
+  std::unique_ptr<nic::QueuePair> qp;
+  uint32_t qpn = 0;
+};
+
+// What the NIC reported for one SRQ position, until the worker executes it.
+// (The paper's bitmap, Figure 3, with what the worker needs to find the
+// request: a set `state` is the bitmap's bit.)
+struct PositionState {
+  enum : uint8_t { kEmpty = 0, kMessage, kFiller, kError };
+  uint8_t state = kEmpty;
+  uint16_t consumed = 1;  // strides the NIC gave it: the next position is this + consumed
+  uint32_t byte_len = 0;
+  uint32_t qpn = 0;
+};
+
+struct WorkerCounterSet {
+  Counter requests, nilext, replies, acks, errors, dropped, recv_errors, fillers, reposts, out_of_order, recovered,
+      recovery_skipped, busy_ticks;
+};
+
+struct Worker {
+  uint32_t index = 0;
+  Server::Impl* server = nullptr;
+  std::unique_ptr<nic::CompletionQueue> cq;
+  std::unique_ptr<nic::SharedReceiveQueue> srq;
+
+  // Receive buffers: a ring of `buffers` of `buffer_bytes`, in DRAM (owned)
+  // or, durable, in the PM area after the control block.
+  std::unique_ptr<uint8_t[], void (*)(void*)> dram_buffers{nullptr, nullptr};
+  uint8_t* buffer_base = nullptr;
+  std::unique_ptr<nic::MemoryRegion> buffer_mr;
+  uint32_t strides = 1;       // per buffer (1: ordinary SRQ)
+  uint32_t stride_bytes = 0;  // == buffer_bytes for an ordinary SRQ
+
+  // In-order execution (Rule 2). Positions are absolute: sequence * strides + stride.
+  uint64_t posted = 0;  // buffers posted (sequence of the next)
+  uint64_t exec = 0;    // the next position to execute
+  uint64_t highest_seen = 0;  // highest position a completion reported (for out_of_order)
+  bool any_seen = false;
+  uint64_t persisted_rte = 0;  // durable: the ReqToExecute last persisted
+  std::vector<PositionState> positions;       // ring over the posted buffers' positions
+  std::vector<std::vector<uint16_t>> starts;  // per buffer slot: strides where a message started
+
+  // Durable mode: this worker's area of the PM region.
+  uint8_t* area = nullptr;
+  DurableControl* control = nullptr;
+  std::unique_ptr<nic::MemoryRegion> flush_mr;  // the byte clients READ to drain their SENDs
+
+  // Responses: registered slots of max_response_bytes, a free list, and a
+  // cap on sends awaiting their completion (bounds the CQ).
+  std::vector<uint8_t> response_memory;
+  std::unique_ptr<nic::MemoryRegion> response_mr;
+  std::vector<uint32_t> free_slots;
+  uint32_t sends_outstanding = 0;
+
+  // Connections: written by connect() under `mu`; the worker keeps its own
+  // copy of the map and looks up under the lock only on a miss.
+  std::mutex mu;
+  std::unordered_map<uint32_t, Connection*> shared_conns;  // guarded by mu
+  std::vector<std::unique_ptr<Connection>> owned_conns;    // guarded by mu
+  std::unordered_map<uint32_t, Connection*> conns;         // worker thread only
+
+  std::thread thread;
+  WorkerCounterSet counters;
+};
+
+struct HandlerEntry {
+  HandlerInfo info;
+  Handler handler;
+  bool present = false;
+};
+
+struct Server::Impl {
+  nic::Engine* engine = nullptr;
+  nic::Nic* nic = nullptr;
+  ServerOptions options;
+  std::unique_ptr<nic::ProtectionDomain> pd;
+  std::vector<HandlerEntry> handlers;  // by type (65536 entries once the first is registered)
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<ScanStats> recovery;
+  std::atomic<bool> running{false};
+  bool started = false;
+
+  // worker.cc
+  size_t poll(Worker& w);
+  void record(Worker& w, const nic::WorkCompletion& wc);
+  void on_send_done(Worker& w, const nic::WorkCompletion& wc);
+  void execute_in_order(Worker& w);
+  void handle(Worker& w, uint64_t position, const PositionState& p);
+  void retire_buffer(Worker& w, uint64_t sequence);
+  Status post_buffer(Worker& w, uint64_t sequence);
+  uint32_t take_response_slot(Worker& w);
+  void send_response(Worker& w, Connection& c, uint32_t slot, uint32_t size);
+  Connection* find_connection(Worker& w, uint32_t qpn);
+  uint8_t* position_bytes(Worker& w, uint64_t position);
+
+  // durable.cc
+  Status init_durable_area(Worker& w);
+  Status recover_durable_area(Worker& w);
+  void persist_req_to_execute(Worker& w, uint64_t position);
+  void persist_srq_tail(Worker& w, uint64_t tail);
+  void invalidate_buffer(Worker& w, uint64_t sequence);
+};
+
+}  // namespace ferry::rpc

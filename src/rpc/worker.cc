@@ -1,0 +1,265 @@
+// The worker's loop: poll the CQ, mark each receive completion at its SRQ
+// position, execute strictly in position order (Rule 2, Figure 3 of the JUNE
+// BERRY paper), reply as the mode says, repost executed buffers.
+#include <algorithm>
+#include <cstring>
+
+#include "ferry/common/tsc.h"
+#include "server_impl.h"
+
+namespace ferry::rpc {
+
+namespace {
+
+constexpr uint64_t kResponseWrFlag = 1ull << 63;  // send wr_id: a response slot to free (else inline)
+constexpr uint32_t kMaxInline = 192;
+constexpr uint32_t kMaxSendsOutstanding = 1024;
+
+}  // namespace
+
+uint8_t* Server::Impl::position_bytes(Worker& w, uint64_t position) {
+  const uint64_t sequence = position / w.strides;
+  const uint64_t stride = position % w.strides;
+  return w.buffer_base + (sequence % options.buffers) * options.buffer_bytes + stride * w.stride_bytes;
+}
+
+size_t Server::Impl::poll(Worker& w) {
+  nic::WorkCompletion wcs[32];
+  auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
+  if (!n.ok() || n.value() == 0) return 0;
+  const uint64_t t0 = Tsc::now();
+  for (uint32_t i = 0; i < n.value(); ++i) {
+    const nic::WorkCompletion& wc = wcs[i];
+    if (wc.opcode == nic::WcOpcode::kRecv || wc.opcode == nic::WcOpcode::kRecvRdmaWithImm) {
+      record(w, wc);
+    } else {
+      on_send_done(w, wc);
+    }
+  }
+  execute_in_order(w);
+  w.counters.busy_ticks.add(Tsc::now() - t0);
+  return n.value();
+}
+
+void Server::Impl::record(Worker& w, const nic::WorkCompletion& wc) {
+  // wr_id is the buffer's sequence number; the stride is where the message
+  // starts in it (0 on an ordinary SRQ).
+  const uint64_t sequence = wc.wr_id;
+  const uint64_t first = w.exec / w.strides;
+  if (sequence < first || sequence >= w.posted || wc.stride_index >= w.strides) {
+    w.counters.recv_errors.inc();  // not a position this worker has outstanding: cannot happen
+    return;
+  }
+  const uint64_t position = sequence * w.strides + wc.stride_index;
+  PositionState& p = w.positions[position % w.positions.size()];
+  p.consumed = static_cast<uint16_t>(std::max<uint32_t>(1, wc.mp_strides_consumed));
+  p.consumed = static_cast<uint16_t>(std::min<uint64_t>(p.consumed, w.strides - wc.stride_index));
+  p.byte_len = wc.byte_len;
+  p.qpn = wc.qp_num;
+  if (wc.mp_filler) {
+    p.state = PositionState::kFiller;
+    w.counters.fillers.inc();
+  } else if (wc.status != nic::WcStatus::kSuccess) {
+    p.state = PositionState::kError;
+    w.counters.recv_errors.inc();
+  } else {
+    p.state = PositionState::kMessage;
+  }
+  // Arrived after a later position did: the CQ order is not the SRQ order.
+  if (w.any_seen && position < w.highest_seen) w.counters.out_of_order.inc();
+  if (!w.any_seen || position > w.highest_seen) w.highest_seen = position;
+  w.any_seen = true;
+  if (!wc.mp_filler) w.starts[sequence % options.buffers].push_back(wc.stride_index);
+}
+
+void Server::Impl::on_send_done(Worker& w, const nic::WorkCompletion& wc) {
+  if (w.sends_outstanding > 0) --w.sends_outstanding;
+  if ((wc.wr_id & kResponseWrFlag) != 0) w.free_slots.push_back(static_cast<uint32_t>(wc.wr_id & ~kResponseWrFlag));
+  // A failed response means the client's QP is gone; nothing to retry.
+}
+
+void Server::Impl::execute_in_order(Worker& w) {
+  while (true) {
+    PositionState& p = w.positions[w.exec % w.positions.size()];
+    if (p.state == PositionState::kEmpty) return;  // the next request in buffer order has not landed
+    const PositionState here = p;
+    p = PositionState{};
+    const uint64_t position = w.exec;
+    if (here.state == PositionState::kMessage) handle(w, position, here);
+    const uint64_t sequence = position / w.strides;
+    w.exec = std::min<uint64_t>(position + here.consumed, (sequence + 1) * w.strides);
+    if (w.exec % w.strides == 0) retire_buffer(w, sequence);
+  }
+}
+
+Connection* Server::Impl::find_connection(Worker& w, uint32_t qpn) {
+  auto it = w.conns.find(qpn);
+  if (it != w.conns.end()) return it->second;
+  std::lock_guard<std::mutex> lock(w.mu);
+  auto s = w.shared_conns.find(qpn);
+  if (s == w.shared_conns.end()) return nullptr;
+  w.conns[qpn] = s->second;
+  return s->second;
+}
+
+void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) {
+  const uint8_t* bytes = position_bytes(w, position);
+  RequestView v;
+  const RequestCheck check =
+      parse_request(std::span<const uint8_t>(bytes, p.byte_len), /*exact=*/true, options.max_request_bytes, &v);
+  if (check != RequestCheck::kValid) {
+    // Nothing in it can be trusted, the request id included: count, drop.
+    w.counters.dropped.inc();
+    return;
+  }
+  Connection* c = find_connection(w, p.qpn);
+  const bool oq = options.mode == Mode::kOrderedQueue;
+  // Does the client wait for a software response? Not for a nilext request
+  // in OQ mode: it committed at the ACK.
+  const bool client_waits = !(oq && v.nilext);
+  const HandlerEntry* h = handlers[v.type].present ? &handlers[v.type] : nullptr;
+  auto error = [&](RpcError e) {
+    w.counters.errors.inc();
+    if (!client_waits || c == nullptr) {
+      w.counters.dropped.inc();
+      return;
+    }
+    const uint32_t slot = take_response_slot(w);
+    uint8_t* out = w.response_memory.data() + static_cast<size_t>(slot) * options.max_response_bytes;
+    const uint32_t size = write_response(std::span<uint8_t>(out, options.max_response_bytes), v.request_id, v.origin,
+                                         ResponseKind::kError, static_cast<uint8_t>(e), 0);
+    send_response(w, *c, slot, size);
+  };
+  if (h == nullptr) return error(RpcError::kUnknownType);
+  if (v.nilext && !h->info.nilext) return error(RpcError::kNotNilext);
+  if (v.nilext && options.mode == Mode::kDeferredExec && c != nullptr) {
+    // DeferredExec: commit first with a software ACK, then execute.
+    const uint32_t slot = take_response_slot(w);
+    uint8_t* out = w.response_memory.data() + static_cast<size_t>(slot) * options.max_response_bytes;
+    const uint32_t size = write_response(std::span<uint8_t>(out, options.max_response_bytes), v.request_id, v.origin,
+                                         ResponseKind::kAck, 0, 0);
+    send_response(w, *c, slot, size);
+    w.counters.acks.inc();
+  }
+  const bool reply = client_waits && !(v.nilext && options.mode == Mode::kDeferredExec);
+  const uint32_t slot = take_response_slot(w);
+  uint8_t* out = w.response_memory.data() + static_cast<size_t>(slot) * options.max_response_bytes;
+  Reply r(std::span<uint8_t>(out + kResponseHeaderBytes, options.max_response_bytes - kResponseHeaderBytes));
+  Request req;
+  req.type = v.type;
+  req.nilext = v.nilext;
+  req.worker = w.index;
+  req.position = position;
+  req.payload = v.payload;
+  h->handler(req, r);
+  w.counters.requests.inc();
+  if (v.nilext) w.counters.nilext.inc();
+  if (options.durable_region != nullptr) {
+    // §5.3 ①②③: executed, ReqToExecute persisted past it, then the reply.
+    persist_req_to_execute(w, position + p.consumed);
+  }
+  if (!reply || c == nullptr) {
+    w.free_slots.push_back(slot);
+    return;
+  }
+  uint32_t size;
+  if (r.size() > r.capacity()) {
+    size = write_response(std::span<uint8_t>(out, options.max_response_bytes), v.request_id, v.origin,
+                          ResponseKind::kError, static_cast<uint8_t>(RpcError::kTooLarge), 0);
+    w.counters.errors.inc();
+  } else {
+    size = write_response(std::span<uint8_t>(out, options.max_response_bytes), v.request_id, v.origin,
+                          ResponseKind::kReply, r.status(), static_cast<uint32_t>(r.size()));
+  }
+  send_response(w, *c, slot, size);
+}
+
+uint32_t Server::Impl::take_response_slot(Worker& w) {
+  // Every slot is waiting for its SEND to complete: collect completions
+  // (receives are only marked, never executed from here).
+  while (w.free_slots.empty() || w.sends_outstanding >= kMaxSendsOutstanding) {
+    nic::WorkCompletion wcs[32];
+    auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
+    if (!n.ok()) break;
+    for (uint32_t i = 0; i < n.value(); ++i) {
+      if (wcs[i].opcode == nic::WcOpcode::kRecv || wcs[i].opcode == nic::WcOpcode::kRecvRdmaWithImm) {
+        record(w, wcs[i]);
+      } else {
+        on_send_done(w, wcs[i]);
+      }
+    }
+    if (!engine->threaded()) engine->step();
+  }
+  FERRY_ASSERT(!w.free_slots.empty(), "rpc worker: no response slot (CQ in error)");
+  const uint32_t slot = w.free_slots.back();
+  w.free_slots.pop_back();
+  return slot;
+}
+
+void Server::Impl::send_response(Worker& w, Connection& c, uint32_t slot, uint32_t size) {
+  uint8_t* out = w.response_memory.data() + static_cast<size_t>(slot) * options.max_response_bytes;
+  const nic::Sge sge = w.response_mr->sge(static_cast<size_t>(out - w.response_memory.data()), size);
+  nic::SendWr wr;
+  wr.opcode = nic::WrOpcode::kSend;
+  wr.flags = nic::kSendSignaled;
+  wr.sg_list = std::span<const nic::Sge>(&sge, 1);
+  const bool inline_data = size <= kMaxInline;
+  if (inline_data) {
+    wr.flags |= nic::kSendInline;  // copied into the WQE: the slot is free at once
+    wr.wr_id = 0;
+  } else {
+    wr.wr_id = kResponseWrFlag | slot;
+  }
+  while (true) {
+    Status s = c.qp->post_send(wr);
+    if (s.ok()) break;
+    if (s.code() != Code::kResourceExhausted) {
+      // The client's QP is in error (it went away): the response is moot.
+      if (!inline_data) w.free_slots.push_back(slot);
+      w.counters.dropped.inc();
+      return;
+    }
+    // Send queue full: wait for completions to free it.
+    nic::WorkCompletion wcs[32];
+    auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
+    if (n.ok()) {
+      for (uint32_t i = 0; i < n.value(); ++i) {
+        if (wcs[i].opcode == nic::WcOpcode::kRecv || wcs[i].opcode == nic::WcOpcode::kRecvRdmaWithImm) {
+          record(w, wcs[i]);
+        } else {
+          on_send_done(w, wcs[i]);
+        }
+      }
+    }
+    if (!engine->threaded()) engine->step();
+  }
+  ++w.sends_outstanding;
+  if (inline_data) w.free_slots.push_back(slot);
+  w.counters.replies.inc();
+}
+
+void Server::Impl::retire_buffer(Worker& w, uint64_t sequence) {
+  // Every request in the buffer executed: it can take new ones. Durable: a
+  // scan must start past it before its requests are invalidated and its
+  // slot posted again (at most `buffers` lie between the two persisted
+  // positions).
+  if (options.durable_region != nullptr) {
+    persist_req_to_execute(w, (sequence + 1) * w.strides);
+    invalidate_buffer(w, sequence);
+  }
+  w.starts[sequence % options.buffers].clear();
+  const uint64_t next = sequence + options.buffers;
+  if (post_buffer(w, next).ok()) w.counters.reposts.inc();
+}
+
+Status Server::Impl::post_buffer(Worker& w, uint64_t sequence) {
+  FERRY_ASSERT(sequence == w.posted, "rpc worker: buffers are posted in sequence order");
+  if (options.durable_region != nullptr) persist_srq_tail(w, sequence + 1);  // before the NIC can use it
+  const size_t offset = (sequence % options.buffers) * options.buffer_bytes;
+  const nic::Sge sge = w.buffer_mr->sge(offset, options.buffer_bytes);
+  Status s = w.srq->post_recv(nic::RecvWr{sequence, std::span<const nic::Sge>(&sge, 1)});
+  if (s.ok()) ++w.posted;
+  return s;
+}
+
+}  // namespace ferry::rpc
