@@ -241,6 +241,52 @@ naive_seeds = {
 }
 write_corpus("naive_header_fuzz", naive_seeds)
 
+# ---- RPC requests (include/ferry/rpc/format.h); the targets fix up checksums ----
+def rpc_request(size, type_=1, flags=0, version=1, request_id=7, origin=0, payload=b""):
+    body = struct.pack("<IHBBQII", size, type_, flags, version, request_id, origin, 0) + payload
+    return struct.pack("<Q", 0) + body
+
+
+rpc_payload = struct.pack("<H", 3) + b"keyvalue"
+rpc_ok = rpc_request(32 + len(rpc_payload), payload=rpc_payload)
+rpc_response = struct.pack("<QIBBHII", 7, 24 + 5, 1, 0, 0, 0, 0) + b"value"
+rpc_request_seeds = {
+    # [mode][max lo][max hi]: mode 3 = exact + fix checksum, 2 = scan + fix.
+    "exact_fixed": bytes([3, 0, 2]) + rpc_ok,
+    "scan_fixed_trailing": bytes([2, 0, 2]) + rpc_ok + b"\0" * 40,
+    "nilext": bytes([3, 0, 2]) + rpc_request(32 + len(rpc_payload), flags=1, payload=rpc_payload),
+    "empty_payload": bytes([3, 0, 0]) + rpc_request(32),
+    "size_too_big": bytes([3, 0, 2]) + rpc_request(4000, payload=rpc_payload),
+    "bad_version": bytes([3, 0, 2]) + rpc_request(32 + len(rpc_payload), version=9, payload=rpc_payload),
+    "unfixed": bytes([1, 0, 2]) + rpc_ok,
+    "response": bytes([0, 0, 0]) + rpc_response,
+    "short": bytes([1, 0, 0]) + rpc_ok[:20],
+}
+write_corpus("rpc_request_fuzz", rpc_request_seeds)
+
+
+def durable_area(buffers, strides_code, stride_code, requests, rte=0, tail=1, control=3):
+    stride = 64 << stride_code
+    buffer_bytes = stride << strides_code
+    area = bytearray(256 + buffers * buffer_bytes)
+    for (buf, st, req) in requests:
+        at = 256 + buf * buffer_bytes + st * stride
+        area[at:at + len(req)] = req
+    cfg = bytes([buffers - 1, strides_code, stride_code, control]) + struct.pack("<HH", rte, tail)
+    return cfg + bytes(area)
+
+
+rpc_scan_seeds = {
+    "two_requests": durable_area(2, 3, 0, [(0, 0, rpc_ok), (0, 1, rpc_ok)], 0, 2),
+    "gap_then_request": durable_area(2, 3, 0, [(0, 3, rpc_ok), (1, 0, rpc_ok)], 1, 2),
+    "torn_middle": durable_area(1, 4, 0, [(0, 0, rpc_ok), (0, 1, rpc_ok[:30]), (0, 2, rpc_ok)], 0, 1),
+    "wrapped_ring": durable_area(2, 2, 1, [(0, 0, rpc_ok), (1, 0, rpc_ok)], 6, 4),
+    "rte_past_tail": durable_area(1, 2, 0, [(0, 0, rpc_ok)], 9, 1),
+    "raw_control": durable_area(1, 2, 0, [(0, 0, rpc_ok)], 0, 1, control=0),
+}
+write_corpus("rpc_recovery_scan_fuzz", rpc_scan_seeds)
+
 if __name__ == "__main__":
-    for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz", "naive_header_fuzz"):
+    for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz", "naive_header_fuzz", "rpc_request_fuzz",
+              "rpc_recovery_scan_fuzz"):
         print(t, len(os.listdir(os.path.join(HERE, "corpus", t))), "seeds")
