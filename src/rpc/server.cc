@@ -76,7 +76,7 @@ Result<Mode> parse_mode(std::string_view name) {
 }
 
 void Reply::append(std::span<const uint8_t> bytes) {
-  if (size_ + bytes.size() <= space_.size()) std::memcpy(space_.data() + size_, bytes.data(), bytes.size());
+  if (!bytes.empty() && size_ + bytes.size() <= space_.size()) std::memcpy(space_.data() + size_, bytes.data(), bytes.size());
   size_ += bytes.size();  // beyond capacity: reported as kTooLarge, nothing written
 }
 

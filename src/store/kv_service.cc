@@ -50,8 +50,8 @@ size_t encode_kv(std::span<uint8_t> out, std::string_view key, std::string_view 
   h.exptime = exptime;
   h.arg = arg;
   std::memcpy(out.data(), &h, sizeof(h));
-  std::memcpy(out.data() + sizeof(h), key.data(), key.size());
-  std::memcpy(out.data() + sizeof(h) + key.size(), value.data(), value.size());
+  if (!key.empty()) std::memcpy(out.data() + sizeof(h), key.data(), key.size());
+  if (!value.empty()) std::memcpy(out.data() + sizeof(h) + key.size(), value.data(), value.size());
   return n;
 }
 

@@ -36,8 +36,8 @@ inline std::vector<uint8_t> kv(std::string_view key, std::string_view value = {}
   std::vector<uint8_t> p(2 + key.size() + value.size());
   const uint16_t n = static_cast<uint16_t>(key.size());
   std::memcpy(p.data(), &n, 2);
-  std::memcpy(p.data() + 2, key.data(), key.size());
-  std::memcpy(p.data() + 2 + key.size(), value.data(), value.size());
+  if (!key.empty()) std::memcpy(p.data() + 2, key.data(), key.size());
+  if (!value.empty()) std::memcpy(p.data() + 2 + key.size(), value.data(), value.size());
   return p;
 }
 
