@@ -8,7 +8,7 @@
 //    recovery, or a later put of the same key is;
 //  - every non-nilext append whose reply arrived executed exactly once; no
 //    append executed twice; recovery executed none.
-// FERRY_RPC_POWER_SEEDS sets the number of seeds (default 400; the full
+// FERRY_RPC_POWER_SEEDS sets the number of seeds (default 2000; the full
 // campaign is 20000).
 #include <cstdlib>
 #include <optional>
@@ -26,7 +26,7 @@ constexpr uint32_t kLogCapacity = 120;
 
 int seeds() {
   const char* e = std::getenv("FERRY_RPC_POWER_SEEDS");
-  return e != nullptr ? std::max(1, std::atoi(e)) : 400;
+  return e != nullptr ? std::max(1, std::atoi(e)) : 2000;
 }
 
 std::string temp_path(const std::string& name) {
