@@ -4,16 +4,19 @@
 
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "demo.h"
 #include "ferry/common/status.h"
 #include "group_bench.h"
 #include "nic_bench.h"
+#include "oq_bench.h"
 #include "pm_bench.h"
 
 namespace {
@@ -82,6 +85,13 @@ void add_run_options(CLI::App* app, uint64_t& iters, double& seconds_per_point, 
   app->add_option("--engine-cpu", engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")->capture_default_str();
 }
 
+// "1,4,16": a list as parse_sizes() reads it.
+std::string join(const std::vector<uint32_t>& values) {
+  std::string s;
+  for (uint32_t v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
+
 // The exit code for a benchmark's result, saying why on stderr if it failed.
 int exit_code(const std::string& command, const ferry::Status& s) {
   if (s.ok()) return 0;
@@ -101,13 +111,15 @@ int main(int argc, char** argv) {
   CLI::App* demo = app.add_subcommand(
       "demo",
       "Walk through the software RNIC (each verb, WAIT/ENABLE, a remote WQE rewrite), then a 3-replica HyperLoop "
-      "group doing each primitive, verified on every replica");
+      "group doing each primitive, verified on every replica, then JUNE BERRY: a set committed by the NIC's ACK, "
+      "a get that sees it, durable puts across a power failure");
   int demo_engine_cpu = 1;
   std::string demo_part = "all";
   demo->add_option("--engine-cpu", demo_engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")
       ->capture_default_str();
-  demo->add_option("--part", demo_part, "nic (the software RNIC), group (HyperLoop primitives) or all")
-      ->check(CLI::IsMember({"nic", "group", "all"}))
+  demo->add_option("--part", demo_part,
+                   "nic (the software RNIC), group (HyperLoop primitives), juneberry (the Ordered Queue) or all")
+      ->check(CLI::IsMember({"nic", "group", "juneberry", "all"}))
       ->capture_default_str();
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each measures its physical reference in the same run)");
@@ -200,12 +212,114 @@ int main(int argc, char** argv) {
   group->add_flag("--flush", group_opts.flush, "interleave gFLUSH with every gWRITE and gMEMCPY");
   group->add_flag("--json", group_opts.json, "print one JSON object per run");
 
+  CLI::App* oq = bench->add_subcommand(
+      "oq",
+      "JUNE BERRY §6 (Figs. 6-11): Ordered Queue and JUNE BERRY-D against RawRPC and DeferredExec on the same RPC "
+      "code -- throughput vs client threads, cache latency under the Twitter clusters, PmKv latency and value sizes");
+  ferry::bench::OqBenchOptions oq_opts;
+  const ferry::bench::OqBenchOptions oq_quick = ferry::bench::oq_quick_options();
+  std::string oq_threads = "1,2,4,8";
+  std::string oq_thread_sizes = "64,1024";
+  std::string oq_clusters = "12,19,27,31";
+  std::string oq_value_sizes = "64,256,1024,4096";
+  size_t oq_region_mib = oq_opts.pm_region_bytes >> 20;
+  bool oq_quick_flag = false;
+  // Options --quick shrinks when the command line leaves them alone.
+  std::vector<std::pair<CLI::Option*, std::function<void()>>> oq_quick_settings;
+  auto quick = [&](CLI::Option* opt, std::function<void()> apply) {
+    oq_quick_settings.emplace_back(opt, std::move(apply));
+    return opt;
+  };
+  oq->add_option("--experiments", oq_opts.experiments,
+                 "threads (Fig. 6), latency (Figs. 7-8, cache), pmkv (Figs. 9-11, PmKv)")
+      ->delimiter(',')
+      ->capture_default_str();
+  oq->add_option("--systems", oq_opts.systems,
+                 "oq, oq-durable (JUNE BERRY-D), deferred (DeferredExec), rawrpc; each experiment runs the ones it "
+                 "compares")
+      ->delimiter(',')
+      ->capture_default_str();
+  quick(oq->add_option("--threads", oq_threads, "threads: client threads (sessions), a list")->capture_default_str(),
+        [&] { oq_threads = join(oq_quick.threads); });
+  quick(oq->add_option("--thread-sizes", oq_thread_sizes, "threads: value sizes of the puts (bytes), a list")
+            ->capture_default_str(),
+        [&] { oq_thread_sizes = join(oq_quick.thread_value_bytes); });
+  quick(oq->add_option("--variants", oq_opts.variants,
+                       "threads: oq and oq-durable with multi-packet SRQ and delegation: mp-deleg, mp, deleg, plain")
+            ->delimiter(',')
+            ->capture_default_str(),
+        [&] { oq_opts.variants = oq_quick.variants; });
+  oq->add_option("--thread-inflight", oq_opts.thread_inflight, "threads: calls each session keeps in flight")
+      ->capture_default_str();
+  quick(oq->add_option("--clusters", oq_clusters, "latency: Twitter clusters of Table 1 (12, 19, 27, 31)")
+            ->capture_default_str(),
+        [&] { oq_clusters = join(oq_quick.clusters); });
+  quick(oq->add_option("--loads", oq_opts.loads, "latency: offered loads as fractions of RawRPC's measured peak")
+            ->delimiter(',')
+            ->capture_default_str(),
+        [&] { oq_opts.loads = oq_quick.loads; });
+  quick(oq->add_option("--pm-loads", oq_opts.pm_loads, "pmkv: offered loads as fractions of RawRPC's measured peak")
+            ->delimiter(',')
+            ->capture_default_str(),
+        [&] { oq_opts.pm_loads = oq_quick.pm_loads; });
+  quick(oq->add_option("--put-ratios", oq_opts.put_percents, "pmkv: put percentages (100, 50, 5, 0)")
+            ->delimiter(',')
+            ->capture_default_str(),
+        [&] { oq_opts.put_percents = oq_quick.put_percents; });
+  quick(oq->add_option("--value-sizes", oq_value_sizes, "pmkv: value sizes of the value-size sweep (bytes, <= 8192)")
+            ->capture_default_str(),
+        [&] { oq_value_sizes = join(oq_quick.value_sizes); });
+  oq->add_option("--sweep-put-ratio", oq_opts.sweep_put_percent, "pmkv: put percentage of the value-size sweep")
+      ->capture_default_str();
+  oq->add_option("--sweep-load", oq_opts.sweep_load,
+                 "pmkv: the value-size sweep's latency points, as a fraction of RawRPC's peak at each size")
+      ->capture_default_str();
+  oq->add_option("--workers", oq_opts.workers, "server worker threads (each with its SRQ and data partition)")
+      ->capture_default_str();
+  oq->add_option("--sessions", oq_opts.sessions, "latency, pmkv: client sessions (client threads)")
+      ->capture_default_str();
+  oq->add_option("--inflight", oq_opts.max_inflight, "latency, pmkv: calls in flight per session for the peaks")
+      ->capture_default_str();
+  oq->add_option("--open-inflight", oq_opts.open_inflight,
+                 "latency, pmkv: calls in flight per session under open-loop load, at most")
+      ->capture_default_str();
+  quick(oq->add_option("--keys", oq_opts.keys, "key space, prefilled before every point")->capture_default_str(),
+        [&] { oq_opts.keys = oq_quick.keys; });
+  quick(oq->add_option("--closed-seconds", oq_opts.closed_seconds, "length of a closed-loop point (peaks, threads)")
+            ->capture_default_str(),
+        [&] { oq_opts.closed_seconds = oq_quick.closed_seconds; });
+  quick(oq->add_option("--min-seconds", oq_opts.min_seconds, "an open-loop point runs at least this long")
+            ->capture_default_str(),
+        [&] { oq_opts.min_seconds = oq_quick.min_seconds; });
+  quick(oq->add_option("--max-seconds", oq_opts.max_seconds, "... and at most this long")->capture_default_str(),
+        [&] { oq_opts.max_seconds = oq_quick.max_seconds; });
+  quick(oq->add_option("--samples", oq_opts.target_samples,
+                       "measured requests an open-loop point aims for (p99.9 needs 10,000)")
+            ->capture_default_str(),
+        [&] { oq_opts.target_samples = oq_quick.target_samples; });
+  quick(oq->add_option("--warmup-seconds", oq_opts.warmup_seconds, "unmeasured run-in before every point")
+            ->capture_default_str(),
+        [&] { oq_opts.warmup_seconds = oq_quick.warmup_seconds; });
+  oq->add_option("--qpc-entries", oq_opts.qp_context_entries,
+                 "modeled QP-context cache entries of the server NIC (counters only)")
+      ->capture_default_str();
+  oq->add_option("--client-cpu", oq_opts.client_cpu, "CPU of the client thread, which also steps every NIC")
+      ->capture_default_str();
+  oq->add_option("--server-cpu", oq_opts.server_cpu, "CPU of the server's worker threads")->capture_default_str();
+  oq->add_option("--pm-dir", oq_opts.pm_dir, "directory for the PM files (default /dev/shm)");
+  quick(oq->add_option("--pm-region-mib", oq_region_mib, "PmKv region per worker")->capture_default_str(),
+        [&] { oq_region_mib = oq_quick.pm_region_bytes >> 20; });
+  oq->add_flag("--quick", oq_quick_flag,
+               "a small configuration of every experiment and system (seconds, for tests); explicit options win");
+  oq->add_flag("--json", oq_opts.json, "print one JSON object per point");
+
   CLI11_PARSE(app, argc, argv);
 
   if (demo->parsed()) {
     int rc = 0;
-    if (demo_part != "group") rc |= ferry::apps::run_demo(std::cout, demo_engine_cpu);
-    if (demo_part != "nic") rc |= ferry::apps::run_group_demo(std::cout, demo_engine_cpu);
+    if (demo_part == "all" || demo_part == "nic") rc |= ferry::apps::run_demo(std::cout, demo_engine_cpu);
+    if (demo_part == "all" || demo_part == "group") rc |= ferry::apps::run_group_demo(std::cout, demo_engine_cpu);
+    if (demo_part == "all" || demo_part == "juneberry") rc |= ferry::apps::run_juneberry_demo(std::cout, demo_engine_cpu);
     return rc;
   }
   if (nic->parsed()) {
@@ -228,6 +342,21 @@ int main(int argc, char** argv) {
     group_opts.region_bytes = group_region_mib << 20;
     group_opts.media = group_media == "dram" ? ferry::pm::Media::kDram : ferry::pm::Media::kPm;
     return exit_code("ferry bench group", ferry::bench::run_group_bench(group_opts, std::cout, std::cerr));
+  }
+  if (oq->parsed()) {
+    if (oq_quick_flag) {
+      for (auto& [opt, apply] : oq_quick_settings) {
+        if (opt->count() == 0) apply();
+      }
+    }
+    if (!parse_list_option("ferry bench oq", "--threads", oq_threads, &oq_opts.threads) ||
+        !parse_list_option("ferry bench oq", "--thread-sizes", oq_thread_sizes, &oq_opts.thread_value_bytes) ||
+        !parse_list_option("ferry bench oq", "--clusters", oq_clusters, &oq_opts.clusters) ||
+        !parse_list_option("ferry bench oq", "--value-sizes", oq_value_sizes, &oq_opts.value_sizes)) {
+      return 2;
+    }
+    oq_opts.pm_region_bytes = oq_region_mib << 20;
+    return exit_code("ferry bench oq", ferry::bench::run_oq_bench(oq_opts, std::cout, std::cerr));
   }
   return 0;
 }
