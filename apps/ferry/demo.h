@@ -13,6 +13,9 @@ namespace ferry::apps {
 int run_demo(std::ostream& out, int engine_cpu);
 // Part 2: a HyperLoop group of three replicas doing each primitive.
 int run_group_demo(std::ostream& out, int engine_cpu);
+// Part 3: JUNE BERRY -- a set committed by the hardware ACK, a get that sees
+// it, durable puts across a power failure and recovery.
+int run_juneberry_demo(std::ostream& out, int engine_cpu);
 
 // Numbered steps and verified checks, printed to `out` (which must outlive
 // this object); shared by both parts of the demo.
