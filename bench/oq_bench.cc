@@ -1113,7 +1113,9 @@ Status OqBench::run() {
     };
     std::string verdict = "NOT CHECKED (too few samples)";
     if (!t["met"].is_null()) {
+      const bool slower = !t["measured_reduction"].is_null() && t["measured_reduction"].get<double>() < 0;
       verdict = t["met"].get<bool>() ? "MET"
+                : slower             ? std::string("MISSED (slower than the baseline)")
                                      : fmt::format("MISSED (short by {:.1f} points)", t["short_by"].get<double>() * 100);
     }
     text_ << fmt::format("  target: {} at {:.0f}% of peak: {} us vs {} us, {} (needs >= {:.0f}% lower): {}  [{}]\n",
