@@ -3,6 +3,7 @@
 // BERRY paper), reply as the mode says, repost executed buffers.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "ferry/common/tsc.h"
 #include "server_impl.h"
@@ -188,7 +189,14 @@ uint32_t Server::Impl::take_response_slot(Worker& w) {
         on_send_done(w, wcs[i]);
       }
     }
-    if (!engine->threaded()) engine->step();
+    // A manual engine is stepped by whoever drives it: this thread only if
+    // the caller also drives the workers (one thread does both); a threaded
+    // worker must not step it behind the caller's back.
+    if (!engine->threaded() && !options.threaded) {
+      engine->step();
+    } else {
+      std::this_thread::yield();
+    }
   }
   FERRY_ASSERT(!w.free_slots.empty(), "rpc worker: no response slot (CQ in error)");
   const uint32_t slot = w.free_slots.back();
@@ -231,7 +239,14 @@ void Server::Impl::send_response(Worker& w, Connection& c, uint32_t slot, uint32
         }
       }
     }
-    if (!engine->threaded()) engine->step();
+    // A manual engine is stepped by whoever drives it: this thread only if
+    // the caller also drives the workers (one thread does both); a threaded
+    // worker must not step it behind the caller's back.
+    if (!engine->threaded() && !options.threaded) {
+      engine->step();
+    } else {
+      std::this_thread::yield();
+    }
   }
   ++w.sends_outstanding;
   if (inline_data) w.free_slots.push_back(slot);

@@ -97,7 +97,9 @@ class Session {
   Status call_async(uint16_t type, uint64_t route, std::span<const uint8_t> payload, bool nilext, Callback done);
   // Sends a call and polls until it commits or fails, or timeout_ns passes
   // (kTimedOut; the call may still execute). With a manual engine it steps
-  // the engine while waiting; the server's workers must then be threaded.
+  // the engine while waiting; the server's workers must then be threaded
+  // (they never step an engine they do not drive), and no other thread may
+  // step the engine meanwhile.
   Result<CallReply> call(uint16_t type, uint64_t route, std::span<const uint8_t> payload, bool nilext);
   // Handles completions (and, with delegation, other sessions' requests and
   // results); returns how many events it handled.
