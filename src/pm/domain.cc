@@ -359,6 +359,14 @@ void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uin
 void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, RegionState* r, size_t off,
                                                    size_t len) {
   if (r->nic_pending_writes == 0 || len == 0) return;
+  // The per-line counts say whether any pending write overlaps the range;
+  // most CPU stores touch lines no DMA is pending on, and the FIFO can hold
+  // thousands of writes to scan.
+  bool overlaps = false;
+  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine && !overlaps; ++line) {
+    overlaps = r->lines[line].nic_pending != 0;
+  }
+  if (!overlaps) return;
   size_t through = 0;
   for (size_t i = fifo.size(); i > 0; --i) {
     const PendingWrite& w = fifo[i - 1];

@@ -145,6 +145,11 @@ void Region::store_nt(void* dst, const void* src, size_t len) {
 void Region::flush(const void* addr, size_t len) {
   if (len == 0 || state_->media != Media::kPm) return;
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  flush_locked(addr, len);
+}
+
+void Region::flush_locked(const void* addr, size_t len) {
+  if (len == 0 || state_->media != Media::kPm) return;
   auto& impl = *domain_->impl_;
   const size_t off = state_->offset_of(addr);
   const size_t first = off / kLine * kLine;
@@ -166,6 +171,10 @@ void Region::flush(const void* addr, size_t len) {
 
 void Region::drain() {
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  drain_locked();
+}
+
+void Region::drain_locked() {
   auto& impl = *domain_->impl_;
   for (const auto& f : impl.fence) {
     std::memcpy(f.region->durable.data() + f.offset, impl.fence_bytes.data() + f.at, f.length);
@@ -175,9 +184,12 @@ void Region::drain() {
   if (real_pm()) pmem2_get_drain_fn(state_->map)();
 }
 
+// One acquisition of the domain's lock for both: on the emulator that lock is
+// shared with the NIC engine's DMA, and each acquisition can wait for it.
 void Region::persist(const void* addr, size_t len) {
-  flush(addr, len);
-  drain();
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  flush_locked(addr, len);
+  drain_locked();
 }
 
 }  // namespace ferry::pm

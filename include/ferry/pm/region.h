@@ -80,6 +80,9 @@ class Region {
  private:
   friend class PersistenceDomain;
   Region(PersistenceDomain* domain, detail::RegionState* state) : domain_(domain), state_(state) {}
+  // flush() and drain() with the domain's lock held (persist() takes it once).
+  void flush_locked(const void* addr, size_t len);
+  void drain_locked();
   PersistenceDomain* domain_;
   detail::RegionState* state_;
 };
