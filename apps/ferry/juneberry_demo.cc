@@ -52,6 +52,26 @@ std::string value_of_cache_reply(const Outcome& o) {
   return std::string(v.value);
 }
 
+// A server host whose memory is `domain` and a client machine, on a manual
+// engine: the power may fail only between two engine steps.
+struct ManualHosts {
+  explicit ManualHosts(pm::PersistenceDomain& domain) {
+    nic::EngineOptions eo;
+    eo.threaded = false;
+    eo.clock = &clock;
+    engine = std::make_unique<nic::Engine>(eo);
+    nic::NicOptions sno;
+    sno.name = "server";
+    sno.memory = &domain;
+    server = engine->add_nic(sno).value();
+    client = engine->add_nic({.name = "client"}).value();
+  }
+  FakeClock clock;
+  std::unique_ptr<nic::Engine> engine;
+  nic::Nic* server = nullptr;
+  nic::Nic* client = nullptr;
+};
+
 class JuneBerryDemo {
  public:
   JuneBerryDemo(std::ostream& out, int engine_cpu) : out_(out), steps_(out), engine_cpu_(engine_cpu) {}
@@ -140,16 +160,10 @@ class JuneBerryDemo {
         {"alice", "42"}, {"bob", "17"}, {"carol", "99"}};
 
     {
-      FakeClock clock;
-      nic::EngineOptions eo;
-      eo.threaded = false;
-      eo.clock = &clock;
-      nic::Engine engine(eo);
-      nic::NicOptions sno;
-      sno.name = "server";
-      sno.memory = &domain;
-      nic::Nic* server_nic = engine.add_nic(sno).value();
-      nic::Nic* client_nic = engine.add_nic({.name = "client"}).value();
+      ManualHosts hosts(domain);
+      nic::Engine& engine = *hosts.engine;
+      nic::Nic* server_nic = hosts.server;
+      nic::Nic* client_nic = hosts.client;
       auto server = rpc::Server::create(engine, *server_nic, so).value();
       auto svc = store::PmKvService::attach(*server, domain, regions, /*open_existing=*/false);
       if (!steps_.check(svc.ok() && server->start().ok(), "durable server started on a fresh store")) return;
@@ -175,16 +189,10 @@ class JuneBerryDemo {
     steps_.step("Recovery: the committed puts are executed after the restart",
                 "The server restarts on the same PM. It scans its receive ring from ReqToExecute to SRQTail, "
                 "checks each request's checksum, and re-executes the valid nilext requests in order.");
-    FakeClock clock;
-    nic::EngineOptions eo;
-    eo.threaded = false;
-    eo.clock = &clock;
-    nic::Engine engine(eo);
-    nic::NicOptions sno;
-    sno.name = "server";
-    sno.memory = &domain;
-    nic::Nic* server_nic = engine.add_nic(sno).value();
-    nic::Nic* client_nic = engine.add_nic({.name = "client"}).value();
+    ManualHosts hosts(domain);
+    nic::Engine& engine = *hosts.engine;
+    nic::Nic* server_nic = hosts.server;
+    nic::Nic* client_nic = hosts.client;
     so.recover = true;
     auto server = rpc::Server::create(engine, *server_nic, so).value();
     auto svc = store::PmKvService::attach(*server, domain, regions, /*open_existing=*/true);

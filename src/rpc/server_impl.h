@@ -107,6 +107,10 @@ struct Server::Impl {
   void handle(Worker& w, uint64_t position, const PositionState& p);
   void retire_buffer(Worker& w, uint64_t sequence);
   Status post_buffer(Worker& w, uint64_t sequence);
+  // Inside a handler's reply, waiting for a response slot or send-queue
+  // room: one CQ poll (receives are only marked, never executed from here),
+  // then lets the NIC run. False if the CQ failed.
+  bool wait_for_completions(Worker& w);
   uint32_t take_response_slot(Worker& w);
   void send_response(Worker& w, Connection& c, uint32_t slot, uint32_t size);
   Connection* find_connection(Worker& w, uint32_t qpn);

@@ -175,13 +175,10 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
   send_response(w, *c, slot, size);
 }
 
-uint32_t Server::Impl::take_response_slot(Worker& w) {
-  // Every slot is waiting for its SEND to complete: collect completions
-  // (receives are only marked, never executed from here).
-  while (w.free_slots.empty() || w.sends_outstanding >= kMaxSendsOutstanding) {
-    nic::WorkCompletion wcs[32];
-    auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
-    if (!n.ok()) break;
+bool Server::Impl::wait_for_completions(Worker& w) {
+  nic::WorkCompletion wcs[32];
+  auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
+  if (n.ok()) {
     for (uint32_t i = 0; i < n.value(); ++i) {
       if (wcs[i].opcode == nic::WcOpcode::kRecv || wcs[i].opcode == nic::WcOpcode::kRecvRdmaWithImm) {
         record(w, wcs[i]);
@@ -189,14 +186,23 @@ uint32_t Server::Impl::take_response_slot(Worker& w) {
         on_send_done(w, wcs[i]);
       }
     }
-    // A manual engine is stepped by whoever drives it: this thread only if
-    // the caller also drives the workers (one thread does both); a threaded
-    // worker must not step it behind the caller's back.
-    if (!engine->threaded() && !options.threaded) {
-      engine->step();
-    } else {
-      std::this_thread::yield();
-    }
+  }
+  // A manual engine is stepped by whoever drives it: this thread only if
+  // the caller also drives the workers (one thread does both); a threaded
+  // worker must not step it behind the caller's back.
+  if (!engine->threaded() && !options.threaded) {
+    engine->step();
+  } else {
+    std::this_thread::yield();
+  }
+  return n.ok();
+}
+
+uint32_t Server::Impl::take_response_slot(Worker& w) {
+  // Every slot is waiting for its SEND to complete: collect completions
+  // (receives are only marked, never executed from here).
+  while (w.free_slots.empty() || w.sends_outstanding >= kMaxSendsOutstanding) {
+    if (!wait_for_completions(w)) break;
   }
   FERRY_ASSERT(!w.free_slots.empty(), "rpc worker: no response slot (CQ in error)");
   const uint32_t slot = w.free_slots.back();
@@ -227,26 +233,7 @@ void Server::Impl::send_response(Worker& w, Connection& c, uint32_t slot, uint32
       w.counters.dropped.inc();
       return;
     }
-    // Send queue full: wait for completions to free it.
-    nic::WorkCompletion wcs[32];
-    auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
-    if (n.ok()) {
-      for (uint32_t i = 0; i < n.value(); ++i) {
-        if (wcs[i].opcode == nic::WcOpcode::kRecv || wcs[i].opcode == nic::WcOpcode::kRecvRdmaWithImm) {
-          record(w, wcs[i]);
-        } else {
-          on_send_done(w, wcs[i]);
-        }
-      }
-    }
-    // A manual engine is stepped by whoever drives it: this thread only if
-    // the caller also drives the workers (one thread does both); a threaded
-    // worker must not step it behind the caller's back.
-    if (!engine->threaded() && !options.threaded) {
-      engine->step();
-    } else {
-      std::this_thread::yield();
-    }
+    wait_for_completions(w);  // send queue full: completions free it
   }
   ++w.sends_outstanding;
   if (inline_data) w.free_slots.push_back(slot);
