@@ -142,15 +142,20 @@ Result<PmKv::Position> PmKv::find(std::string_view key, uint64_t hash) const {
   return head;
 }
 
-Result<size_t> PmKv::get_into(std::string_view key, std::span<uint8_t> out) const {
+Result<PmKv::Position> PmKv::find_verified(std::string_view key) const {
   FERRY_RETURN_IF_ERROR(check_usable());
   if (key.size() > kPmKvMaxKeyBytes) return not_found("PmKv: key longer than any stored key");
   FERRY_ASSIGN_OR_RETURN(Position pos, find(key, detail::key_hash(key, layout_->hash_seed)));
   if (!pos.found) return not_found("PmKv: no such key");
-  const uint8_t* kv = base_ + pos.record_at + kRecordHeaderBytes;
-  if (detail::record_checksum(pos.header, kv) != pos.header.checksum) {
+  if (detail::record_checksum(pos.header, base_ + pos.record_at + kRecordHeaderBytes) != pos.header.checksum) {
     return data_loss("PmKv: record at offset " + std::to_string(pos.record_at) + " fails its checksum");
   }
+  return pos;
+}
+
+Result<size_t> PmKv::get_into(std::string_view key, std::span<uint8_t> out) const {
+  FERRY_ASSIGN_OR_RETURN(Position pos, find_verified(key));
+  const uint8_t* kv = base_ + pos.record_at + kRecordHeaderBytes;
   if (out.size() < pos.header.value_bytes) {
     return out_of_range("PmKv: the value has " + std::to_string(pos.header.value_bytes) + " bytes, the buffer " +
                         std::to_string(out.size()));
@@ -160,14 +165,8 @@ Result<size_t> PmKv::get_into(std::string_view key, std::span<uint8_t> out) cons
 }
 
 Result<std::string> PmKv::get(std::string_view key) const {
-  FERRY_RETURN_IF_ERROR(check_usable());
-  if (key.size() > kPmKvMaxKeyBytes) return not_found("PmKv: key longer than any stored key");
-  FERRY_ASSIGN_OR_RETURN(Position pos, find(key, detail::key_hash(key, layout_->hash_seed)));
-  if (!pos.found) return not_found("PmKv: no such key");
+  FERRY_ASSIGN_OR_RETURN(Position pos, find_verified(key));
   const uint8_t* kv = base_ + pos.record_at + kRecordHeaderBytes;
-  if (detail::record_checksum(pos.header, kv) != pos.header.checksum) {
-    return data_loss("PmKv: record at offset " + std::to_string(pos.record_at) + " fails its checksum");
-  }
   return std::string(reinterpret_cast<const char*>(kv + pos.header.key_bytes), pos.header.value_bytes);
 }
 

@@ -162,6 +162,9 @@ class PmKv {
   // Where a key is, or where it would be inserted (pmkv_format.h).
   struct Position;
   Result<Position> find(std::string_view key, uint64_t hash) const;
+  // get()'s and get_into()'s lookup: the key's record, its checksum verified
+  // (kNotFound, kDataLoss).
+  Result<Position> find_verified(std::string_view key) const;
   Status check_usable() const;
   // Calls the crash hook; false: the operation must stop now (pmkv_write.cc).
   bool reached(CrashPoint point);
