@@ -17,6 +17,7 @@ packages=(
   jq                                # JSON -> table for plot scripts
   libpmem2-dev                      # persistent-memory mapping, persist/flush/drain, non-temporal memcpy
   libxxhash-dev                     # XXH3-64 checksums of RPC requests and PM records
+  libisal-dev                       # ISA-L CRC32C of PmKv records (and the RoCEv2 ICRC)
   stress-ng                         # CPU load from a separate executable in benchmarks (never a fork of the bench)
   git                               # benchmarks record the commit they were built from
 )
