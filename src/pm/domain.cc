@@ -122,10 +122,11 @@ Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
 }
 
 Region* PersistenceDomain::add_region(std::unique_ptr<RegionState> state) {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   RegionState* raw = state.get();
   impl_->states.push_back(std::move(state));
   impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
+  std::lock_guard<SpinLock> stage(impl_->stage_mu);  // dma_write looks regions up holding only that
   impl_->by_address.insert(
       std::upper_bound(impl_->by_address.begin(), impl_->by_address.end(), raw,
                        [](const RegionState* a, const RegionState* b) { return a->base < b->base; }),
@@ -134,7 +135,7 @@ Region* PersistenceDomain::add_region(std::unique_ptr<RegionState> state) {
 }
 
 void PersistenceDomain::release(Region* region) {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   RegionState* s = region->state_;
   // Drain what the NIC still holds for it, drop it from the cache model.
   while (s->nic_pending_writes != 0) impl_->drain_front(config_);
@@ -145,7 +146,11 @@ void PersistenceDomain::release(Region* region) {
   impl_->fence.erase(std::remove_if(impl_->fence.begin(), impl_->fence.end(),
                                     [&](const detail::FenceSnapshot& f) { return f.region == s; }),
                      impl_->fence.end());
-  impl_->by_address.erase(std::remove(impl_->by_address.begin(), impl_->by_address.end(), s), impl_->by_address.end());
+  {
+    std::lock_guard<SpinLock> stage(impl_->stage_mu);
+    impl_->by_address.erase(std::remove(impl_->by_address.begin(), impl_->by_address.end(), s),
+                            impl_->by_address.end());
+  }
   if (s->media == Media::kPm) {
     pmem2_map_delete(&s->map);
     pmem2_source_delete(&s->source);
@@ -164,7 +169,7 @@ void PersistenceDomain::release(Region* region) {
 }
 
 size_t PersistenceDomain::nic_buffer_bytes() const {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   return impl_->fifo_bytes;
 }
 
@@ -326,34 +331,36 @@ void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uin
     }
   }
   if (through == 0) return;
-  std::vector<uint8_t> drain(through, 0);
-  struct Span {
-    const RegionState* region;
-    size_t lo, hi;
-  };
-  std::vector<Span> spans;  // of the writes drained so far (newest first)
+  // Scratch kept across calls: a READ is on the data path of every durable
+  // request, and allocating here showed up in its cost.
+  drain_mark.assign(through, 0);
+  drain_spans.clear();  // of the writes drained so far (newest first)
   for (size_t i = through; i > 0; --i) {
     const PendingWrite& w = fifo[i - 1];
     bool take = w.qpn == qpn;
-    for (size_t k = 0; !take && k < spans.size(); ++k) {
-      take = spans[k].region == w.region && w.offset < spans[k].hi && spans[k].lo < w.offset + w.length;
+    for (size_t k = 0; !take && k < drain_spans.size(); ++k) {
+      const DrainSpan& s = drain_spans[k];
+      take = s.region == w.region && w.offset < s.hi && s.lo < w.offset + w.length;
     }
     if (!take) continue;
-    drain[i - 1] = 1;
-    spans.push_back({w.region, w.offset, w.offset + w.length});
+    drain_mark[i - 1] = 1;
+    drain_spans.push_back({w.region, w.offset, w.offset + w.length});
   }
-  // Out of the buffer, oldest first; the others keep their order.
-  std::deque<PendingWrite> kept;
-  std::vector<PendingWrite> drained;
-  for (size_t i = 0; i < fifo.size(); ++i) {
-    if (i < through && drain[i]) {
-      drained.push_back(std::move(fifo[i]));
-    } else {
-      kept.push_back(std::move(fifo[i]));
+  // Out of the buffer, all of them before any takes effect; the others keep
+  // their order. Compacted in place: the kept ones slide to the back of the
+  // prefix, the front `taken` slots are dropped.
+  drained_batch.clear();  // newest first
+  size_t kept_from = through;
+  for (size_t i = through; i > 0; --i) {
+    if (drain_mark[i - 1]) {
+      drained_batch.push_back(std::move(fifo[i - 1]));
+    } else if (--kept_from != i - 1) {
+      fifo[kept_from] = std::move(fifo[i - 1]);
     }
   }
-  fifo.swap(kept);
-  for (PendingWrite& w : drained) apply_drained(config, std::move(w));
+  fifo.erase(fifo.begin(), fifo.begin() + static_cast<long>(kept_from));
+  for (auto it = drained_batch.rbegin(); it != drained_batch.rend(); ++it) apply_drained(config, std::move(*it));
+  drained_batch.clear();
 }
 
 void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, RegionState* r, size_t off,
@@ -380,7 +387,6 @@ void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, 
 
 void PersistenceDomain::Impl::enqueue(const PlatformConfig& config, RegionState* r, size_t off, const uint8_t* before,
                                       const uint8_t* data, size_t len, uint32_t qpn) {
-  while (fifo_bytes + len > config.nic_write_buffer_bytes && !fifo.empty()) drain_front(config);
   auto take = [&](std::vector<uint8_t>& v, const uint8_t* from) {
     if (!spare.empty()) {
       v = std::move(spare.back());
@@ -388,27 +394,66 @@ void PersistenceDomain::Impl::enqueue(const PlatformConfig& config, RegionState*
     }
     v.assign(from, from + len);
   };
-  PendingWrite& w = fifo.emplace_back();
+  PendingWrite w;
   w.region = r;
   w.offset = off;
   w.length = static_cast<uint32_t>(len);
   w.qpn = qpn;
   take(w.before, before);
   take(w.data, data);
-  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) ++r->lines[line].nic_pending;
+  enqueue_owned(config, std::move(w));
+}
+
+void PersistenceDomain::Impl::enqueue_owned(const PlatformConfig& config, PendingWrite&& w) {
+  while (fifo_bytes + w.length > config.nic_write_buffer_bytes && !fifo.empty()) drain_front(config);
+  RegionState* r = w.region;
+  for (uint64_t line = w.offset / kLine; line <= (w.offset + w.length - 1) / kLine; ++line) ++r->lines[line].nic_pending;
   ++r->nic_pending_writes;
-  fifo_bytes += len;
+  fifo_bytes += w.length;
+  fifo.push_back(std::move(w));
+}
+
+void PersistenceDomain::Impl::merge_staged(const PlatformConfig& config) {
+  if (staged_count.load(std::memory_order_acquire) == 0) return;
+  {
+    std::lock_guard<SpinLock> stage(stage_mu);
+    merging.swap(staged);
+    staged_count.store(0, std::memory_order_relaxed);
+    // Buffers back to the NIC side for its next writes (drained writes
+    // return theirs to `spare`), so staging allocates nothing in steady state.
+    while (stage_spare.size() < 2 * merging.size() + 64 && !spare.empty()) {
+      stage_spare.push_back(std::move(spare.back()));
+      spare.pop_back();
+    }
+  }
+  for (PendingWrite& w : merging) enqueue_owned(config, std::move(w));
+  merging.clear();
 }
 
 void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {
   if (len == 0) return;
-  std::lock_guard<SpinLock> lock(impl_->mu);
-  RegionState* r = impl_->find(dst, len);
+  auto& impl = *impl_;
+  std::lock_guard<SpinLock> stage(impl.stage_mu);  // not `mu`: see Impl::staged
+  RegionState* r = impl.find(dst, len);
   if (r == nullptr || r->media == Media::kDram) {
     std::memcpy(dst, src, len);  // DRAM: nothing to model
     return;
   }
-  impl_->enqueue(config_, r, r->offset_of(dst), dst, src, len, qpn);
+  PendingWrite& w = impl.staged.emplace_back();
+  w.region = r;
+  w.offset = r->offset_of(dst);
+  w.length = static_cast<uint32_t>(len);
+  w.qpn = qpn;
+  auto take = [&](std::vector<uint8_t>& v, const uint8_t* from) {
+    if (!impl.stage_spare.empty()) {
+      v = std::move(impl.stage_spare.back());
+      impl.stage_spare.pop_back();
+    }
+    v.assign(from, from + len);
+  };
+  take(w.before, dst);
+  take(w.data, src);
+  impl.staged_count.store(impl.staged.size(), std::memory_order_release);
   std::memcpy(dst, src, len);  // visible at once; durable per the model
 }
 
@@ -425,7 +470,7 @@ static uint64_t pm_atomic(PersistenceDomain::Impl& impl, const PlatformConfig& c
 }
 
 uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, uint64_t compare, uint64_t swap) {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   std::atomic_ref<uint64_t> word(*addr);
   uint64_t original = compare;
   const bool swapped = word.compare_exchange_strong(original, swap, std::memory_order_seq_cst);
@@ -435,7 +480,7 @@ uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, ui
 }
 
 uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint64_t add) {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   const uint64_t original = std::atomic_ref<uint64_t>(*addr).fetch_add(add, std::memory_order_seq_cst);
   RegionState* r = impl_->find(addr, 8);
   if (r == nullptr || r->media == Media::kDram) return original;
@@ -443,12 +488,12 @@ uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint6
 }
 
 void PersistenceDomain::order_before_read(uint32_t qpn) {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   impl_->drain_through_qp(config_, qpn);
 }
 
 void PersistenceDomain::flush(uint32_t qpn, const uint8_t* addr, size_t len, bool persistent) {
-  std::lock_guard<SpinLock> lock(impl_->mu);
+  ModelLock lock(*impl_, config_);
   impl_->drain_through_qp(config_, qpn);
   if (!persistent || !config_.ddio || config_.eadr || len == 0) return;
   // DDIO without eADR: the drained data sits in the cache; a persistence

@@ -35,17 +35,17 @@ bool Region::contains(const void* p, size_t len) const {
 }
 
 MediaCounters Region::counters() const {
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   return state_->media_model.counters;
 }
 
 void Region::reset_counters() {
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   state_->media_model.counters = MediaCounters{};
 }
 
 void Region::settle_media_model() {
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   auto& impl = *domain_->impl_;
   if (state_->media != Media::kPm) return;
   while (state_->nic_pending_writes != 0) impl.drain_front(domain_->config_);
@@ -75,7 +75,11 @@ void Region::settle_media_model() {
 
 void Region::store(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
+  store_locked(dst, src, len);
+}
+
+void Region::store_locked(void* dst, const void* src, size_t len) {
   if (state_->media == Media::kPm) {
     const size_t off = state_->offset_of(dst);
     domain_->impl_->drain_through_range(domain_->config_, state_, off, len);
@@ -89,6 +93,14 @@ void Region::store(void* dst, const void* src, size_t len) {
     }
   }
   std::memcpy(dst, src, len);
+}
+
+void Region::store_persist(void* dst, const void* src, size_t len) {
+  if (len == 0) return;
+  ModelLock lock(*domain_->impl_, domain_->config_);
+  store_locked(dst, src, len);
+  flush_locked(dst, len);
+  drain_locked();
 }
 
 // Non-temporal copy: streaming stores for the aligned middle, plain copies for
@@ -108,7 +120,7 @@ static void nt_copy(uint8_t* dst, const uint8_t* src, size_t len) {
 
 void Region::store_nt(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   auto* d = static_cast<uint8_t*>(dst);
   if (state_->media != Media::kPm) {
     nt_copy(d, static_cast<const uint8_t*>(src), len);
@@ -144,7 +156,7 @@ void Region::store_nt(void* dst, const void* src, size_t len) {
 
 void Region::flush(const void* addr, size_t len) {
   if (len == 0 || state_->media != Media::kPm) return;
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   flush_locked(addr, len);
 }
 
@@ -170,7 +182,7 @@ void Region::flush_locked(const void* addr, size_t len) {
 }
 
 void Region::drain() {
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   drain_locked();
 }
 
@@ -187,7 +199,7 @@ void Region::drain_locked() {
 // One acquisition of the domain's lock for both: on the emulator that lock is
 // shared with the NIC engine's DMA, and each acquisition can wait for it.
 void Region::persist(const void* addr, size_t len) {
-  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  ModelLock lock(*domain_->impl_, domain_->config_);
   flush_locked(addr, len);
   drain_locked();
 }

@@ -64,6 +64,29 @@ TEST_F(PmTest, CpuStoreWithoutPersistCanBeLostAndWithPersistNever) {
   EXPECT_EQ(count_survivals(100, 128, 21, kManySeeds), kManySeeds);
 }
 
+TEST_F(PmTest, StorePersistIsDurableOnReturnAndCountsAsACachedStore) {
+  build({});
+  uint8_t bytes[128];
+  for (int i = 0; i < 128; ++i) bytes[i] = static_cast<uint8_t>(21 + i * 3);
+  const uint64_t rfo = pm_->counters().cpu_rfo;
+  pm_->store_persist(pm_->data() + 100, bytes, sizeof(bytes));
+  EXPECT_EQ(count_survivals(100, 128, 21, kManySeeds), kManySeeds);
+  EXPECT_EQ(pm_->counters().cpu_rfo - rfo, 3u) << "bytes 100..227 span three lines, each read for ownership";
+  // Over an acknowledged NIC write still in the NIC's buffer: the NIC's bytes
+  // around the CPU's survive too (the CPU could only build on them once in memory).
+  remote_write(4096, 256, 7);
+  const uint8_t ee[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
+                          0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
+  pm_->store_persist(pm_->data() + 4096 + 64, ee, sizeof(ee));
+  for (int s = 0; s < 500; ++s) {
+    const auto image = domain_->image_after_power_fail(*pm_, s);
+    for (int i = 0; i < 256; ++i) {
+      const uint8_t want = (i >= 64 && i < 80) ? 0xEE : static_cast<uint8_t>(7 + i * 3);
+      ASSERT_EQ(image[4096 + i], want) << "seed " << s << " byte " << i;
+    }
+  }
+}
+
 TEST_F(PmTest, CpuPersistOverAnUnflushedNicWriteKeepsTheCpusBytesAndTheNics) {
   // A replica CPU updates bytes a remote WRITE delivered (e.g. a lock word)
   // and persists them. The CPU could only see those bytes once the NIC had

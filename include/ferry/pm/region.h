@@ -70,6 +70,9 @@ class Region {
   void flush(const void* addr, size_t len);
   void drain();
   void persist(const void* addr, size_t len);
+  // store() then persist() of the same bytes, as one call: on the emulator
+  // each call takes the domain's lock, which the NIC engine's DMA also takes.
+  void store_persist(void* dst, const void* src, size_t len);
 
   MediaCounters counters() const;
   void reset_counters();
@@ -80,7 +83,9 @@ class Region {
  private:
   friend class PersistenceDomain;
   Region(PersistenceDomain* domain, detail::RegionState* state) : domain_(domain), state_(state) {}
-  // flush() and drain() with the domain's lock held (persist() takes it once).
+  // store(), flush() and drain() with the domain's lock held (persist() and
+  // store_persist() take it once).
+  void store_locked(void* dst, const void* src, size_t len);
   void flush_locked(const void* addr, size_t len);
   void drain_locked();
   PersistenceDomain* domain_;
