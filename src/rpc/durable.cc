@@ -4,6 +4,8 @@
 // Persist order, per request:   handler persists its effects
 //                               -> ReqToExecute past the request (persisted)
 //                               -> software response (non-nilext only)
+// A nilext request nobody waits on moves ReqToExecute with the rest of its
+// poll batch (one persist per batch, Server::Impl::execute_in_order).
 // per buffer reuse:             ReqToExecute past the buffer (persisted)
 //                               -> checksums of its requests zeroed (drained)
 //                               -> SRQTail past the new posting (persisted)
@@ -20,15 +22,13 @@ namespace ferry::rpc {
 void Server::Impl::persist_req_to_execute(Worker& w, uint64_t position) {
   if (position <= w.persisted_rte) return;
   pm::Region& r = *options.durable_region;
-  r.store(&w.control->req_to_execute, &position, sizeof(position));
-  r.persist(&w.control->req_to_execute, sizeof(position));
+  r.store_persist(&w.control->req_to_execute, &position, sizeof(position));
   w.persisted_rte = position;
 }
 
 void Server::Impl::persist_srq_tail(Worker& w, uint64_t tail) {
   pm::Region& r = *options.durable_region;
-  r.store(&w.control->srq_tail, &tail, sizeof(tail));
-  r.persist(&w.control->srq_tail, sizeof(tail));
+  r.store_persist(&w.control->srq_tail, &tail, sizeof(tail));
 }
 
 void Server::Impl::invalidate_buffer(Worker& w, uint64_t sequence) {

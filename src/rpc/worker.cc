@@ -82,7 +82,7 @@ void Server::Impl::on_send_done(Worker& w, const nic::WorkCompletion& wc) {
 void Server::Impl::execute_in_order(Worker& w) {
   while (true) {
     PositionState& p = w.positions[w.exec % w.positions.size()];
-    if (p.state == PositionState::kEmpty) return;  // the next request in buffer order has not landed
+    if (p.state == PositionState::kEmpty) break;  // the next request in buffer order has not landed
     const PositionState here = p;
     p = PositionState{};
     const uint64_t position = w.exec;
@@ -91,6 +91,12 @@ void Server::Impl::execute_in_order(Worker& w) {
     w.exec = std::min<uint64_t>(position + here.consumed, (sequence + 1) * w.strides);
     if (w.exec % w.strides == 0) retire_buffer(w, sequence);
   }
+  // ReqToExecute past the batch, once: a group commit. Until it is durable a
+  // power failure makes recovery run the batch's nilext requests again, in
+  // order -- harmless, since nilext requests are idempotent (§5.3: the
+  // non-idempotent ones are software-controlled and persist it before their
+  // reply, in handle()).
+  if (options.durable_region != nullptr) persist_req_to_execute(w, w.exec);
 }
 
 Connection* Server::Impl::find_connection(Worker& w, uint32_t qpn) {
@@ -155,13 +161,15 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
   h->handler(req, r);
   w.counters.requests.inc();
   if (v.nilext) w.counters.nilext.inc();
+  if (!reply || c == nullptr) {
+    // Nobody waits on it (a nilext request committed by the NIC's ACK):
+    // ReqToExecute passes it at the end of this batch (execute_in_order).
+    w.free_slots.push_back(slot);
+    return;
+  }
   if (options.durable_region != nullptr) {
     // §5.3 ①②③: executed, ReqToExecute persisted past it, then the reply.
     persist_req_to_execute(w, position + p.consumed);
-  }
-  if (!reply || c == nullptr) {
-    w.free_slots.push_back(slot);
-    return;
   }
   uint32_t size;
   if (r.size() > r.capacity()) {
