@@ -58,7 +58,7 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   # One seed for every target, printed, so that a failing run can be replayed.
   FUZZ_SEED=${FUZZ_SEED:-$(( $(date +%s) % 1000000000 + 1 ))}
   echo "fuzz seed $FUZZ_SEED (replay: FUZZ_SEED=$FUZZ_SEED make test)"
-  for target in packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz naive_header_fuzz rpc_request_fuzz rpc_recovery_scan_fuzz; do
+  for target in packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz udp_rx_fuzz naive_header_fuzz rpc_request_fuzz rpc_recovery_scan_fuzz; do
     step "fuzz $target for ${FUZZ_SECONDS}s"
     corpus=$(mktemp -d)
     log=$(mktemp)

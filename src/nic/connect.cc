@@ -31,4 +31,9 @@ Status connect_qps(QueuePair& a, const Nic& nic_a, QueuePair& b, const Nic& nic_
   return bring_up(b, nic_a.address(), a.qp_num(), options.a_psn, options.b_psn, options);
 }
 
+Status connect_qp(QueuePair& qp, uint32_t dest_nic, uint32_t dest_qp, uint32_t rq_psn, uint32_t sq_psn,
+                  const ConnectOptions& options) {
+  return bring_up(qp, dest_nic, dest_qp, rq_psn, sq_psn, options);
+}
+
 }  // namespace ferry::nic

@@ -2,11 +2,17 @@
 // step by step under a caller (deterministic simulation).
 #include "ferry/nic/engine.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <ctime>
 
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
 #include "nic_core.h"
+#include "udp_transport.h"
 
 namespace ferry::nic {
 
@@ -20,6 +26,8 @@ Engine::Engine(const EngineOptions& options)
     : options_(options), clock_(options.clock ? options.clock : default_clock()) {
   fabric_ = std::make_unique<Fabric>(options.fabric_queue_packets, options.fabric_buffers, options.faults,
                                      options.wire_delay_ns);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  FERRY_ASSERT(wake_fd_ >= 0, "eventfd failed");
   if (options_.threaded) {
     thread_ = std::thread([this] { thread_main(); });
     engine_thread_id_ = thread_.get_id();
@@ -29,23 +37,51 @@ Engine::Engine(const EngineOptions& options)
 Engine::~Engine() {
   if (thread_.joinable()) {
     stop_.store(true, std::memory_order_seq_cst);
-    parker_.unpark();
+    notify();
     thread_.join();
   }
+  close(wake_fd_);
+}
+
+void Engine::wake_sockets() {
+  const uint64_t one = 1;
+  // Only fails with EAGAIN when the counter is near overflow: already awake.
+  (void)!write(wake_fd_, &one, sizeof(one));
 }
 
 bool Engine::on_engine_thread() const { return std::this_thread::get_id() == engine_thread_id_; }
 
 Result<Nic*> Engine::add_nic(const NicOptions& options) {
+  // The socket first: a bind that fails must leave nothing attached.
+  std::unique_ptr<detail::UdpPort> port;
+  if (options.udp.enabled) {
+    FERRY_ASSIGN_OR_RETURN(port, detail::UdpPort::open(options.udp, options_.rx_budget));
+  }
   Nic* nic = nullptr;
   run_control([&] {
     auto core = std::make_unique<detail::NicCore>(this, fabric_.get(), options);
+    if (port != nullptr) {
+      core->set_udp_port(port.get());
+      fabric_->attach_udp(core->address(), std::move(port));
+    }
     nic = new Nic(core.get());
     core->set_handle(nic);
     cores_.push_back(std::move(core));
     nics_.push_back(std::unique_ptr<Nic>(nic));
   });
   return nic;
+}
+
+Result<uint32_t> Engine::resolve(const UdpEndpoint& endpoint) {
+  Result<uint32_t> address = internal_error("unset");
+  run_control([&] { address = fabric_->resolve(endpoint); });
+  return address;
+}
+
+Result<UdpEndpoint> Engine::remote_endpoint(uint32_t address) const {
+  Result<UdpEndpoint> endpoint = internal_error("unset");
+  const_cast<Engine*>(this)->run_control([&] { endpoint = fabric_->remote_endpoint(address); });
+  return endpoint;
 }
 
 Nic* Engine::nic(uint32_t address) const {
@@ -67,7 +103,7 @@ void Engine::run_control(const std::function<void()>& fn) {
     commands_.push_back(&cmd);
     commands_pending_.store(true, std::memory_order_seq_cst);
   }
-  parker_.unpark();
+  notify();
   std::unique_lock<std::mutex> lock(cmd_mu_);
   cmd_cv_.wait(lock, [&] { return cmd.done; });
 }
@@ -92,6 +128,8 @@ bool Engine::run_commands() {
 bool Engine::pass(uint64_t now) {
   bool work = run_commands();
   fabric_->release_due(now);
+  const bool udp = fabric_->udp_port_count() != 0;
+  if (udp) work |= fabric_->poll_udp(now, options_.rx_budget);
   for (auto& core : cores_) work |= core->poll(now);
   // Deliver until the fabric is quiet (bounded), so a request, its ACK and
   // the completion can all happen within one pass.
@@ -107,6 +145,8 @@ bool Engine::pass(uint64_t now) {
     if (!any) break;
     work = true;
   }
+  // What this pass queued for other hosts leaves in one batch per socket.
+  if (udp) work |= fabric_->flush_udp();
   passes_.inc();
   if (work) busy_passes_.inc();
   return work;
@@ -138,7 +178,7 @@ Status Engine::simulate(const std::function<bool()>* pred, uint64_t max_time_ns)
     // would not either: work still pending (a NIC held back by flow control
     // while the packets that fill its peer's queue are on the wire) waits
     // for time to move.
-    bool busy = fabric_->has_queued();
+    bool busy = fabric_->has_queued() || fabric_->udp_tx_pending();
     for (const auto& core : cores_) busy |= core->busy();
     const uint64_t deadline = next_deadline_ns();
     if (deadline == UINT64_MAX) {
@@ -178,6 +218,8 @@ void Engine::thread_main() {
     bool slipped_in = false;
     for (auto& core : cores_) slipped_in |= core->unwatch_all();
     if (slipped_in) continue;
+    const bool sockets = fabric_->udp_port_count() != 0;
+    if (sockets) socket_parked_.store(true, std::memory_order_seq_cst);
     parker_.prepare_park();
     // seq_cst re-checks: see Parker for the handshake.
     bool busy = commands_pending_.load(std::memory_order_seq_cst) || fabric_->has_queued() ||
@@ -187,11 +229,47 @@ void Engine::thread_main() {
     const uint64_t now2 = clock_->now_ns();
     if (busy || (deadline != UINT64_MAX && deadline <= now2)) {
       parker_.cancel_park();
+      socket_parked_.store(false, std::memory_order_seq_cst);
       continue;
     }
     sleeps_.inc();
-    parker_.park(deadline == UINT64_MAX ? 0 : deadline - now2);
+    const uint64_t timeout_ns = deadline == UINT64_MAX ? 0 : deadline - now2;
+    if (sockets) {
+      park_on_sockets(timeout_ns);
+      parker_.cancel_park();
+      socket_parked_.store(false, std::memory_order_seq_cst);
+    } else {
+      parker_.park(timeout_ns);
+    }
     idle_since = 0;
+  }
+}
+
+void Engine::park_on_sockets(uint64_t timeout_ns) {
+  wait_set_.clear();
+  fabric_->udp_wait_set(&wait_set_);
+  // At most one wake fd and a handful of sockets: a small fixed array keeps
+  // the sleep path free of allocation.
+  constexpr size_t kMaxFds = 64;
+  pollfd fds[kMaxFds];
+  size_t n = 0;
+  fds[n++] = pollfd{wake_fd_, POLLIN, 0};
+  for (const Fabric::UdpWait& w : wait_set_) {
+    if (n == kMaxFds) break;  // the rest are seen when the engine next wakes (bounded by its timers)
+    fds[n++] = pollfd{w.fd, static_cast<short>(POLLIN | (w.writable ? POLLOUT : 0)), 0};
+  }
+  // More sockets than fit: never sleep past a short bound, so none starves.
+  if (n == kMaxFds && (timeout_ns == 0 || timeout_ns > 1'000'000)) timeout_ns = 1'000'000;
+  timespec ts{};
+  const timespec* tsp = nullptr;
+  if (timeout_ns != 0) {
+    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000ULL);
+    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000ULL);
+    tsp = &ts;
+  }
+  if (ppoll(fds, n, tsp, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t count;
+    (void)!read(wake_fd_, &count, sizeof(count));  // rearm: the wakeup has been taken
   }
 }
 

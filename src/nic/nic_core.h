@@ -29,6 +29,7 @@
 namespace ferry::nic::detail {
 
 class NicCore;
+class UdpPort;
 
 // IBTA: the largest message (and RDMA length) is 2^31 bytes.
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
@@ -420,6 +421,10 @@ class NicCore {
   Engine* engine() const { return engine_; }
   Nic* handle() const { return handle_; }
   void set_handle(Nic* nic) { handle_ = nic; }
+  // The NIC's UDP socket (owned by the Fabric), or nullptr in process only.
+  // Set once by Engine::add_nic before the Nic is handed out; constant after.
+  UdpPort* udp_port() const { return udp_; }
+  void set_udp_port(UdpPort* port) { udp_ = port; }
 
   // ---- engine entry points (engine thread) ----
   void on_packet(const Packet& packet, uint64_t now);
@@ -546,6 +551,7 @@ class NicCore {
   HostMemory* memory_;
   uint32_t address_ = 0;
   Nic* handle_ = nullptr;
+  UdpPort* udp_ = nullptr;
 
   // Object tables (engine; control commands modify them on the engine thread).
   std::vector<std::unique_ptr<QpCore>> qps_;  // index = qpn & (max_qps - 1)

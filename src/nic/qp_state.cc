@@ -57,8 +57,22 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
     return invalid_argument("modify: path_mtu must be 256, 512, 1024, 2048 or 4096");
   }
   if (mask & kQpDest) {
-    if (fabric_->nic(attr.dest_nic) == nullptr) return invalid_argument("modify: dest_nic " + std::to_string(attr.dest_nic) + " does not exist");
+    if (Status route = fabric_->check_route(address_, attr.dest_nic); !route.ok()) {
+      return invalid_argument("modify: " + route.message());
+    }
     if (attr.dest_qp_num == 0 || attr.dest_qp_num > wire::kQpnMask) return invalid_argument("modify: dest_qp_num must be a 24-bit QP number");
+  }
+  if (mask & (kQpDest | kQpPathMtu)) {
+    // Over UDP a packet must fit the interface's MTU (DF is set): refuse a
+    // path MTU that would not, rather than clamp it behind the peer's back
+    // (both ends must agree on it).
+    const uint32_t dest = (mask & kQpDest) ? attr.dest_nic : qp->attr.dest_nic;
+    const uint32_t mtu = (mask & kQpPathMtu) ? attr.path_mtu : qp->attr.path_mtu;
+    const uint32_t max_mtu = fabric_->max_path_mtu(address_, dest);
+    if (mtu > max_mtu) {
+      return invalid_argument("modify: path_mtu " + std::to_string(mtu) + " exceeds " + std::to_string(max_mtu) +
+                              ", the largest the UDP socket's interface carries (Nic::max_path_mtu)");
+    }
   }
   if ((mask & kQpRetryCnt) && attr.retry_cnt > 7) return invalid_argument("modify: retry_cnt must be 0..7");
   if ((mask & kQpRnrRetry) && attr.rnr_retry > 7) return invalid_argument("modify: rnr_retry must be 0..7");

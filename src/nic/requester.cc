@@ -196,7 +196,7 @@ NicCore::TxResult NicCore::transmit_some(QpCore* qp, uint64_t now, uint32_t budg
       qp->tx_pkt = 0;
       continue;
     }
-    if (!fabric_->request_space(qp->attr.dest_nic)) return TxResult::kBackpressure;
+    if (!fabric_->request_space(address_, qp->attr.dest_nic)) return TxResult::kBackpressure;
     if (!send_request_packet(qp, qp->tx_wqe, now)) return TxResult::kBackpressure;
     *did = true;
     --budget;

@@ -39,7 +39,7 @@ bool NicCore::emit_response(QpCore* qp, ResponseEntry& e, uint64_t now) {
     case ResponseEntry::Kind::kRead:
       h.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
       while (e.sent < e.npkts) {
-        if (!fabric_->response_space(qp->attr.dest_nic)) return false;  // resume next pass
+        if (!fabric_->response_space(address_, qp->attr.dest_nic)) return false;  // resume next pass
         const uint32_t i = e.sent;
         const bool first = i == 0;
         const bool last = i + 1 == e.npkts;

@@ -25,4 +25,13 @@ struct ConnectOptions {
 // Connects a (on nic_a) with b (on nic_b); both must be in RESET.
 Status connect_qps(QueuePair& a, const Nic& nic_a, QueuePair& b, const Nic& nic_b, const ConnectOptions& options = {});
 
+// One side of a connection whose other side is elsewhere (another Engine,
+// reached over UDP): moves `qp` (in RESET) to RTS toward QP `dest_qp` at
+// address `dest_nic` (Engine::resolve of the peer's endpoint, or a local
+// NIC's address). `rq_psn` is the first PSN the peer sends, `sq_psn` the
+// first this QP sends; the peer is brought up with them swapped. The first
+// failing modify's Status is returned.
+Status connect_qp(QueuePair& qp, uint32_t dest_nic, uint32_t dest_qp, uint32_t rq_psn, uint32_t sq_psn,
+                  const ConnectOptions& options = {});
+
 }  // namespace ferry::nic

@@ -10,6 +10,12 @@
 //    With a FakeClock this is a deterministic simulator: same seed, same
 //    packets, same results.
 //
+// A NIC may also own a UDP socket (NicOptions::udp) and reach the NICs of
+// other Engines -- other processes or hosts -- with RoCEv2 datagrams
+// (docs/wire-format.md, "RoCEv2 over UDP"): resolve() turns a peer's
+// endpoint into an address for QpAttr::dest_nic. The engine polls the
+// sockets every pass; asleep, it also wakes for arriving datagrams.
+//
 // The NIC core is sans-IO: its inputs are doorbells, packets and time, its
 // outputs are packets (to the fabric), completions and DMA into host memory
 // (through HostMemory).
@@ -67,8 +73,20 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Adds a NIC attached to the fabric. The Nic lives as long as the Engine.
+  // With options.udp.enabled it also binds a UDP socket (errors: those of
+  // the bind address, e.g. kUnavailable "address in use", or an interface
+  // MTU too small for RoCEv2); nothing is added then.
   Result<Nic*> add_nic(const NicOptions& options = {});
   Nic* nic(uint32_t address) const;
+
+  // The address of a peer NIC's UDP endpoint (its GID's IPv4 address and its
+  // port), for QpAttr::dest_nic of a QP on a UDP-attached NIC of this
+  // Engine. The same endpoint always gives the same address; a local NIC's
+  // own endpoint gives its in-process address. kInvalidArgument for address
+  // 0.0.0.0 or port 0; kResourceExhausted beyond Fabric::kMaxRemotes. Any thread.
+  Result<uint32_t> resolve(const UdpEndpoint& endpoint);
+  // The endpoint behind an address resolve() returned; kNotFound otherwise.
+  Result<UdpEndpoint> remote_endpoint(uint32_t address) const;
 
   bool threaded() const { return options_.threaded; }
   const Clock& clock() const { return *clock_; }
@@ -87,21 +105,31 @@ class Engine {
   Status run_until_idle(uint64_t max_time_ns = 60'000'000'000ULL);
   // Steps (advancing a FakeClock when idle) until pred() is true.
   Status run_until(const std::function<bool()>& pred, uint64_t max_time_ns = 60'000'000'000ULL);
+  // The earliest timer or delayed-packet deadline, or UINT64_MAX: for a
+  // caller that steps several manual engines (over UDP) on one FakeClock.
+  uint64_t next_deadline_ns() const;
 
   // ---- used by the NIC core ----
   // Runs `fn` on the engine (immediately in manual mode or on the engine
   // thread, else handed to the engine thread and waited for).
   void run_control(const std::function<void()>& fn);
   // Wakes the engine thread if it is asleep (after publishing a doorbell).
-  void notify() { parker_.unpark(); }
+  void notify() {
+    parker_.unpark();
+    // Asleep on its sockets rather than the futex (UDP NICs): see park_on_sockets.
+    if (socket_parked_.load(std::memory_order_seq_cst)) wake_sockets();
+  }
   bool on_engine_thread() const;
 
  private:
   void thread_main();
   Status simulate(const std::function<bool()>* pred, uint64_t max_time_ns);
   bool pass(uint64_t now);
-  uint64_t next_deadline_ns() const;
   bool run_commands();
+  // Sleeps until a doorbell/command (the wake eventfd), a datagram, room in
+  // a socket that has datagrams waiting, or `timeout_ns` (0 = none).
+  void park_on_sockets(uint64_t timeout_ns);
+  void wake_sockets();
 
   EngineOptions options_;
   Clock* clock_;
@@ -120,6 +148,14 @@ class Engine {
   std::atomic<bool> commands_pending_{false};
 
   Parker parker_;
+  // With UDP NICs the engine sleeps in ppoll() on its sockets and wake_fd_
+  // instead of the Parker's futex. The engine stores socket_parked_ (seq_cst)
+  // true before its last look for work and false after waking; a waker
+  // publishes its work, then loads it (seq_cst) and writes wake_fd_ if true:
+  // the Parker's Dekker handshake, with the eventfd as the wakeup.
+  std::atomic<bool> socket_parked_{false};
+  int wake_fd_ = -1;  // eventfd, created with the first UDP NIC (engine thread)
+  std::vector<Fabric::UdpWait> wait_set_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::thread::id engine_thread_id_;

@@ -20,23 +20,41 @@
 // free for single-packet ACKs, NAKs and ATOMIC ACKs. A packet that finds its
 // destination completely full is dropped and counted (the transport recovers).
 //
+// RoCEv2 over UDP: a NIC may also own a UDP socket (NicOptions::udp). Remote
+// endpoints get addresses too (resolve(), from kRemoteAddressBase up), so a
+// QP's dest_nic names either an attached NIC or a remote endpoint and the NIC
+// core is the same for both. A packet for a remote address is framed with an
+// ICRC and queued on the sending NIC's socket (bounded: requests are
+// back-pressured above 3/4 of that queue, READ responses paced below 7/8,
+// other responses dropped and counted when it is full); a datagram received
+// on a socket is validated (udp.h), its QP and source checked, and handed to
+// the NIC core like an in-process packet. The fault model applies to UDP
+// packets before they are framed (drop, duplicate, delay); the wire delay
+// does not (the network has its own).
+//
 // Thread rules: single-threaded; owned and driven by the Engine's thread.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "ferry/common/counter.h"
 #include "ferry/common/rng.h"
+#include "ferry/common/status.h"
+#include "ferry/nic/types.h"
 #include "ferry/nic/wire.h"
 
 namespace ferry::nic {
 
 namespace detail {
 class NicCore;
-}
+class UdpPort;
+struct RxDatagram;
+}  // namespace detail
 
 struct Packet {
   uint32_t src_nic = 0;
@@ -82,6 +100,7 @@ class Fabric {
   // `wire_delay_ns`: a modeled one-way propagation delay added to every
   // packet (0 = the emulator's own speed). Order is preserved.
   Fabric(size_t inbound_capacity, size_t buffer_count, const FaultModel& faults, uint64_t wire_delay_ns = 0);
+  ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
@@ -129,7 +148,56 @@ class Fabric {
 
   const FabricCounters& counters() const { return counters_; }
 
+  // ---- RoCEv2 over UDP ----
+  // Addresses from here up name remote UDP endpoints (resolve()); below are
+  // attached NICs. UINT32_MAX is never an address.
+  static constexpr uint32_t kRemoteAddressBase = 0x8000'0000u;
+  static constexpr uint32_t kMaxRemotes = 1u << 16;
+  static bool is_remote(uint32_t address) { return address >= kRemoteAddressBase && address != UINT32_MAX; }
+  // Gives attached NIC `nic` its UDP socket.
+  void attach_udp(uint32_t nic, std::unique_ptr<detail::UdpPort> port);
+  size_t udp_port_count() const { return udp_ports_; }
+  // The address of `ep`: an attached NIC's own if one is bound there, else a
+  // remote address (the same one for the same endpoint every time).
+  // kInvalidArgument for address 0.0.0.0 or port 0, kResourceExhausted
+  // beyond kMaxRemotes endpoints.
+  Result<uint32_t> resolve(const UdpEndpoint& ep);
+  // The endpoint a remote address stands for; kNotFound if none.
+  Result<UdpEndpoint> remote_endpoint(uint32_t address) const;
+  // OK if NIC `src` can send to `dst`: an attached NIC, or a resolved remote
+  // endpoint when `src` has a UDP socket. kInvalidArgument otherwise.
+  Status check_route(uint32_t src, uint32_t dst) const;
+  // The largest path MTU from `src` to `dst`: the UDP socket's for a remote
+  // destination, kMaxPayloadBytes in process.
+  uint32_t max_path_mtu(uint32_t src, uint32_t dst) const;
+  // request_space/response_space for a packet from NIC `src`: for a remote
+  // destination, room in src's UDP transmit queue (a refused request is
+  // counted in src's UdpCounters::tx_backpressure).
+  bool request_space(uint32_t src, uint32_t dst);
+  bool response_space(uint32_t src, uint32_t dst) const;
+  // Receives up to `budget` datagrams per socket and hands the valid ones to
+  // their NIC cores (then ends each NIC's receive batch). True if any arrived.
+  bool poll_udp(uint64_t now_ns, size_t budget);
+  // Sends what the UDP transmit queues hold, as far as the sockets take it.
+  // True if anything was sent.
+  bool flush_udp();
+  // True if some transmit queue holds datagrams its socket refused.
+  bool udp_tx_pending() const;
+  // The sockets to wait on while the engine sleeps: readable always,
+  // writable when datagrams wait for room.
+  struct UdpWait {
+    int fd;
+    bool writable;
+  };
+  void udp_wait_set(std::vector<UdpWait>* out) const;
+
   // ---- white-box testing ----
+  // Handles `bytes` as a datagram received on NIC `nic`'s UDP socket from
+  // `from` (validated, counted, delivered, receive batch ended). `nic` must
+  // have a UDP socket. The bytes need only live for the call.
+  void inject_datagram(uint32_t nic, std::span<const uint8_t> bytes, const UdpEndpoint& from, uint64_t now_ns);
+  // While paused, NIC `nic`'s socket is treated as full (UdpPort::set_tx_paused).
+  void set_udp_tx_paused(uint32_t nic, bool paused);
   // A tap sees every packet handed to transmit() before the fault model; if
   // it returns true the packet is consumed (not delivered). The payload may
   // be borrowed: copy it inside the tap.
@@ -145,6 +213,13 @@ class Fabric {
     size_t size = 0;
   };
   bool push_inbound(Packet& p);
+  bool transmit_udp(Packet& p, bool is_request, uint64_t now_ns);
+  // Frames `p` onto its sender's socket queue and releases its buffer; a
+  // packet that finds the queue full is dropped and counted.
+  void send_udp(Packet& p);
+  void receive_datagram(uint32_t nic, std::span<const uint8_t> bytes, bool truncated, const UdpEndpoint& from,
+                        uint64_t now_ns);
+  detail::UdpPort* port_of(uint32_t nic) const { return nic < ports_.size() ? ports_[nic].get() : nullptr; }
   void hold(Packet& p, uint64_t due_ns);
   void release(Packet& p);
   bool materialize(Packet& p);
@@ -166,6 +241,14 @@ class Fabric {
   uint64_t seq_ = 0;
   FabricCounters counters_;
   std::function<bool(const Packet&)> tap_;
+
+  // UDP: sockets by NIC address (null: in process only), remote endpoints
+  // by remote index, and the reverse map for received datagrams.
+  std::vector<std::unique_ptr<detail::UdpPort>> ports_;
+  size_t udp_ports_ = 0;
+  std::vector<UdpEndpoint> remotes_;
+  std::unordered_map<uint64_t, uint32_t> remote_index_;  // (ipv4 << 16 | port) -> address
+  std::vector<detail::RxDatagram> rx_batch_;  // one receive() batch
 };
 
 }  // namespace ferry::nic

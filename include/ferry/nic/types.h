@@ -3,9 +3,13 @@
 // ibv_wc_status, ibv_qp_attr, ...) so that a verbs programmer can read them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include "ferry/common/status.h"
 
 namespace ferry::nic {
 
@@ -289,6 +293,46 @@ struct QpTraffic {
 struct AsyncEvent {
   AsyncEventType type;
   uint32_t number;  // CQ, QP or SRQ number
+};
+
+// The IANA-registered UDP destination port of RoCEv2 (rxe listens on it).
+constexpr uint16_t kRoceV2UdpPort = 4791;
+
+// A global identifier (IBTA GID, 16 bytes, network byte order), the address
+// an RoCE peer is known by. A UDP-attached NIC's GID is the IPv4-mapped IPv6
+// address of its bind address (::ffff:a.b.c.d), as rxe derives GIDs from IP
+// addresses. An in-process NIC has no IP address; its synthetic GID is the
+// link-local one rxe would derive (EUI-64) from the locally administered MAC
+// 02:00:00:xx:yy:zz, where xx:yy:zz is its fabric address:
+// fe80::ff:fe<xx>:<yyzz> (docs/wire-format.md, "RoCEv2 over UDP").
+struct Gid {
+  std::array<uint8_t, 16> raw{};
+
+  static Gid from_ipv4(uint32_t ipv4);             // ipv4 in host byte order
+  static Gid in_process(uint32_t fabric_address);  // the synthetic GID above
+  bool is_ipv4_mapped() const;
+  uint32_t ipv4() const;  // host byte order; meaningful only if is_ipv4_mapped()
+  // RFC 5952 text ("::ffff:127.0.0.1", "fe80::ff:fe00:1").
+  std::string to_string() const;
+  // Accepts IPv6 text (an IPv4-mapped form included) or a dotted IPv4
+  // address, which is mapped. kInvalidArgument otherwise.
+  static Result<Gid> parse(std::string_view text);
+  friend bool operator==(const Gid&, const Gid&) = default;
+};
+
+// An IPv4 address and UDP port: where a NIC's datagrams are bound (local) or
+// sent (remote). What a peer's GID and port resolve to.
+struct UdpEndpoint {
+  uint32_t ipv4 = 0;              // host byte order
+  uint16_t port = kRoceV2UdpPort;  // host byte order; 0 when binding = ephemeral
+
+  Gid gid() const { return Gid::from_ipv4(ipv4); }
+  std::string to_string() const;  // "a.b.c.d:port"
+  // "a.b.c.d:port" or "a.b.c.d" (port 4791). kInvalidArgument otherwise.
+  static Result<UdpEndpoint> parse(std::string_view text);
+  // The endpoint an IPv4-mapped GID stands for; kInvalidArgument for any other GID.
+  static Result<UdpEndpoint> from_gid(const Gid& gid, uint16_t port = kRoceV2UdpPort);
+  friend bool operator==(const UdpEndpoint&, const UdpEndpoint&) = default;
 };
 
 // IBTA local ACK timeout: 4.096 us * 2^code; 0 means infinite (returns 0).

@@ -256,6 +256,44 @@ struct NicResourceModel {
   uint32_t rq_prefetch_wqes = 8;
 };
 
+// Attaches a NIC to the network through one UDP socket (RoCEv2 framing,
+// docs/wire-format.md "RoCEv2 over UDP"). The NIC then reaches NICs of other
+// Engines -- other processes or hosts -- at the addresses Engine::resolve
+// returns; NICs of its own Engine it still reaches in process.
+struct UdpOptions {
+  bool enabled = false;
+  // An IPv4 address of a local interface (not 0.0.0.0: the GID and the ICRC
+  // need the address) and a port: kRoceV2UdpPort (4791) in deployment, 0 for
+  // an ephemeral one (tests, so parallel runs cannot collide).
+  UdpEndpoint bind{0x7F000001, kRoceV2UdpPort};
+  // Framed datagrams waiting for room in the socket; the bound behind
+  // request back-pressure (3/4 of it) and READ-response pacing (7/8).
+  uint32_t tx_queue_datagrams = 256;
+  // SO_SNDBUF / SO_RCVBUF asked for; the kernel caps them (net.core.*mem_max).
+  uint32_t socket_buffer_bytes = 4u << 20;
+  // A cap on the path MTU below what the interface allows, for a path whose
+  // MTU is smaller than the local interface's (nothing discovers it).
+  uint32_t max_path_mtu = 4096;
+};
+
+// Counters of a NIC's UDP socket (snapshots; zero for an in-process NIC).
+// Every received datagram is counted once in rx_datagrams and, if dropped,
+// once in exactly one of the rx_ drop counters; the rest went to the NIC core.
+struct UdpCounters {
+  uint64_t rx_datagrams = 0;
+  uint64_t rx_malformed = 0;     // too short/long or headers invalid (after a good ICRC)
+  uint64_t rx_bad_icrc = 0;      // ICRC mismatch
+  uint64_t rx_unknown_qp = 0;    // no QP with the BTH's DestQP
+  uint64_t rx_unconnected = 0;   // the QP exists but its peer is not the datagram's source address/port
+  uint64_t tx_datagrams = 0;     // accepted by the socket
+  uint64_t tx_eagain = 0;        // sends the socket refused for now (EAGAIN/ENOBUFS): retried next pass
+  uint64_t tx_backpressure = 0;  // times a requester was held back: the TX queue was above its high-water mark
+  uint64_t tx_queue_full = 0;    // responses dropped because the TX queue was full (the transport recovers)
+  uint64_t tx_errors = 0;        // datagrams the socket rejected for good (dropped)
+  uint64_t tx_queue_max = 0;     // most datagrams ever queued at once (never above the capacity)
+  uint64_t tx_queue_capacity = 0;
+};
+
 struct NicOptions {
   std::string name;                 // for logs and reports
   HostMemory* memory = nullptr;     // DMA seam; DRAM when null
@@ -264,6 +302,7 @@ struct NicOptions {
   uint32_t max_cqs = 4096;
   uint32_t max_srqs = 1024;
   NicResourceModel resource_model = {};
+  UdpOptions udp = {};              // off: an in-process NIC only
 };
 
 // One emulated host adapter (ibv_context). Created by Engine::add_nic and
@@ -272,6 +311,16 @@ class Nic {
  public:
   uint32_t address() const;
   const std::string& name() const;
+  // The NIC's GID: ::ffff:a.b.c.d of its UDP bind address, or the synthetic
+  // in-process GID (types.h). Constant; any thread.
+  Gid gid() const;
+  // Where its UDP socket is bound (the ephemeral port resolved), or nullopt
+  // for an in-process NIC. Constant; any thread.
+  std::optional<UdpEndpoint> udp_endpoint() const;
+  // The largest path MTU a QP of this NIC may use toward a remote (UDP)
+  // peer: from its interface's MTU; 4096 in process.
+  uint32_t max_path_mtu() const;
+  UdpCounters udp_counters() const;
 
   Result<std::unique_ptr<ProtectionDomain>> alloc_pd();
   // Registers [addr, addr+length) with the given Access flags. Remote write
