@@ -20,6 +20,8 @@ packages=(
   libisal-dev                       # ISA-L CRC32C of PmKv records (and the RoCEv2 ICRC)
   stress-ng                         # CPU load from a separate executable in benchmarks (never a fork of the bench)
   git                               # benchmarks record the commit they were built from
+  etcd-server                       # membership store; the membership tests start a real etcd on loopback
+  libcurl4-openssl-dev              # HTTP client for etcd's v3 JSON gateway (membership/)
 )
 
 missing=()
