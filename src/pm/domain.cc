@@ -122,11 +122,10 @@ Result<Region*> PersistenceDomain::alloc_dram(size_t size) {
 }
 
 Region* PersistenceDomain::add_region(std::unique_ptr<RegionState> state) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   RegionState* raw = state.get();
   impl_->states.push_back(std::move(state));
   impl_->regions.push_back(std::unique_ptr<Region>(new Region(this, raw)));
-  std::lock_guard<SpinLock> stage(impl_->stage_mu);  // dma_write looks regions up holding only that
   impl_->by_address.insert(
       std::upper_bound(impl_->by_address.begin(), impl_->by_address.end(), raw,
                        [](const RegionState* a, const RegionState* b) { return a->base < b->base; }),
@@ -135,7 +134,7 @@ Region* PersistenceDomain::add_region(std::unique_ptr<RegionState> state) {
 }
 
 void PersistenceDomain::release(Region* region) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   RegionState* s = region->state_;
   // Drain what the NIC still holds for it, drop it from the cache model.
   while (s->nic_pending_writes != 0) impl_->drain_front(config_);
@@ -146,11 +145,7 @@ void PersistenceDomain::release(Region* region) {
   impl_->fence.erase(std::remove_if(impl_->fence.begin(), impl_->fence.end(),
                                     [&](const detail::FenceSnapshot& f) { return f.region == s; }),
                      impl_->fence.end());
-  {
-    std::lock_guard<SpinLock> stage(impl_->stage_mu);
-    impl_->by_address.erase(std::remove(impl_->by_address.begin(), impl_->by_address.end(), s),
-                            impl_->by_address.end());
-  }
+  impl_->by_address.erase(std::remove(impl_->by_address.begin(), impl_->by_address.end(), s), impl_->by_address.end());
   if (s->media == Media::kPm) {
     pmem2_map_delete(&s->map);
     pmem2_source_delete(&s->source);
@@ -169,7 +164,7 @@ void PersistenceDomain::release(Region* region) {
 }
 
 size_t PersistenceDomain::nic_buffer_bytes() const {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return impl_->fifo_bytes;
 }
 
@@ -413,47 +408,15 @@ void PersistenceDomain::Impl::enqueue_owned(const PlatformConfig& config, Pendin
   fifo.push_back(std::move(w));
 }
 
-void PersistenceDomain::Impl::merge_staged(const PlatformConfig& config) {
-  if (staged_count.load(std::memory_order_acquire) == 0) return;
-  {
-    std::lock_guard<SpinLock> stage(stage_mu);
-    merging.swap(staged);
-    staged_count.store(0, std::memory_order_relaxed);
-    // Buffers back to the NIC side for its next writes (drained writes
-    // return theirs to `spare`), so staging allocates nothing in steady state.
-    while (stage_spare.size() < 2 * merging.size() + 64 && !spare.empty()) {
-      stage_spare.push_back(std::move(spare.back()));
-      spare.pop_back();
-    }
-  }
-  for (PendingWrite& w : merging) enqueue_owned(config, std::move(w));
-  merging.clear();
-}
-
 void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {
   if (len == 0) return;
-  auto& impl = *impl_;
-  std::lock_guard<SpinLock> stage(impl.stage_mu);  // not `mu`: see Impl::staged
-  RegionState* r = impl.find(dst, len);
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  RegionState* r = impl_->find(dst, len);
   if (r == nullptr || r->media == Media::kDram) {
     std::memcpy(dst, src, len);  // DRAM: nothing to model
     return;
   }
-  PendingWrite& w = impl.staged.emplace_back();
-  w.region = r;
-  w.offset = r->offset_of(dst);
-  w.length = static_cast<uint32_t>(len);
-  w.qpn = qpn;
-  auto take = [&](std::vector<uint8_t>& v, const uint8_t* from) {
-    if (!impl.stage_spare.empty()) {
-      v = std::move(impl.stage_spare.back());
-      impl.stage_spare.pop_back();
-    }
-    v.assign(from, from + len);
-  };
-  take(w.before, dst);
-  take(w.data, src);
-  impl.staged_count.store(impl.staged.size(), std::memory_order_release);
+  impl_->enqueue(config_, r, r->offset_of(dst), dst, src, len, qpn);
   std::memcpy(dst, src, len);  // visible at once; durable per the model
 }
 
@@ -470,7 +433,7 @@ static uint64_t pm_atomic(PersistenceDomain::Impl& impl, const PlatformConfig& c
 }
 
 uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, uint64_t compare, uint64_t swap) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   std::atomic_ref<uint64_t> word(*addr);
   uint64_t original = compare;
   const bool swapped = word.compare_exchange_strong(original, swap, std::memory_order_seq_cst);
@@ -480,7 +443,7 @@ uint64_t PersistenceDomain::atomic_compare_swap(uint32_t qpn, uint64_t* addr, ui
 }
 
 uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint64_t add) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   const uint64_t original = std::atomic_ref<uint64_t>(*addr).fetch_add(add, std::memory_order_seq_cst);
   RegionState* r = impl_->find(addr, 8);
   if (r == nullptr || r->media == Media::kDram) return original;
@@ -488,12 +451,12 @@ uint64_t PersistenceDomain::atomic_fetch_add(uint32_t qpn, uint64_t* addr, uint6
 }
 
 void PersistenceDomain::order_before_read(uint32_t qpn) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->drain_through_qp(config_, qpn);
 }
 
 void PersistenceDomain::flush(uint32_t qpn, const uint8_t* addr, size_t len, bool persistent) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->drain_through_qp(config_, qpn);
   if (!persistent || !config_.ddio || config_.eadr || len == 0) return;
   // DDIO without eADR: the drained data sits in the cache; a persistence

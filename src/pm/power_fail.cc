@@ -147,7 +147,7 @@ static PowerFailReport apply_power_failure(const PersistenceDomain::Impl& impl, 
 }
 
 std::vector<uint8_t> PersistenceDomain::image_after_power_fail(const Region& region, uint64_t seed) const {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   if (region.state_->media == Media::kDram) return std::vector<uint8_t>(region.state_->size);  // lost
   // Copies of every PM region: the draws run over all of them, so the answer
   // matches power_fail(seed) exactly. DRAM draws nothing and is left out.
@@ -168,7 +168,7 @@ std::vector<uint8_t> PersistenceDomain::image_after_power_fail(const Region& reg
 }
 
 PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   std::vector<Target> targets;
   for (auto& s : impl_->states) {
     targets.push_back({s.get(), s->base, s->media == Media::kPm ? s->durable.data() : nullptr, {}});
@@ -180,7 +180,7 @@ PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
 }
 
 void PersistenceDomain::process_crash() {
-  ModelLock lock(*impl_, config_);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   // The machine lives on: the NIC delivers what it buffered and the caches
   // are written back eventually, so PM keeps everything visible.
   impl_->reset_volatile();

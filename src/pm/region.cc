@@ -35,17 +35,17 @@ bool Region::contains(const void* p, size_t len) const {
 }
 
 MediaCounters Region::counters() const {
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   return state_->media_model.counters;
 }
 
 void Region::reset_counters() {
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   state_->media_model.counters = MediaCounters{};
 }
 
 void Region::settle_media_model() {
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto& impl = *domain_->impl_;
   if (state_->media != Media::kPm) return;
   while (state_->nic_pending_writes != 0) impl.drain_front(domain_->config_);
@@ -75,7 +75,7 @@ void Region::settle_media_model() {
 
 void Region::store(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   store_locked(dst, src, len);
 }
 
@@ -97,7 +97,7 @@ void Region::store_locked(void* dst, const void* src, size_t len) {
 
 void Region::store_persist(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   store_locked(dst, src, len);
   flush_locked(dst, len);
   drain_locked();
@@ -120,7 +120,7 @@ static void nt_copy(uint8_t* dst, const uint8_t* src, size_t len) {
 
 void Region::store_nt(void* dst, const void* src, size_t len) {
   if (len == 0) return;
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   auto* d = static_cast<uint8_t*>(dst);
   if (state_->media != Media::kPm) {
     nt_copy(d, static_cast<const uint8_t*>(src), len);
@@ -156,7 +156,7 @@ void Region::store_nt(void* dst, const void* src, size_t len) {
 
 void Region::flush(const void* addr, size_t len) {
   if (len == 0 || state_->media != Media::kPm) return;
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   flush_locked(addr, len);
 }
 
@@ -182,7 +182,7 @@ void Region::flush_locked(const void* addr, size_t len) {
 }
 
 void Region::drain() {
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   drain_locked();
 }
 
@@ -199,7 +199,7 @@ void Region::drain_locked() {
 // One acquisition of the domain's lock for both: on the emulator that lock is
 // shared with the NIC engine's DMA, and each acquisition can wait for it.
 void Region::persist(const void* addr, size_t len) {
-  ModelLock lock(*domain_->impl_, domain_->config_);
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
   flush_locked(addr, len);
   drain_locked();
 }

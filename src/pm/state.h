@@ -2,9 +2,7 @@
 // owning PersistenceDomain's mutex.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -150,20 +148,6 @@ struct PersistenceDomain::Impl {
   std::vector<detail::FenceSnapshot> fence;
   std::vector<uint8_t> fence_bytes;
 
-  // DMA writes not yet in `fifo`. The NIC engine's dma_write copies a write
-  // here holding only stage_mu, so it never waits for the CPU side's model
-  // work under `mu` (on the emulator the two run on different cores and took
-  // turns spinning on one lock). Whoever takes `mu` moves them into the fifo,
-  // in order, before anything else (ModelLock): every reader of the model
-  // takes `mu`, so none can tell a staged write from a queued one.
-  // Lock order: mu, then stage_mu.
-  SpinLock stage_mu;
-  std::atomic<size_t> staged_count{0};        // staged.size(), readable without stage_mu
-  std::vector<detail::PendingWrite> staged;   // oldest first; guarded by stage_mu
-  std::vector<std::vector<uint8_t>> stage_spare;  // buffers for staged writes; stage_mu
-  std::vector<detail::PendingWrite> merging;  // merge_staged's batch (reused)
-  void merge_staged(const PlatformConfig& config);
-
   detail::RegionState* find(const void* p, size_t len) const;
   // Puts a DMA write of r's [off, off+len) into the NIC buffer, draining the
   // oldest writes first while it would not fit. `before` is what the bytes
@@ -206,15 +190,6 @@ struct PersistenceDomain::Impl {
   // Empties what a failure loses or the surviving machine finishes -- the NIC
   // buffer, the cache, pending fences -- and clears the per-line state.
   void reset_volatile();
-};
-
-// The model's lock: `mu`, with the staged DMA writes merged first.
-class ModelLock {
- public:
-  ModelLock(PersistenceDomain::Impl& impl, const PlatformConfig& config) : lock_(impl.mu) { impl.merge_staged(config); }
-
- private:
-  std::lock_guard<SpinLock> lock_;
 };
 
 }  // namespace ferry::pm
