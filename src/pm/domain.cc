@@ -343,7 +343,7 @@ void PersistenceDomain::Impl::drain_through_qp(const PlatformConfig& config, uin
   }
   // Out of the buffer, all of them before any takes effect; the others keep
   // their order. Compacted in place: the kept ones slide to the back of the
-  // prefix, the front `taken` slots are dropped.
+  // prefix, and the slots in front of them (moved out) are erased.
   drained_batch.clear();  // newest first
   size_t kept_from = through;
   for (size_t i = through; i > 0; --i) {
