@@ -45,11 +45,13 @@
 #include "ferry/nic/udp.h"
 #include "ferry/nic/verbs.h"
 #include "ferry/nic/wire.h"
+#include "fuzz_bytes.h"
 
 namespace {
 
 using namespace ferry;
 using namespace ferry::nic;
+using namespace ferry::fuzz;
 
 #define FUZZ_CHECK(cond)            \
   do {                              \
@@ -231,23 +233,6 @@ World* world() {
     w = std::make_unique<World>();
   }
   return w.get();
-}
-
-void put24(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v >> 16);
-  p[1] = static_cast<uint8_t>(v >> 8);
-  p[2] = static_cast<uint8_t>(v);
-}
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (56 - 8 * i));
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | p[i];
-  return v;
 }
 
 // Applies the ctl bits that rewrite header fields; `len` excludes the ICRC.
