@@ -382,6 +382,7 @@ void PersistenceDomain::Impl::drain_through_range(const PlatformConfig& config, 
 
 void PersistenceDomain::Impl::enqueue(const PlatformConfig& config, RegionState* r, size_t off, const uint8_t* before,
                                       const uint8_t* data, size_t len, uint32_t qpn) {
+  while (fifo_bytes + len > config.nic_write_buffer_bytes && !fifo.empty()) drain_front(config);
   auto take = [&](std::vector<uint8_t>& v, const uint8_t* from) {
     if (!spare.empty()) {
       v = std::move(spare.back());
@@ -389,23 +390,16 @@ void PersistenceDomain::Impl::enqueue(const PlatformConfig& config, RegionState*
     }
     v.assign(from, from + len);
   };
-  PendingWrite w;
+  PendingWrite& w = fifo.emplace_back();
   w.region = r;
   w.offset = off;
   w.length = static_cast<uint32_t>(len);
   w.qpn = qpn;
   take(w.before, before);
   take(w.data, data);
-  enqueue_owned(config, std::move(w));
-}
-
-void PersistenceDomain::Impl::enqueue_owned(const PlatformConfig& config, PendingWrite&& w) {
-  while (fifo_bytes + w.length > config.nic_write_buffer_bytes && !fifo.empty()) drain_front(config);
-  RegionState* r = w.region;
-  for (uint64_t line = w.offset / kLine; line <= (w.offset + w.length - 1) / kLine; ++line) ++r->lines[line].nic_pending;
+  for (uint64_t line = off / kLine; line <= (off + len - 1) / kLine; ++line) ++r->lines[line].nic_pending;
   ++r->nic_pending_writes;
-  fifo_bytes += w.length;
-  fifo.push_back(std::move(w));
+  fifo_bytes += len;
 }
 
 void PersistenceDomain::dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) {

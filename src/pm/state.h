@@ -154,7 +154,6 @@ struct PersistenceDomain::Impl {
   // hold now, `data` what the write carries; both are copied.
   void enqueue(const PlatformConfig& config, detail::RegionState* r, size_t off, const uint8_t* before,
                const uint8_t* data, size_t len, uint32_t qpn);
-  void enqueue_owned(const PlatformConfig& config, detail::PendingWrite&& w);
   // The drain of the oldest pending write (model of the NIC buffer emptying).
   // Its effects (durable image, cache, media counters) are applied at once:
   // batching them would land a batch's whole cost on one request, a latency
