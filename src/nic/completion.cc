@@ -8,17 +8,18 @@
 #include <cerrno>
 #include <chrono>
 
+#include "device.h"
 #include "nic_core.h"
 
 namespace ferry::nic {
 namespace detail {
 
 void NicCore::complete(CqCore* cq, const WorkCompletion& wc) {
-  if (cq->error.load(std::memory_order_relaxed)) return;  // an overrun CQ drops completions
+  if (cq->rec->error.load(std::memory_order_relaxed)) return;  // an overrun CQ drops completions
   if (!cq->count_only) {
     if (cq->produced - cq->consumer_cache >= cq->depth) {
       // Looks full with the cached index; only now read the application's.
-      cq->consumer_cache = cq->consumer.load(std::memory_order_acquire);
+      cq->consumer_cache = cq->rec->consumer.load(std::memory_order_acquire);
       if (cq->produced - cq->consumer_cache >= cq->depth) {
         cq_overrun(cq);
         return;
@@ -43,30 +44,36 @@ void NicCore::complete(CqCore* cq, const WorkCompletion& wc) {
     counters_.cqes_written.inc();
   }
   ++cq->produced;
-  cq->total.store(cq->produced, std::memory_order_release);
+  cq->rec->total.store(cq->produced, std::memory_order_release);
   if (cq->waiters != nullptr) wake_waiters(cq);
-  const uint8_t armed = cq->armed.load(std::memory_order_acquire);
+  const uint8_t armed = cq->rec->armed.load(std::memory_order_acquire);
   if (armed != 0 && cq->channel != nullptr) {
     const bool fire = armed == 1 || wc.solicited || wc.status != WcStatus::kSuccess;
-    if (fire && cq->armed.exchange(0, std::memory_order_acq_rel) != 0) {
-      ChannelCore* ch = cq->channel;
-      {
-        std::lock_guard<std::mutex> lock(ch->mu);
-        ch->events.push_back(cq->handle);
-      }
-      const uint64_t one = 1;
-      ssize_t n = write(ch->event_fd, &one, sizeof(one));
-      (void)n;
+    if (fire && cq->rec->armed.exchange(0, std::memory_order_acq_rel) != 0) {
+      cq->channel->post(cq->number);
     }
   }
 }
 
+void ChannelCore::post(uint32_t cq_number) {
+  const uint64_t tail = rec->tail.load(std::memory_order_relaxed);  // the engine is the only producer
+  if (tail - rec->head.load(std::memory_order_acquire) < ChannelRecord::kCapacity) {
+    rec->cq[tail % ChannelRecord::kCapacity] = cq_number;
+    rec->tail.store(tail + 1, std::memory_order_release);
+  } else {
+    rec->dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  const uint64_t one = 1;
+  ssize_t n = write(event_fd, &one, sizeof(one));
+  (void)n;
+}
+
 void NicCore::cq_overrun(CqCore* cq) {
-  cq->error.store(true, std::memory_order_release);
+  cq->rec->error.store(true, std::memory_order_release);
   push_async_event({AsyncEventType::kCqError, cq->number});
   // verbs-semantics: the CQ goes to error and the QPs using it too.
   for (auto& qp : qps_) {
-    if (qp && (qp->send_cq == cq || qp->recv_cq == cq) && qp->state.load(std::memory_order_relaxed) != QpState::kError) {
+    if (qp && (qp->send_cq == cq || qp->recv_cq == cq) && qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) {
       push_async_event({AsyncEventType::kQpFatal, qp->qpn});
       enter_error(qp.get());
     }
@@ -75,8 +82,12 @@ void NicCore::cq_overrun(CqCore* cq) {
 
 }  // namespace detail
 
+CompletionQueue::CompletionQueue(detail::Device* dev, std::unique_ptr<detail::CqView> view,
+                                 CompletionChannel* channel)
+    : dev_(dev), view_(std::move(view)), channel_(channel) {}
+
 Result<uint32_t> CompletionQueue::poll(std::span<WorkCompletion> out) {
-  detail::CqCore* cq = core_;
+  detail::CqView* cq = view_.get();
   if (cq->count_only) return invalid_argument("poll: CQ " + std::to_string(cq->number) + " is count-only");
   uint32_t n = 0;
   while (n < out.size()) {
@@ -103,59 +114,75 @@ Result<uint32_t> CompletionQueue::poll(std::span<WorkCompletion> out) {
     ++n;
   }
   if (n != 0) {
-    cq->consumer.store(consumer_, std::memory_order_release);
+    cq->rec->consumer.store(consumer_, std::memory_order_release);
     return n;
   }
-  if (cq->error.load(std::memory_order_acquire)) {
+  if (cq->rec->error.load(std::memory_order_acquire)) {
     return failed_precondition("poll: CQ " + std::to_string(cq->number) + " overran and is in error");
   }
+  if (dev_->dead()) return dev_->fatal_status();
   return 0u;
 }
 
 Status CompletionQueue::req_notify(bool solicited_only) {
-  if (core_->channel == nullptr) return failed_precondition("req_notify: CQ has no completion channel");
-  core_->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  if (!view_->has_channel) return failed_precondition("req_notify: CQ has no completion channel");
+  if (dev_->dead()) return dev_->fatal_status();
+  view_->rec->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
   return ok_status();
 }
 
-uint64_t CompletionQueue::completions_total() const { return core_->total.load(std::memory_order_acquire); }
-uint32_t CompletionQueue::number() const { return core_->number; }
-uint32_t CompletionQueue::capacity() const { return core_->depth; }
-bool CompletionQueue::count_only() const { return core_->count_only; }
+uint64_t CompletionQueue::completions_total() const { return view_->rec->total.load(std::memory_order_acquire); }
+uint32_t CompletionQueue::number() const { return view_->number; }
+uint32_t CompletionQueue::capacity() const { return view_->depth; }
+bool CompletionQueue::count_only() const { return view_->count_only; }
 
-CompletionChannel::CompletionChannel(std::unique_ptr<detail::ChannelCore> core) : core_(std::move(core)) {}
-CompletionChannel::~CompletionChannel() = default;
-int CompletionChannel::fd() const { return core_->event_fd; }
+CompletionChannel::CompletionChannel(detail::Device* dev, std::unique_ptr<detail::ChannelView> view)
+    : dev_(dev), view_(std::move(view)) {}
+CompletionChannel::~CompletionChannel() { dev_->destroy_channel(*view_); }
+int CompletionChannel::fd() const { return view_->event_fd; }
+
+Result<CompletionQueue*> CompletionChannel::take_event() {
+  std::lock_guard<std::mutex> lock(mu_);
+  detail::ChannelRecord* rec = view_->rec;
+  for (;;) {
+    const uint64_t head = rec->head.load(std::memory_order_relaxed);  // consumers hold mu_
+    if (head == rec->tail.load(std::memory_order_acquire)) return not_found("no event");
+    const uint32_t number = rec->cq[head % detail::ChannelRecord::kCapacity];
+    rec->head.store(head + 1, std::memory_order_release);
+    auto it = cqs_.find(number);
+    if (it != cqs_.end()) return it->second;
+    // An event of a CQ destroyed since: dropped, as verbs does.
+  }
+}
 
 Result<CompletionQueue*> CompletionChannel::get_event(int timeout_ms) {
-  // The event list is the truth; the eventfd only wakes pollers and is
+  // The event ring is the truth; the eventfd only wakes pollers and is
   // drained whenever it is seen readable. A wake-up that finds no event (its
   // event was taken by another waiter) waits only for what is left of the
   // timeout.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(core_->mu);
-      if (!core_->events.empty()) {
-        CompletionQueue* cq = core_->events.front();
-        core_->events.pop_front();
-        return cq;
-      }
-    }
+    Result<CompletionQueue*> event = take_event();
+    if (event.ok()) return event;
+    if (dev_->dead()) return dev_->fatal_status();
     int wait_ms = timeout_ms;
     if (timeout_ms >= 0) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
     }
-    pollfd pfd{core_->event_fd, POLLIN, 0};
+    // A daemon-attached channel also wakes when the device dies: then the
+    // backend writes the eventfd itself.
+    pollfd pfd{view_->event_fd, POLLIN, 0};
     const int rc = ::poll(&pfd, 1, wait_ms);
-    if (rc == 0) return timed_out("get_event: no completion event within " + std::to_string(timeout_ms) + " ms");
+    if (rc == 0) {
+      return timed_out("get_event: no completion event within " + std::to_string(timeout_ms) + " ms");
+    }
     if (rc < 0) {
       if (errno == EINTR) continue;
       return internal_error("get_event: poll failed");
     }
     uint64_t drained;
-    ssize_t n = read(core_->event_fd, &drained, sizeof(drained));
+    ssize_t n = read(view_->event_fd, &drained, sizeof(drained));
     (void)n;
   }
 }

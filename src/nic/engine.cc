@@ -11,6 +11,7 @@
 
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
+#include "device.h"
 #include "nic_core.h"
 #include "udp_transport.h"
 
@@ -64,7 +65,7 @@ Result<Nic*> Engine::add_nic(const NicOptions& options) {
       core->set_udp_port(port.get());
       fabric_->attach_udp(core->address(), std::move(port));
     }
-    nic = new Nic(core.get());
+    nic = new Nic(detail::make_in_process_device(core.get()));
     core->set_handle(nic);
     cores_.push_back(std::move(core));
     nics_.push_back(std::unique_ptr<Nic>(nic));

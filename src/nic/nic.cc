@@ -8,35 +8,54 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <functional>
+#include <new>
+
+#include "device.h"
 #include "nic_core.h"
 
 namespace ferry::nic {
 namespace detail {
 
-AlignedBuffer::AlignedBuffer(size_t bytes) {
+AlignedBuffer::AlignedBuffer(size_t bytes, RecordArena* from) : arena(from) {
   size = (bytes + 4095) & ~size_t{4095};
   if (size == 0) size = 4096;
+  if (arena != nullptr) {
+    ptr = arena->allocate(size);  // zeroed; nullptr when full
+    if (ptr == nullptr) size = 0;
+    return;
+  }
   ptr = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
   FERRY_ASSERT(ptr != nullptr, "out of memory allocating ", size, " bytes");
   std::memset(ptr, 0, size);
 }
 
+static void free_buffer(uint8_t* ptr, size_t size, RecordArena* arena) {
+  if (ptr == nullptr) return;
+  if (arena != nullptr) {
+    arena->release(ptr, size);
+  } else {
+    std::free(ptr);
+  }
+}
+
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(ptr);
+    free_buffer(ptr, size, arena);
     ptr = o.ptr;
     size = o.size;
+    arena = o.arena;
     o.ptr = nullptr;
     o.size = 0;
   }
   return *this;
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(ptr); }
+AlignedBuffer::~AlignedBuffer() { free_buffer(ptr, size, arena); }
 
-ChannelCore::ChannelCore() {
+ChannelCore::ChannelCore(RecordArena* arena) : rec_memory(sizeof(ChannelRecord), arena) {
+  if (rec_memory.ptr != nullptr) rec = new (rec_memory.ptr) ChannelRecord();
   event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  FERRY_ASSERT(event_fd >= 0, "eventfd failed");
 }
 ChannelCore::~ChannelCore() {
   if (event_fd >= 0) close(event_fd);
@@ -97,8 +116,10 @@ void NicCore::dealloc_pd(uint32_t handle) {
                "protection domain destroyed while MRs, QPs or SRQs still use it");
 }
 
-Result<uint32_t> NicCore::reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access) {
+Result<uint32_t> NicCore::reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access, uint64_t iova) {
   if (addr == nullptr && length != 0) return invalid_argument("reg_mr: null address");
+  if (!pd_valid(pd)) return invalid_argument("reg_mr: no such protection domain");
+  if (iova + length < iova) return invalid_argument("reg_mr: range wraps the address space");
   if (access & ~kAccessAll) return invalid_argument("reg_mr: unknown access flags");
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) {
     return invalid_argument("reg_mr: remote write/atomic access requires local write (IBTA)");
@@ -117,6 +138,7 @@ Result<uint32_t> NicCore::reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint
     e.key = (index << 8) | variant;
     e.pd = pd;
     e.base = addr;
+    e.iova = iova;
     e.length = length;
     e.access = access;
     e.valid = true;
@@ -158,7 +180,8 @@ void NicCore::dereg_mr(uint32_t key) {
   e.valid = false;
 }
 
-Result<CqCore*> NicCore::create_cq(const CqInitAttr& attr, ChannelCore* channel) {
+Result<CqCore*> NicCore::create_cq(const CqInitAttr& attr, ChannelCore* channel, RecordArena* arena,
+                                   uint32_t owner) {
   if (!attr.count_only && (attr.cqe == 0 || attr.cqe > (1u << 22))) {
     return invalid_argument("create_cq: cqe must be in 1..4194304");
   }
@@ -168,9 +191,14 @@ Result<CqCore*> NicCore::create_cq(const CqInitAttr& attr, ChannelCore* channel)
     cq->number = n;
     cq->count_only = attr.count_only;
     cq->channel = channel;
+    cq->owner = owner;
+    cq->rec_memory = AlignedBuffer(sizeof(CqRecord), arena);
+    if (cq->rec_memory.ptr == nullptr) return resource_exhausted("create_cq: no room for its record in shared memory");
+    cq->rec = new (cq->rec_memory.ptr) CqRecord();
     if (!attr.count_only) {
       cq->depth = round_pow2(attr.cqe, 2);
-      cq->ring_memory = AlignedBuffer(static_cast<size_t>(cq->depth) * sizeof(Cqe));
+      cq->ring_memory = AlignedBuffer(static_cast<size_t>(cq->depth) * sizeof(Cqe), arena);
+      if (cq->ring_memory.ptr == nullptr) return resource_exhausted("create_cq: no room for its ring in shared memory");
       cq->ring = reinterpret_cast<Cqe*>(cq->ring_memory.ptr);
     }
     CqCore* raw = cq.get();
@@ -185,7 +213,8 @@ void NicCore::destroy_cq(CqCore* cq) {
   cqs_[cq->number].reset();
 }
 
-Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr) {
+Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr, RecordArena* arena, uint32_t owner) {
+  if (!pd_valid(pd)) return invalid_argument("create_srq: no such protection domain");
   if (attr.max_wr == 0 || attr.max_wr > (1u << 20)) return invalid_argument("create_srq: max_wr must be in 1..1048576");
   if (attr.max_sge > kMaxRecvSge) return invalid_argument("create_srq: max_sge above " + std::to_string(kMaxRecvSge));
   const bool pow2 = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }(attr.mp_strides);
@@ -209,6 +238,10 @@ Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr) {
     auto srq = std::make_unique<SrqCore>();
     srq->number = n;
     srq->pd = pd;
+    srq->owner = owner;
+    srq->rec_memory = AlignedBuffer(sizeof(SrqRecord), arena);
+    if (srq->rec_memory.ptr == nullptr) return resource_exhausted("create_srq: no room for its record in shared memory");
+    srq->rec = new (srq->rec_memory.ptr) SrqRecord();
     srq->depth = round_pow2(attr.max_wr, 2);
     srq->max_sge = std::max(attr.max_sge, 1u);
     srq->stride = recv_wqe_stride(srq->max_sge);
@@ -223,7 +256,7 @@ Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr) {
       srq->ring_memory = AlignedBuffer(bytes);
       srq->ring = srq->ring_memory.ptr;
     }
-    srq->limit.store(attr.srq_limit, std::memory_order_relaxed);
+    srq->rec->limit.store(attr.srq_limit, std::memory_order_relaxed);
     if (attr.mp_strides != 0) {
       srq->mp_strides = attr.mp_strides;
       srq->mp_stride_bytes = attr.mp_stride_bytes;
@@ -246,8 +279,9 @@ void NicCore::destroy_srq(SrqCore* srq) {
 }
 
 Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* send_cq, CqCore* recv_cq,
-                                   SrqCore* srq) {
+                                   SrqCore* srq, RecordArena* arena, uint32_t owner) {
   const QpCapabilities& cap = attr.cap;
+  if (!pd_valid(pd)) return invalid_argument("create_qp: no such protection domain");
   if (cap.max_send_wr == 0 || cap.max_send_wr > (1u << 16)) return invalid_argument("create_qp: max_send_wr must be in 1..65536");
   if (cap.max_recv_wr > (1u << 16)) return invalid_argument("create_qp: max_recv_wr above 65536");
   if (cap.max_send_sge > kMaxSendSge) return invalid_argument("create_qp: max_send_sge above " + std::to_string(kMaxSendSge));
@@ -266,6 +300,7 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
     qp->qpn = (generation << qp_index_bits_) | index;
     qp->nic = this;
     qp->pd = pd;
+    qp->owner = owner;
     qp->send_cq = send_cq;
     qp->recv_cq = recv_cq;
     qp->srq = srq;
@@ -286,7 +321,8 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
       }
       qp->sq_ring = attr.send_ring_memory.data();
     } else {
-      qp->sq_memory = AlignedBuffer(sq_bytes);
+      qp->sq_memory = AlignedBuffer(sq_bytes, arena);
+      if (qp->sq_memory.ptr == nullptr) return resource_exhausted("create_qp: no room for its send ring in shared memory");
       qp->sq_ring = qp->sq_memory.ptr;
     }
     if (qp->srq == nullptr) {
@@ -301,12 +337,20 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
         }
         qp->rq_ring = attr.recv_ring_memory.data();
       } else {
-        qp->rq_memory = AlignedBuffer(rq_bytes);
+        qp->rq_memory = AlignedBuffer(rq_bytes, arena);
+        if (qp->rq_memory.ptr == nullptr) {
+          return resource_exhausted("create_qp: no room for its receive ring in shared memory");
+        }
         qp->rq_ring = qp->rq_memory.ptr;
       }
     }
+    constexpr size_t kRecordBytes = (sizeof(QpRecord) + 63) & ~size_t{63};
+    qp->rec_memory = AlignedBuffer(kRecordBytes + static_cast<size_t>(qp->sq_depth) * sizeof(FreeMark), arena);
+    if (qp->rec_memory.ptr == nullptr) return resource_exhausted("create_qp: no room for its record in shared memory");
+    qp->rec = new (qp->rec_memory.ptr) QpRecord();
+    qp->free_marks = reinterpret_cast<FreeMark*>(qp->rec_memory.ptr + kRecordBytes);
+    qp->free_marks_size = qp->sq_depth;
     qp->slots.resize(qp->sq_depth);
-    qp->free_marks.resize(qp->sq_depth);
     qp->slot_sges.resize(static_cast<size_t>(qp->sq_depth) * qp->cap.max_send_sge);
     ++qp->send_cq->users;
     ++qp->recv_cq->users;
@@ -411,87 +455,258 @@ NicCounters NicCore::counters() const {
 
 }  // namespace detail
 
+// ---- in-process device -------------------------------------------------------
+
+namespace {
+
+// The backend of a NIC of this process: control operations run on the
+// engine (Engine::run_control), the handles share the cores' records.
+class InProcessDevice final : public detail::Device {
+ public:
+  explicit InProcessDevice(detail::NicCore* core) : core_(core) {}
+
+  uint32_t address() const override { return core_->address(); }
+  const std::string& name() const override { return core_->name(); }
+  Gid gid() const override { return core_->gid(); }
+  std::optional<UdpEndpoint> udp_endpoint() const override { return core_->udp_endpoint(); }
+  uint32_t max_path_mtu() const override { return core_->max_path_mtu(); }
+  UdpCounters udp_counters() const override { return core_->udp_counters(); }
+  NicCounters counters() const override { return core_->counters(); }
+  std::optional<AsyncEvent> poll_async_event() override { return core_->pop_async_event(); }
+  Result<uint32_t> resolve(const UdpEndpoint& endpoint) override { return core_->engine()->resolve(endpoint); }
+  detail::NicCore* core() const override { return core_; }
+
+  Result<uint32_t> alloc_pd() override {
+    uint32_t handle = 0;
+    run([&] { handle = core_->alloc_pd(); });
+    return handle;
+  }
+  void dealloc_pd(uint32_t pd) override {
+    run([&] { core_->dealloc_pd(pd); });
+  }
+  Result<uint32_t> reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access) override {
+    Result<uint32_t> key = internal_error("unset");
+    run([&] { key = core_->reg_mr(pd, static_cast<uint8_t*>(addr), length, access); });
+    return key;
+  }
+  void dereg_mr(uint32_t key) override {
+    run([&] { core_->dereg_mr(key); });
+  }
+  Result<detail::ChannelView> create_channel() override {
+    auto channel = std::make_unique<detail::ChannelCore>();
+    if (!channel->ok()) return internal_error("create_comp_channel: eventfd failed");
+    detail::ChannelView view;
+    view.rec = channel->rec;
+    view.event_fd = channel->event_fd;
+    view.handle = reinterpret_cast<uint64_t>(channel.release());
+    return view;
+  }
+  void destroy_channel(const detail::ChannelView& view) override {
+    delete reinterpret_cast<detail::ChannelCore*>(view.handle);
+  }
+  Result<detail::CqView> create_cq(const CqInitAttr& attr, uint64_t channel) override {
+    Result<detail::CqCore*> cq = internal_error("unset");
+    run([&] { cq = core_->create_cq(attr, reinterpret_cast<detail::ChannelCore*>(channel)); });
+    if (!cq.ok()) return cq.status();
+    const detail::CqCore* c = cq.value();
+    detail::CqView view;
+    view.handle = reinterpret_cast<uint64_t>(c);
+    view.rec = c->rec;
+    view.ring = c->ring;
+    view.depth = c->depth;
+    view.number = c->number;
+    view.count_only = c->count_only;
+    view.has_channel = c->channel != nullptr;
+    return view;
+  }
+  void destroy_cq(uint64_t cq) override {
+    run([&] { core_->destroy_cq(reinterpret_cast<detail::CqCore*>(cq)); });
+  }
+  Result<detail::SrqView> create_srq(uint32_t pd, const SrqInitAttr& attr) override {
+    Result<detail::SrqCore*> srq = internal_error("unset");
+    run([&] { srq = core_->create_srq(pd, attr); });
+    if (!srq.ok()) return srq.status();
+    return srq_view(srq.value());
+  }
+  void destroy_srq(uint64_t srq) override {
+    run([&] { core_->destroy_srq(reinterpret_cast<detail::SrqCore*>(srq)); });
+  }
+  Result<detail::QpView> create_qp(uint32_t pd, const QpInitAttr& attr, uint64_t send_cq, uint64_t recv_cq,
+                                   uint64_t srq) override {
+    Result<detail::QpCore*> qp = internal_error("unset");
+    run([&] {
+      qp = core_->create_qp(pd, attr, reinterpret_cast<detail::CqCore*>(send_cq),
+                            reinterpret_cast<detail::CqCore*>(recv_cq), reinterpret_cast<detail::SrqCore*>(srq));
+    });
+    if (!qp.ok()) return qp.status();
+    return qp_view(qp.value());
+  }
+  void destroy_qp(uint64_t qp) override {
+    run([&] { core_->destroy_qp(reinterpret_cast<detail::QpCore*>(qp)); });
+  }
+  Status modify_qp(uint64_t qp, const QpAttr& attr, uint32_t mask) override {
+    Status status;
+    run([&] { status = core_->modify_qp(reinterpret_cast<detail::QpCore*>(qp), attr, mask); });
+    return status;
+  }
+  Result<QpAttr> query_qp(uint64_t handle) override {
+    QpAttr attr;
+    run([&] {
+      const auto* qp = reinterpret_cast<detail::QpCore*>(handle);
+      attr = qp->attr;
+      attr.state = qp->rec->state.load(std::memory_order_relaxed);
+    });
+    return attr;
+  }
+  Result<QpTraffic> qp_traffic(uint64_t handle) override {
+    QpTraffic t;
+    run([&] { t = reinterpret_cast<detail::QpCore*>(handle)->traffic; });
+    return t;
+  }
+  void ring_doorbell(uint32_t qpn) override { core_->ring_doorbell(qpn); }
+
+ private:
+  void run(const std::function<void()>& fn) { core_->engine()->run_control(fn); }
+  static detail::SrqView srq_view(const detail::SrqCore* s) {
+    detail::SrqView view;
+    view.handle = reinterpret_cast<uint64_t>(s);
+    view.rec = s->rec;
+    view.ring = s->ring;
+    view.depth = s->depth;
+    view.stride = s->stride;
+    view.max_sge = s->max_sge;
+    view.number = s->number;
+    view.pd = s->pd;
+    view.mp_strides = s->mp_strides;
+    view.mp_stride_bytes = s->mp_stride_bytes;
+    return view;
+  }
+  static detail::QpView qp_view(const detail::QpCore* q) {
+    detail::QpView view;
+    view.handle = reinterpret_cast<uint64_t>(q);
+    view.qpn = q->qpn;
+    view.pd = q->pd;
+    view.rec = q->rec;
+    view.free_marks = q->free_marks;
+    view.free_marks_size = q->free_marks_size;
+    view.sq_ring = q->sq_ring;
+    view.sq_depth = q->sq_depth;
+    view.sq_stride = q->sq_stride;
+    view.rq_ring = q->rq_ring;
+    view.rq_depth = q->rq_depth;
+    view.rq_stride = q->rq_stride;
+    view.cap = q->cap;
+    view.has_srq = q->srq != nullptr;
+    view.managed_send = q->managed_send;
+    view.managed_recv = q->managed_recv;
+    return view;
+  }
+
+  detail::NicCore* core_;
+};
+
+}  // namespace
+
+std::unique_ptr<detail::Device> detail::make_in_process_device(detail::NicCore* core) {
+  return std::make_unique<InProcessDevice>(core);
+}
+
+Status detail::Device::fatal_status() const {
+  return unavailable("NIC " + name() + ": device fatal: its NIC daemon is gone");
+}
+
 // ---- public handles ----------------------------------------------------------
 
-uint32_t Nic::address() const { return core_->address(); }
-const std::string& Nic::name() const { return core_->name(); }
+Nic::Nic(std::unique_ptr<detail::Device> device) : dev_(std::move(device)) {}
+Nic::~Nic() = default;
+
+uint32_t Nic::address() const { return dev_->address(); }
+const std::string& Nic::name() const { return dev_->name(); }
+Gid Nic::gid() const { return dev_->gid(); }
+std::optional<UdpEndpoint> Nic::udp_endpoint() const { return dev_->udp_endpoint(); }
+uint32_t Nic::max_path_mtu() const { return dev_->max_path_mtu(); }
+UdpCounters Nic::udp_counters() const { return dev_->udp_counters(); }
+Result<uint32_t> Nic::resolve(const UdpEndpoint& endpoint) { return dev_->resolve(endpoint); }
+detail::NicCore* Nic::core() const { return dev_->core(); }
+bool Nic::alive() const { return !dev_->dead(); }
 
 Result<std::unique_ptr<ProtectionDomain>> Nic::alloc_pd() {
-  uint32_t handle = 0;
-  core_->engine()->run_control([&] { handle = core_->alloc_pd(); });
-  return std::unique_ptr<ProtectionDomain>(new ProtectionDomain(core_, handle));
+  FERRY_ASSIGN_OR_RETURN(uint32_t handle, dev_->alloc_pd());
+  return std::unique_ptr<ProtectionDomain>(new ProtectionDomain(dev_.get(), handle));
 }
 
-ProtectionDomain::~ProtectionDomain() {
-  nic_->engine()->run_control([&] { nic_->dealloc_pd(handle_); });
-}
+ProtectionDomain::~ProtectionDomain() { dev_->dealloc_pd(handle_); }
 
 Result<std::unique_ptr<MemoryRegion>> Nic::reg_mr(ProtectionDomain& pd, void* addr, size_t length, uint32_t access) {
-  if (pd.nic_ != core_) return invalid_argument("reg_mr: protection domain belongs to another NIC");
-  Result<uint32_t> key = invalid_argument("unset");
-  core_->engine()->run_control([&] { key = core_->reg_mr(pd.handle(), static_cast<uint8_t*>(addr), length, access); });
-  if (!key.ok()) return key.status();
-  return std::unique_ptr<MemoryRegion>(new MemoryRegion(core_, static_cast<uint8_t*>(addr), length, access, key.value()));
+  if (pd.dev_ != dev_.get()) return invalid_argument("reg_mr: protection domain belongs to another NIC");
+  FERRY_ASSIGN_OR_RETURN(uint32_t key, dev_->reg_mr(pd.handle(), addr, length, access));
+  return std::unique_ptr<MemoryRegion>(
+      new MemoryRegion(dev_.get(), static_cast<uint8_t*>(addr), length, access, key));
 }
 
-MemoryRegion::~MemoryRegion() {
-  nic_->engine()->run_control([&] { nic_->dereg_mr(lkey_); });
-}
+MemoryRegion::~MemoryRegion() { dev_->dereg_mr(lkey_); }
 
 Result<std::unique_ptr<CompletionChannel>> Nic::create_comp_channel() {
-  return std::unique_ptr<CompletionChannel>(new CompletionChannel(std::make_unique<detail::ChannelCore>()));
+  FERRY_ASSIGN_OR_RETURN(detail::ChannelView view, dev_->create_channel());
+  return std::unique_ptr<CompletionChannel>(
+      new CompletionChannel(dev_.get(), std::make_unique<detail::ChannelView>(view)));
 }
 
 Result<std::unique_ptr<CompletionQueue>> Nic::create_cq(const CqInitAttr& attr) {
-  Result<detail::CqCore*> cq = invalid_argument("unset");
-  detail::ChannelCore* channel = attr.channel ? attr.channel->core_.get() : nullptr;
-  core_->engine()->run_control([&] { cq = core_->create_cq(attr, channel); });
-  if (!cq.ok()) return cq.status();
-  auto handle = std::unique_ptr<CompletionQueue>(new CompletionQueue(core_, cq.value()));
-  cq.value()->handle = handle.get();
+  if (attr.channel != nullptr && attr.channel->dev_ != dev_.get()) {
+    return invalid_argument("create_cq: completion channel belongs to another NIC");
+  }
+  const uint64_t channel = attr.channel ? attr.channel->view_->handle : 0;
+  FERRY_ASSIGN_OR_RETURN(detail::CqView view, dev_->create_cq(attr, channel));
+  auto handle = std::unique_ptr<CompletionQueue>(
+      new CompletionQueue(dev_.get(), std::make_unique<detail::CqView>(view), attr.channel));
+  if (attr.channel != nullptr) {
+    std::lock_guard<std::mutex> lock(attr.channel->mu_);
+    attr.channel->cqs_[view.number] = handle.get();
+  }
   return handle;
 }
 
 CompletionQueue::~CompletionQueue() {
-  nic_->engine()->run_control([&] { nic_->destroy_cq(core_); });
+  if (channel_ != nullptr) {
+    std::lock_guard<std::mutex> lock(channel_->mu_);
+    channel_->cqs_.erase(view_->number);
+  }
+  dev_->destroy_cq(view_->handle);
 }
+
+SharedReceiveQueue::SharedReceiveQueue(detail::Device* dev, std::unique_ptr<detail::SrqView> view)
+    : dev_(dev), view_(std::move(view)) {}
 
 Result<std::unique_ptr<SharedReceiveQueue>> Nic::create_srq(ProtectionDomain& pd, const SrqInitAttr& attr) {
-  if (pd.nic_ != core_) return invalid_argument("create_srq: protection domain belongs to another NIC");
-  Result<detail::SrqCore*> srq = invalid_argument("unset");
-  core_->engine()->run_control([&] { srq = core_->create_srq(pd.handle(), attr); });
-  if (!srq.ok()) return srq.status();
-  auto handle = std::unique_ptr<SharedReceiveQueue>(new SharedReceiveQueue(core_, srq.value()));
-  srq.value()->handle = handle.get();
-  return handle;
+  if (pd.dev_ != dev_.get()) return invalid_argument("create_srq: protection domain belongs to another NIC");
+  FERRY_ASSIGN_OR_RETURN(detail::SrqView view, dev_->create_srq(pd.handle(), attr));
+  return std::unique_ptr<SharedReceiveQueue>(
+      new SharedReceiveQueue(dev_.get(), std::make_unique<detail::SrqView>(view)));
 }
 
-SharedReceiveQueue::~SharedReceiveQueue() {
-  nic_->engine()->run_control([&] { nic_->destroy_srq(core_); });
-}
+SharedReceiveQueue::~SharedReceiveQueue() { dev_->destroy_srq(view_->handle); }
+
+QueuePair::QueuePair(detail::Device* dev, std::unique_ptr<detail::QpView> view, CompletionQueue* send_cq)
+    : dev_(dev), view_(std::move(view)), send_cq_(send_cq) {}
 
 Result<std::unique_ptr<QueuePair>> Nic::create_qp(ProtectionDomain& pd, const QpInitAttr& attr) {
-  if (pd.nic_ != core_) return invalid_argument("create_qp: protection domain belongs to another NIC");
+  if (pd.dev_ != dev_.get()) return invalid_argument("create_qp: protection domain belongs to another NIC");
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr) return invalid_argument("create_qp: send_cq and recv_cq are required");
-  if ((attr.send_cq && attr.send_cq->nic_ != core_) || (attr.recv_cq && attr.recv_cq->nic_ != core_) ||
-      (attr.srq && attr.srq->nic_ != core_)) {
+  if (attr.send_cq->dev_ != dev_.get() || attr.recv_cq->dev_ != dev_.get() ||
+      (attr.srq && attr.srq->dev_ != dev_.get())) {
     return invalid_argument("create_qp: CQ or SRQ belongs to another NIC");
   }
-  Result<detail::QpCore*> qp = invalid_argument("unset");
-  detail::SrqCore* srq = attr.srq ? attr.srq->core_ : nullptr;
-  core_->engine()->run_control(
-      [&] { qp = core_->create_qp(pd.handle(), attr, attr.send_cq->core_, attr.recv_cq->core_, srq); });
-  if (!qp.ok()) return qp.status();
-  auto handle = std::unique_ptr<QueuePair>(new QueuePair(core_, qp.value()));
-  qp.value()->handle = handle.get();
-  return handle;
+  const uint64_t srq = attr.srq ? attr.srq->view_->handle : 0;
+  FERRY_ASSIGN_OR_RETURN(detail::QpView view, dev_->create_qp(pd.handle(), attr, attr.send_cq->view_->handle,
+                                                              attr.recv_cq->view_->handle, srq));
+  return std::unique_ptr<QueuePair>(
+      new QueuePair(dev_.get(), std::make_unique<detail::QpView>(view), attr.send_cq));
 }
 
-QueuePair::~QueuePair() {
-  nic_->engine()->run_control([&] { nic_->destroy_qp(core_); });
-}
+QueuePair::~QueuePair() { dev_->destroy_qp(view_->handle); }
 
-std::optional<AsyncEvent> Nic::poll_async_event() { return core_->pop_async_event(); }
-NicCounters Nic::counters() const { return core_->counters(); }
+std::optional<AsyncEvent> Nic::poll_async_event() { return dev_->poll_async_event(); }
+NicCounters Nic::counters() const { return dev_->counters(); }
 
 }  // namespace ferry::nic

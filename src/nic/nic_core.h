@@ -25,6 +25,7 @@
 #include "ferry/nic/verbs.h"
 #include "ferry/nic/wire.h"
 #include "ferry/nic/wqe.h"
+#include "shared_records.h"
 
 namespace ferry::nic::detail {
 
@@ -34,11 +35,13 @@ class UdpPort;
 // IBTA: the largest message (and RDMA length) is 2^31 bytes.
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
-// Page-aligned zeroed memory for rings the NIC allocates.
+// Page-aligned zeroed memory for the rings and records the NIC allocates:
+// from the heap, or from `arena` (a daemon client's shared memory file),
+// where it may fail: ptr is then nullptr.
 struct AlignedBuffer {
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes);
-  AlignedBuffer(AlignedBuffer&& o) noexcept : ptr(o.ptr), size(o.size) {
+  explicit AlignedBuffer(size_t bytes, RecordArena* arena = nullptr);
+  AlignedBuffer(AlignedBuffer&& o) noexcept : ptr(o.ptr), size(o.size), arena(o.arena) {
     o.ptr = nullptr;
     o.size = 0;
   }
@@ -46,31 +49,39 @@ struct AlignedBuffer {
   ~AlignedBuffer();
   uint8_t* ptr = nullptr;
   size_t size = 0;
+  RecordArena* arena = nullptr;
 };
 
 struct MrEntry {
   uint32_t key = 0;  // lkey == rkey: index << 8 | variant
   uint32_t pd = 0;
-  uint8_t* base = nullptr;
+  uint8_t* base = nullptr;  // where the NIC reaches the region's first byte
+  uint64_t iova = 0;        // the address the region's users name it by (the owner's virtual address)
   uint64_t length = 0;
   uint32_t access = 0;
   bool valid = false;
 
   // Points *host at [va, va+len) if that range lies inside the region.
   bool resolve(uint64_t va, uint64_t len, uint8_t** host) const {
-    const uint64_t first = reinterpret_cast<uint64_t>(base);
+    const uint64_t first = iova;
     if (va < first || len > length || va - first > length - len) return false;
     *host = base + (va - first);
     return true;
   }
 };
 
+// Engine side of a completion channel: events go into `rec` (shared with
+// the application), then a write to event_fd wakes its waiters.
 struct ChannelCore {
-  ChannelCore();
+  // A channel with its own eventfd and record on the heap (in process), or
+  // in `arena` (ok() false if the arena is full).
+  explicit ChannelCore(RecordArena* arena = nullptr);
   ~ChannelCore();
+  bool ok() const { return rec != nullptr && event_fd >= 0; }
+  void post(uint32_t cq_number);
   int event_fd = -1;
-  std::mutex mu;
-  std::deque<CompletionQueue*> events;  // guarded by mu
+  AlignedBuffer rec_memory;
+  ChannelRecord* rec = nullptr;
 };
 
 struct CqCore {
@@ -79,8 +90,10 @@ struct CqCore {
   uint32_t depth = 0;
   AlignedBuffer ring_memory;
   Cqe* ring = nullptr;
+  AlignedBuffer rec_memory;
+  CqRecord* rec = nullptr;         // shared with the application
   ChannelCore* channel = nullptr;
-  CompletionQueue* handle = nullptr;
+  uint32_t owner = 0;              // daemon client that created it (0: in process)
   uint32_t users = 0;              // engine: QPs using this CQ
   // engine: the protection domains of the QPs using this CQ, with how many
   // QPs of each. A CQ has no PD of its own in verbs; a WAIT may name it only
@@ -110,16 +123,9 @@ struct CqCore {
     }
   }
 
-  std::atomic<bool> error{false};     // engine sets on overrun; app reads
-  std::atomic<uint8_t> armed{0};      // app sets (1 any, 2 solicited only); engine clears when firing
-
-  // Engine-written line.
-  alignas(64) uint64_t produced = 0;   // engine: CQEs written (or counted)
+  uint64_t produced = 0;                // engine: CQEs written (or counted)
   uint64_t consumer_cache = 0;         // engine: last consumer index read; re-read only when full
   struct QpCore* waiters = nullptr;    // engine: QPs stalled in WAIT on this CQ (intrusive list)
-  std::atomic<uint64_t> total{0};      // engine stores (release) after each completion; anyone reads
-  // Application-written line.
-  alignas(64) std::atomic<uint64_t> consumer{0};  // app stores (release) in poll; engine reads (acquire) when full
 };
 
 struct SrqCore {
@@ -130,14 +136,10 @@ struct SrqCore {
   uint32_t max_sge = 0;
   AlignedBuffer ring_memory;
   uint8_t* ring = nullptr;
-  SharedReceiveQueue* handle = nullptr;
+  AlignedBuffer rec_memory;
+  SrqRecord* rec = nullptr;             // shared with the application
+  uint32_t owner = 0;                   // daemon client that created it (0: in process)
   uint32_t users = 0;                   // engine: QPs attached
-
-  uint64_t app_producer = 0;            // app
-  uint64_t app_consumer_cache = 0;      // app: last consumer read; re-read only when full
-  std::atomic<uint64_t> producer{0};    // app stores (release) after writing WQEs; engine reads (acquire)
-  std::atomic<uint64_t> consumer{0};    // engine stores (release) when taking a WQE; app reads (acquire)
-  std::atomic<uint32_t> limit{0};       // app arms; engine clears when the event fires
 
   // Multi-packet SRQ (immutable after create; 0 strides = ordinary).
   uint32_t mp_strides = 0;
@@ -245,54 +247,20 @@ struct QpCore {
   bool sq_sig_all = false;
   bool managed_send = false;
   bool managed_recv = false;
-  QueuePair* handle = nullptr;
+  uint32_t owner = 0;  // daemon client that created it (0: in process)
   AlignedBuffer sq_memory, rq_memory;
   uint8_t* sq_ring = nullptr;
   uint32_t sq_depth = 0, sq_stride = 0;
   uint8_t* rq_ring = nullptr;
   uint32_t rq_depth = 0, rq_stride = 0;
 
-  // ---- shared between the application and the engine ----
-  // Read-mostly line.
-  alignas(64) std::atomic<QpState> state{QpState::kReset};  // engine stores (seq_cst); app loads in post
-  // Engine stores (seq_cst) true while it polls sq_doorbell itself; the app
-  // loads it (seq_cst) after publishing a doorbell and rings the doorbell
-  // queue only when it is false (the io_uring SQPOLL NEED_WAKEUP handshake).
-  // True exactly while the QP is in NicCore::watched_; the engine, its only
-  // writer, may load it relaxed.
-  std::atomic<bool> engine_watching{false};
-  // App-written line: the doorbell record.
-  alignas(64) std::atomic<uint64_t> sq_doorbell{0};  // app stores (seq_cst) after writing WQEs
-  std::atomic<uint64_t> rq_producer{0};              // app stores (seq_cst) after writing RECV WQEs
-  // Both sides RMW (acq_rel): app when queueing the QP, engine when popping it.
-  alignas(64) std::atomic<bool> doorbell_queued{false};
-  // Engine-written line.
-  // Count-only send CQ (nobody polls it): slots below are reusable. Engine
-  // stores (release) as completions are counted; app loads (acquire).
-  alignas(64) std::atomic<uint64_t> sq_freed{0};
-  std::atomic<uint64_t> rq_consumer{0};           // engine stores (release): RECVs taken
-  // Polled send CQ: a send slot is free only once the application has polled
-  // the CQE that covers it (libmlx5 moves the SQ tail in poll_cq), so a CQ
-  // sized to the send queue never overruns. The engine records each send CQE
-  // it writes as a FreeMark in free_marks (sq_depth entries, index % size):
-  // writes the entry, then stores free_marks_tail (release). post_send, when
-  // the ring looks full, loads the tail (acquire), takes the marks whose CQE
-  // the send CQ's consumer index has passed, and stores free_marks_head
-  // (release), which the engine loads (acquire) only when the marks look full.
-  struct FreeMark {
-    uint64_t cqe = 0;       // absolute position of the CQE in the send CQ
-    uint64_t freed_to = 0;  // send slots below this index are free once it is polled
-  };
-  std::vector<FreeMark> free_marks;
-  std::atomic<uint64_t> free_marks_tail{0};
+  // ---- shared with the application (shared_records.h) ----
+  // One block: the QpRecord, then sq_depth FreeMarks.
+  AlignedBuffer rec_memory;
+  QpRecord* rec = nullptr;
+  FreeMark* free_marks = nullptr;
+  uint32_t free_marks_size = 0;
   uint64_t free_marks_head_cache = 0;  // engine: last free_marks_head read
-  alignas(64) std::atomic<uint64_t> free_marks_head{0};  // app stores (release)
-
-  // ---- application side ----
-  alignas(64) uint64_t app_sq_producer = 0;
-  uint64_t app_rq_producer = 0;
-  uint64_t app_sq_freed_cache = 0;     // last sq_freed read; re-read only when the ring looks full
-  uint64_t app_rq_consumer_cache = 0;  // last rq_consumer read; likewise
 
   // ---- engine side: attributes ----
   alignas(64) QpAttr attr;
@@ -425,6 +393,11 @@ class NicCore {
   // Set once by Engine::add_nic before the Nic is handed out; constant after.
   UdpPort* udp_port() const { return udp_; }
   void set_udp_port(UdpPort* port) { udp_ = port; }
+  // Identity on the wire (udp_transport.cc); constant, any thread.
+  Gid gid() const;
+  std::optional<UdpEndpoint> udp_endpoint() const;
+  uint32_t max_path_mtu() const;
+  UdpCounters udp_counters() const;
 
   // ---- engine entry points (engine thread) ----
   void on_packet(const Packet& packet, uint64_t now);
@@ -434,12 +407,9 @@ class NicCore {
   bool busy() const;  // has transmit/flush work or armed timers
 
   // ---- application-thread entry points ----
-  void ring_doorbell(QpCore* qp);
-  // After publishing sq_doorbell (seq_cst): rings the doorbell queue unless
-  // the engine is watching this QP.
-  void notify_posted(QpCore* qp) {
-    if (!qp->engine_watching.load(std::memory_order_seq_cst)) ring_doorbell(qp);
-  }
+  // Queues an in-process QP whose record's doorbell_queued the caller just
+  // set, and wakes the engine.
+  void ring_doorbell(uint32_t qpn);
   // Stops polling every watched doorbell record (before the engine sleeps).
   // Returns true if a post slipped in meanwhile (then do not sleep).
   bool unwatch_all();
@@ -447,14 +417,35 @@ class NicCore {
   // ---- control (runs on the engine through Engine::run_control) ----
   uint32_t alloc_pd();
   void dealloc_pd(uint32_t handle);
-  Result<uint32_t> reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access);
+  bool pd_valid(uint32_t handle) const { return handle != 0 && handle < pd_refs_.size(); }
+  // `addr` is where the NIC reaches the memory, `iova` the address its users
+  // name it by (the same in process; the client's mapping under the daemon).
+  Result<uint32_t> reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access, uint64_t iova);
+  Result<uint32_t> reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access) {
+    return reg_mr(pd, addr, length, access, reinterpret_cast<uint64_t>(addr));
+  }
   void dereg_mr(uint32_t key);
-  Result<CqCore*> create_cq(const CqInitAttr& attr, ChannelCore* channel);
+  // Rings and shared records come from `arena` (nullptr: the heap); `owner`
+  // tags the object with the daemon client that made it (0 in process).
+  // For create_qp/create_srq, attr's ring spans and CQ/SRQ pointers are
+  // ignored in favour of the resolved arguments.
+  Result<CqCore*> create_cq(const CqInitAttr& attr, ChannelCore* channel, RecordArena* arena = nullptr,
+                            uint32_t owner = 0);
   void destroy_cq(CqCore* cq);
-  Result<SrqCore*> create_srq(uint32_t pd, const SrqInitAttr& attr);
+  Result<SrqCore*> create_srq(uint32_t pd, const SrqInitAttr& attr, RecordArena* arena = nullptr, uint32_t owner = 0);
   void destroy_srq(SrqCore* srq);
-  Result<QpCore*> create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* send_cq, CqCore* recv_cq, SrqCore* srq);
+  Result<QpCore*> create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* send_cq, CqCore* recv_cq, SrqCore* srq,
+                            RecordArena* arena = nullptr, uint32_t owner = 0);
   void destroy_qp(QpCore* qp);
+  // A daemon client's doorbell ring: drained every pass; a QP number it
+  // names counts only if that QP is the client's.
+  void attach_doorbells(DoorbellRing* ring, uint32_t owner);
+  void detach_doorbells(uint32_t owner);
+  // Moves a QP to ERROR as a failed modify would (a dead client's QPs).
+  void force_error(QpCore* qp);
+  SrqCore* find_srq(uint32_t number) const {
+    return number < srqs_.size() ? srqs_[number].get() : nullptr;
+  }
   Status modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask);
   void push_async_event(AsyncEvent ev);
   std::optional<AsyncEvent> pop_async_event();
@@ -567,6 +558,8 @@ class NicCore {
 
   // Doorbells: qpn of each QP with new work, at most once each (doorbell_queued).
   MpscQueue<uint32_t> doorbells_;
+  std::vector<DoorbellReader> client_doorbells_;  // daemon clients' rings
+  void on_doorbell_qpn(QpCore* qp, uint64_t now);
   // Engine work lists.
   QpCore* ready_head_ = nullptr;
   QpCore* ready_tail_ = nullptr;

@@ -25,7 +25,7 @@ void NicCore::on_packet(const Packet& packet, uint64_t now) {
   model_qp_context(qp);
   const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
   if (info.request) {
-    const QpState st = qp->state.load(std::memory_order_relaxed);
+    const QpState st = qp->rec->state.load(std::memory_order_relaxed);
     if (st != QpState::kRtr && st != QpState::kRts) {
       counters_.rx_unknown_qp.inc();
       return;
@@ -38,8 +38,19 @@ void NicCore::on_packet(const Packet& packet, uint64_t now) {
 
 void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
   counters_.doorbells.inc();
+  // The doorbell record is the application's to write, and nothing it holds
+  // is trusted: a producer index more than a ring ahead of the completed
+  // WQEs would make the NIC reuse slots of WQEs still in flight. (A managed
+  // queue's enables may run the NIC past the posts: then it is behind.)
+  if (static_cast<int64_t>(doorbell - qp->sq_done) > static_cast<int64_t>(qp->sq_depth)) {
+    if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) {
+      push_async_event({AsyncEventType::kQpFatal, qp->qpn});
+      enter_error(qp);
+    }
+    return;
+  }
   qp->sq_limit = doorbell;
-  const QpState st = qp->state.load(std::memory_order_relaxed);
+  const QpState st = qp->rec->state.load(std::memory_order_relaxed);
   if (st == QpState::kError) {
     flush_qp(qp);
   } else if (st == QpState::kRts && (!qp->managed_send || qp->sq_next < qp->sq_enable)) {
@@ -55,16 +66,16 @@ void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
 // watching and the application goes back to queueing the QP number.
 void NicCore::watch(QpCore* qp, uint64_t now) {
   qp->watch_last_ns = now;
-  if (qp->engine_watching.load(std::memory_order_relaxed)) return;  // the engine is its only writer
-  qp->engine_watching.store(true, std::memory_order_seq_cst);
+  if (qp->rec->engine_watching.load(std::memory_order_relaxed)) return;  // the engine is its only writer
+  qp->rec->engine_watching.store(true, std::memory_order_seq_cst);
   watched_.push_back(qp);
 }
 
 bool NicCore::unwatch(QpCore* qp) {
-  qp->engine_watching.store(false, std::memory_order_seq_cst);
+  qp->rec->engine_watching.store(false, std::memory_order_seq_cst);
   // A post that saw engine_watching == true published its doorbell before
   // the store above in the seq_cst order, so this load sees it.
-  const uint64_t doorbell = qp->sq_doorbell.load(std::memory_order_seq_cst);
+  const uint64_t doorbell = qp->rec->sq_doorbell.load(std::memory_order_seq_cst);
   if (doorbell == qp->sq_limit) return false;
   on_doorbell(qp, doorbell);
   return true;
@@ -75,7 +86,7 @@ bool NicCore::poll_watched(uint64_t now) {
   size_t i = 0;
   while (i < watched_.size()) {
     QpCore* qp = watched_[i];
-    const uint64_t doorbell = qp->sq_doorbell.load(std::memory_order_acquire);
+    const uint64_t doorbell = qp->rec->sq_doorbell.load(std::memory_order_acquire);
     if (doorbell != qp->sq_limit) {
       on_doorbell(qp, doorbell);
       qp->watch_last_ns = now;
@@ -98,6 +109,31 @@ bool NicCore::unwatch_all() {
   return found;
 }
 
+void NicCore::on_doorbell_qpn(QpCore* qp, uint64_t now) {
+  // Clear the flag before reading the doorbell record (see notify_posted in post.cc).
+  qp->rec->doorbell_queued.exchange(0, std::memory_order_acq_rel);
+  on_doorbell(qp, qp->rec->sq_doorbell.load(std::memory_order_acquire));
+  if (qp->rec->state.load(std::memory_order_relaxed) == QpState::kRts) watch(qp, now);
+}
+
+void NicCore::ring_doorbell(uint32_t qpn) {
+  const bool pushed = doorbells_.push(qpn);
+  FERRY_ASSERT(pushed, "doorbell queue overflow (each QP is queued at most once)");
+  engine_->notify();
+}
+
+void NicCore::attach_doorbells(DoorbellRing* ring, uint32_t owner) {
+  client_doorbells_.push_back(DoorbellReader{ring, 0, owner});
+}
+
+void NicCore::detach_doorbells(uint32_t owner) {
+  std::erase_if(client_doorbells_, [owner](const DoorbellReader& r) { return r.owner == owner; });
+}
+
+void NicCore::force_error(QpCore* qp) {
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) enter_error(qp);
+}
+
 bool NicCore::poll(uint64_t now) {
   bool work = false;
   uint32_t qpn;
@@ -105,10 +141,16 @@ bool NicCore::poll(uint64_t now) {
     work = true;
     QpCore* qp = find_qp(qpn);
     if (qp == nullptr) continue;
-    // Clear the flag before reading the doorbell record (see ring_doorbell).
-    qp->doorbell_queued.exchange(false, std::memory_order_acq_rel);
-    on_doorbell(qp, qp->sq_doorbell.load(std::memory_order_acquire));
-    if (qp->state.load(std::memory_order_relaxed) == QpState::kRts) watch(qp, now);
+    on_doorbell_qpn(qp, now);
+  }
+  for (DoorbellReader& ring : client_doorbells_) {
+    // At most one ring's worth per pass: a client cannot hold the engine.
+    for (uint32_t n = 0; n < DoorbellRing::kCapacity && ring.pop(&qpn); ++n) {
+      work = true;
+      QpCore* qp = find_qp(qpn);
+      if (qp == nullptr || qp->owner != ring.owner) continue;  // not this client's QP
+      on_doorbell_qpn(qp, now);
+    }
   }
   if (!watched_.empty()) work |= poll_watched(now);
   if (now >= next_timer_ns_) work |= run_timers(now);
@@ -124,7 +166,11 @@ bool NicCore::poll(uint64_t now) {
 }
 
 bool NicCore::busy() const {
-  return ready_head_ != nullptr || !flush_qps_.empty() || !responders_.empty() || doorbells_.maybe_nonempty();
+  if (ready_head_ != nullptr || !flush_qps_.empty() || !responders_.empty() || doorbells_.maybe_nonempty()) return true;
+  for (const DoorbellReader& ring : client_doorbells_) {
+    if (ring.maybe_nonempty()) return true;
+  }
+  return false;
 }
 
 }  // namespace ferry::nic::detail

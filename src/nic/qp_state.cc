@@ -13,7 +13,7 @@ static bool valid_mtu(uint32_t mtu) {
 
 Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
   if (!(mask & kQpState)) return invalid_argument("modify: kQpState is required");
-  const QpState cur = qp->state.load(std::memory_order_relaxed);
+  const QpState cur = qp->rec->state.load(std::memory_order_relaxed);
   const QpState to = attr.state;
   auto missing = [&](uint32_t required, const char* names) -> Status {
     if ((mask & required) != required) {
@@ -29,7 +29,7 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
   switch (to) {
     case QpState::kReset:
       reset_qp_state(qp);
-      qp->state.store(QpState::kReset, std::memory_order_seq_cst);
+      qp->rec->state.store(QpState::kReset, std::memory_order_seq_cst);
       return ok_status();
     case QpState::kError:
       if (cur != QpState::kError) enter_error(qp);
@@ -117,17 +117,17 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
     qp->retries_left = a.retry_cnt;
     qp->rnr_retries_left = a.rnr_retry;
   }
-  qp->state.store(to, std::memory_order_seq_cst);
+  qp->rec->state.store(to, std::memory_order_seq_cst);
   if (to == QpState::kRts) {
-    qp->sq_limit = qp->sq_doorbell.load(std::memory_order_acquire);
+    qp->sq_limit = qp->rec->sq_doorbell.load(std::memory_order_acquire);
     make_ready(qp);
   }
   return ok_status();
 }
 
 void NicCore::enter_error(QpCore* qp, bool keep_owed_responses) {
-  const bool was_error = qp->state.load(std::memory_order_relaxed) == QpState::kError;
-  qp->state.store(QpState::kError, std::memory_order_seq_cst);
+  const bool was_error = qp->rec->state.load(std::memory_order_relaxed) == QpState::kError;
+  qp->rec->state.store(QpState::kError, std::memory_order_seq_cst);
   // Requester: started WQEs not yet done are flushed; a WQE that already
   // carries its real error status keeps it. Completions stay in order.
   for (uint64_t w = qp->sq_done; w < qp->sq_next; ++w) {
@@ -164,10 +164,10 @@ void NicCore::enter_error(QpCore* qp, bool keep_owed_responses) {
 
 bool NicCore::flush_qp(QpCore* qp) {
   qp->flush_needed = false;
-  if (qp->state.load(std::memory_order_relaxed) != QpState::kError) return false;
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) return false;
   bool work = false;
   // Every posted send WR not yet started completes with WR_FLUSH_ERR.
-  const uint64_t posted = qp->sq_doorbell.load(std::memory_order_acquire);
+  const uint64_t posted = qp->rec->sq_doorbell.load(std::memory_order_acquire);
   while (qp->sq_next < posted) {
     WqeCtrlSeg ctrl;
     std::memcpy(&ctrl, qp->send_slot_ptr(qp->sq_next), sizeof(ctrl));
@@ -184,7 +184,7 @@ bool NicCore::flush_qp(QpCore* qp) {
   if (work) qp->sq_done = qp->sq_unacked = qp->tx_wqe = qp->sq_next;
   // Every posted RECV (own receive queue only; SRQ entries stay in the SRQ).
   if (qp->srq == nullptr) {
-    const uint64_t produced = qp->rq_producer.load(std::memory_order_seq_cst);
+    const uint64_t produced = qp->rec->rq_producer.load(std::memory_order_seq_cst);
     while (qp->rq_consumed < produced) {
       RecvWqeHeader hdr;
       std::memcpy(&hdr, qp->recv_slot_ptr(qp->rq_consumed), sizeof(hdr));
@@ -199,7 +199,7 @@ bool NicCore::flush_qp(QpCore* qp) {
       ++qp->rq_consumed;
       work = true;
     }
-    qp->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
+    qp->rec->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
   }
   return work;
 }
@@ -221,19 +221,19 @@ void NicCore::reset_qp_state(QpCore* qp) {
   }
   qp->waiting_cq = false;
   qp->wait_next = nullptr;
-  if (qp->engine_watching.load(std::memory_order_relaxed)) {  // the engine is its only writer
+  if (qp->rec->engine_watching.load(std::memory_order_relaxed)) {  // the engine is its only writer
     watched_.erase(std::remove(watched_.begin(), watched_.end(), qp), watched_.end());
-    qp->engine_watching.store(false, std::memory_order_seq_cst);
+    qp->rec->engine_watching.store(false, std::memory_order_seq_cst);
   }
   // Queues are emptied without completions (IBTA RESET).
-  qp->sq_doorbell.store(0, std::memory_order_relaxed);
-  qp->sq_freed.store(0, std::memory_order_relaxed);
-  qp->free_marks_tail.store(0, std::memory_order_relaxed);
-  qp->free_marks_head.store(0, std::memory_order_relaxed);
+  qp->rec->sq_doorbell.store(0, std::memory_order_relaxed);
+  qp->rec->sq_freed.store(0, std::memory_order_relaxed);
+  qp->rec->free_marks_tail.store(0, std::memory_order_relaxed);
+  qp->rec->free_marks_head.store(0, std::memory_order_relaxed);
   qp->free_marks_head_cache = 0;
-  qp->rq_producer.store(0, std::memory_order_relaxed);
-  qp->rq_consumer.store(0, std::memory_order_relaxed);
-  qp->app_sq_producer = qp->app_rq_producer = 0;
+  qp->rec->rq_producer.store(0, std::memory_order_relaxed);
+  qp->rec->rq_consumer.store(0, std::memory_order_relaxed);
+  // (The application's own producer indices reset in QueuePair::modify.)
   qp->sq_limit = qp->sq_enable = qp->sq_next = qp->sq_done = qp->sq_unacked = qp->tx_wqe = 0;
   qp->tx_pkt = 0;
   qp->psn_next = qp->psn_high = qp->una_psn = 0;

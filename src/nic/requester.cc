@@ -172,7 +172,7 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
 }
 
 NicCore::TxResult NicCore::transmit_some(QpCore* qp, uint64_t now, uint32_t budget, bool* did) {
-  if (qp->state.load(std::memory_order_relaxed) != QpState::kRts) return TxResult::kIdle;
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return TxResult::kIdle;
   if (qp->rnr_until_ns != 0) {
     if (now < qp->rnr_until_ns) return TxResult::kBlocked;  // the RNR timer re-readies us
     qp->rnr_until_ns = 0;

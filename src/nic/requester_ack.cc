@@ -125,7 +125,7 @@ void NicCore::go_back_to(QpCore* qp, uint32_t psn) {
 }
 
 void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, uint32_t len, uint64_t now) {
-  if (qp->state.load(std::memory_order_relaxed) != QpState::kRts) {
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) {
     counters_.rx_unknown_qp.inc();
     return;
   }
@@ -141,7 +141,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
   }
   // READ responses and ATOMIC ACKs acknowledge everything before them.
   process_ack(qp, psn_add(psn, wire::kPsnMask), now);
-  if (qp->state.load(std::memory_order_relaxed) != QpState::kRts) return;
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return;
   update_una(qp, 0, false);
   if (qp->sq_unacked == qp->sq_next) return;  // stale
   SendSlot& s = qp->slot(qp->sq_unacked);
@@ -205,7 +205,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
 void NicCore::on_nak(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now) {
   // A NAK for PSN p implicitly acknowledges everything before p.
   process_ack(qp, psn_add(psn, wire::kPsnMask), now);
-  if (qp->state.load(std::memory_order_relaxed) != QpState::kRts) return;
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return;
   if (psn_diff(psn, qp->una_psn) < 0 || psn_diff(psn, qp->psn_next) >= 0) return;  // stale
   const wire::AckType type = wire::syndrome_type(syndrome);
   const uint8_t value = wire::syndrome_value(syndrome);
@@ -260,21 +260,21 @@ void NicCore::complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed
   const uint64_t position = cq->produced;
   complete(cq, wc);
   if (cq->count_only) {
-    qp->sq_freed.store(freed_to, std::memory_order_release);
+    qp->rec->sq_freed.store(freed_to, std::memory_order_release);
     return;
   }
   if (cq->produced == position) return;  // the CQ is in error: no CQE, nothing to poll
-  const uint64_t size = qp->free_marks.size();
-  uint64_t tail = qp->free_marks_tail.load(std::memory_order_relaxed);  // the engine is its only writer
+  const uint64_t size = qp->free_marks_size;
+  uint64_t tail = qp->rec->free_marks_tail.load(std::memory_order_relaxed);  // the engine is its only writer
   if (tail - qp->free_marks_head_cache >= size) {
-    qp->free_marks_head_cache = qp->free_marks_head.load(std::memory_order_acquire);
+    qp->free_marks_head_cache = qp->rec->free_marks_head.load(std::memory_order_acquire);
     // Marks name distinct posted slots not yet seen free, at most sq_depth of
     // them; more means the NIC ran a managed queue past its posts (enables
     // re-running published slots), which post_send reports on its own.
     if (tail - qp->free_marks_head_cache >= size) return;
   }
-  qp->free_marks[tail % size] = QpCore::FreeMark{position, freed_to};
-  qp->free_marks_tail.store(tail + 1, std::memory_order_release);
+  qp->free_marks[tail % size] = FreeMark{position, freed_to};
+  qp->rec->free_marks_tail.store(tail + 1, std::memory_order_release);
 }
 
 void NicCore::advance_send_completions(QpCore* qp) {
@@ -351,7 +351,7 @@ void NicCore::on_qp_timer(QpCore* qp, uint64_t now) {
   }
   if (qp->retry_deadline_ns == 0 || now < qp->retry_deadline_ns) return;
   qp->retry_deadline_ns = 0;
-  if (qp->state.load(std::memory_order_relaxed) != QpState::kRts) return;
+  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return;
   update_una(qp, 0, false);
   if (qp->una_psn == qp->psn_next) return;  // nothing outstanding
   counters_.ack_timeouts.inc();

@@ -97,16 +97,16 @@ bool NicCore::take_mp_strides(QpCore* qp, SrqCore* srq, int64_t first_len) {
     srq->mp_active = false;
   }
   if (!srq->mp_active) {
-    const uint64_t producer = srq->producer.load(std::memory_order_acquire);
-    const uint64_t index = srq->consumer.load(std::memory_order_relaxed);  // engine is the only writer
+    const uint64_t producer = srq->rec->producer.load(std::memory_order_acquire);
+    const uint64_t index = srq->rec->consumer.load(std::memory_order_relaxed);  // engine is the only writer
     if (index >= producer) return false;
     const uint8_t* slot = srq->ring + (index & (srq->depth - 1)) * srq->stride;
     DecodedRecvWqe wqe;
     const WqeError err = decode_recv_wqe(std::span<const uint8_t>(slot, srq->stride), srq->max_sge, &wqe);
-    srq->consumer.store(index + 1, std::memory_order_release);
+    srq->rec->consumer.store(index + 1, std::memory_order_release);
     counters_.modeled_recv_wqe_dmas.inc();  // one WQE fetch serves every message of the buffer
-    const uint32_t limit = srq->limit.load(std::memory_order_acquire);
-    if (limit != 0 && producer - (index + 1) < limit && srq->limit.exchange(0, std::memory_order_acq_rel) != 0) {
+    const uint32_t limit = srq->rec->limit.load(std::memory_order_acquire);
+    if (limit != 0 && producer - (index + 1) < limit && srq->rec->limit.exchange(0, std::memory_order_acq_rel) != 0) {
       push_async_event({AsyncEventType::kSrqLimitReached, srq->number});
     }
     srq->mp_active = true;
@@ -181,22 +181,22 @@ bool NicCore::take_recv(QpCore* qp, int64_t first_len) {
   WqeError err;
   if (qp->srq != nullptr) {
     SrqCore* srq = qp->srq;
-    const uint64_t producer = srq->producer.load(std::memory_order_acquire);
-    index = srq->consumer.load(std::memory_order_relaxed);  // engine is the only writer
+    const uint64_t producer = srq->rec->producer.load(std::memory_order_acquire);
+    index = srq->rec->consumer.load(std::memory_order_relaxed);  // engine is the only writer
     if (index >= producer) return false;
     slot = srq->ring + (index & (srq->depth - 1)) * srq->stride;
     stride = srq->stride;
     max_sge = srq->max_sge;
     pd = srq->pd;
     err = decode_recv_wqe(std::span<const uint8_t>(slot, stride), max_sge, &wqe);
-    srq->consumer.store(index + 1, std::memory_order_release);
+    srq->rec->consumer.store(index + 1, std::memory_order_release);
     counters_.modeled_recv_wqe_dmas.inc();  // list-based SRQ WQEs are fetched one at a time (pointer chasing)
-    const uint32_t limit = srq->limit.load(std::memory_order_acquire);
-    if (limit != 0 && producer - (index + 1) < limit && srq->limit.exchange(0, std::memory_order_acq_rel) != 0) {
+    const uint32_t limit = srq->rec->limit.load(std::memory_order_acquire);
+    if (limit != 0 && producer - (index + 1) < limit && srq->rec->limit.exchange(0, std::memory_order_acq_rel) != 0) {
       push_async_event({AsyncEventType::kSrqLimitReached, srq->number});
     }
   } else {
-    const uint64_t producer = qp->rq_producer.load(std::memory_order_acquire);
+    const uint64_t producer = qp->rec->rq_producer.load(std::memory_order_acquire);
     // A managed RQ is owned by its enables, like a managed SQ: RECV_ENABLE is
     // the ownership grant, so slots are re-used lap after lap without posts.
     const uint64_t limit = qp->managed_recv ? qp->rq_enable : producer;
@@ -215,7 +215,7 @@ bool NicCore::take_recv(QpCore* qp, int64_t first_len) {
       counters_.modeled_recv_wqe_dmas.inc();
     }
     ++qp->rq_consumed;
-    qp->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
+    qp->rec->rq_consumer.store(qp->rq_consumed, std::memory_order_release);
   }
   r.active = true;
   r.wr_id = wqe.wr_id;

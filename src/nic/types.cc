@@ -92,6 +92,7 @@ std::string_view async_event_name(AsyncEventType t) {
     case AsyncEventType::kQpFatal: return "QP_FATAL";
     case AsyncEventType::kSrqLimitReached: return "SRQ_LIMIT_REACHED";
     case AsyncEventType::kQpLastWqeReached: return "QP_LAST_WQE_REACHED";
+    case AsyncEventType::kDeviceFatal: return "DEVICE_FATAL";
   }
   return "?";
 }

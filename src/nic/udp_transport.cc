@@ -196,27 +196,19 @@ UdpCounters UdpPort::snapshot() const {
 
 }  // namespace ferry::nic::detail
 
-namespace ferry::nic {
+namespace ferry::nic::detail {
 
-Gid Nic::gid() const {
-  const detail::UdpPort* port = core_->udp_port();
-  return port ? Gid::from_ipv4(port->local().ipv4) : Gid::in_process(core_->address());
+Gid NicCore::gid() const {
+  return udp_ ? Gid::from_ipv4(udp_->local().ipv4) : Gid::in_process(address_);
 }
 
-std::optional<UdpEndpoint> Nic::udp_endpoint() const {
-  const detail::UdpPort* port = core_->udp_port();
-  if (port == nullptr) return std::nullopt;
-  return port->local();
+std::optional<UdpEndpoint> NicCore::udp_endpoint() const {
+  if (udp_ == nullptr) return std::nullopt;
+  return udp_->local();
 }
 
-uint32_t Nic::max_path_mtu() const {
-  const detail::UdpPort* port = core_->udp_port();
-  return port ? port->path_mtu() : wire::kMaxPayloadBytes;
-}
+uint32_t NicCore::max_path_mtu() const { return udp_ ? udp_->path_mtu() : wire::kMaxPayloadBytes; }
 
-UdpCounters Nic::udp_counters() const {
-  const detail::UdpPort* port = core_->udp_port();
-  return port ? port->snapshot() : UdpCounters{};
-}
+UdpCounters NicCore::udp_counters() const { return udp_ ? udp_->snapshot() : UdpCounters{}; }
 
-}  // namespace ferry::nic
+}  // namespace ferry::nic::detail

@@ -266,6 +266,7 @@ enum class AsyncEventType : uint8_t {
   kQpFatal,           // QP moved to ERROR because of a CQ error
   kSrqLimitReached,   // SRQ WQE count dropped below the armed limit (disarms)
   kQpLastWqeReached,  // SRQ-attached QP in ERROR will consume no more WQEs
+  kDeviceFatal,       // the device is gone (its NIC daemon died); object = 0
 };
 std::string_view async_event_name(AsyncEventType t);
 

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,11 +32,11 @@ namespace ferry::nic {
 
 namespace detail {
 class NicCore;
-struct QpCore;
-struct CqCore;
-struct SrqCore;
-struct MrEntry;
-struct ChannelCore;
+class Device;
+struct QpView;
+struct CqView;
+struct SrqView;
+struct ChannelView;
 }  // namespace detail
 
 class ProtectionDomain {
@@ -46,8 +48,8 @@ class ProtectionDomain {
 
  private:
   friend class Nic;
-  ProtectionDomain(detail::NicCore* nic, uint32_t handle) : nic_(nic), handle_(handle) {}
-  detail::NicCore* nic_;
+  ProtectionDomain(detail::Device* dev, uint32_t handle) : dev_(dev), handle_(handle) {}
+  detail::Device* dev_;
   uint32_t handle_;
 };
 
@@ -68,6 +70,8 @@ class MemoryRegion {
   uint32_t lkey() const { return lkey_; }
   uint32_t rkey() const { return rkey_; }
   uint8_t* addr() const { return addr_; }
+  // The address remote peers and SGEs name the region's first byte by:
+  // its address in this process.
   uint64_t iova() const { return reinterpret_cast<uint64_t>(addr_); }
   size_t length() const { return length_; }
   uint32_t access() const { return access_; }
@@ -77,9 +81,9 @@ class MemoryRegion {
 
  private:
   friend class Nic;
-  MemoryRegion(detail::NicCore* nic, uint8_t* addr, size_t length, uint32_t access, uint32_t key)
-      : nic_(nic), addr_(addr), length_(length), access_(access), lkey_(key), rkey_(key) {}
-  detail::NicCore* nic_;
+  MemoryRegion(detail::Device* dev, uint8_t* addr, size_t length, uint32_t access, uint32_t key)
+      : dev_(dev), addr_(addr), length_(length), access_(access), lkey_(key), rkey_(key) {}
+  detail::Device* dev_;
   uint8_t* addr_;
   size_t length_;
   uint32_t access_;
@@ -99,13 +103,19 @@ class CompletionChannel {
   // poll/epoll). Owned by the channel.
   int fd() const;
   // Waits up to timeout_ms (-1 = forever) for an event and returns its CQ.
-  // kTimedOut if none arrived. The CQ must be re-armed to get another event.
+  // kTimedOut if none arrived; kUnavailable once the device is gone (its
+  // daemon died). The CQ must be re-armed to get another event.
   Result<CompletionQueue*> get_event(int timeout_ms);
 
  private:
   friend class Nic;
-  explicit CompletionChannel(std::unique_ptr<detail::ChannelCore> core);
-  std::unique_ptr<detail::ChannelCore> core_;
+  friend class CompletionQueue;
+  CompletionChannel(detail::Device* dev, std::unique_ptr<detail::ChannelView> view);
+  Result<CompletionQueue*> take_event();
+  detail::Device* dev_;
+  std::unique_ptr<detail::ChannelView> view_;
+  std::mutex mu_;  // serializes consumers of the event ring and guards cqs_
+  std::unordered_map<uint32_t, CompletionQueue*> cqs_;  // by CQ number
 };
 
 class CompletionQueue {
@@ -116,7 +126,8 @@ class CompletionQueue {
 
   // Moves up to out.size() completions into `out`, oldest first; returns the
   // number moved. kFailedPrecondition if the CQ overran (it is then in
-  // error, as are its QPs) and kInvalidArgument for a count-only CQ.
+  // error, as are its QPs), kInvalidArgument for a count-only CQ, and
+  // kUnavailable once the device is gone (no completion will ever come).
   Result<uint32_t> poll(std::span<WorkCompletion> out);
   // Arms the CQ: its next completion (next solicited one, or any error, if
   // solicited_only) posts one event to the channel. Poll again after arming
@@ -131,9 +142,10 @@ class CompletionQueue {
  private:
   friend class Nic;
   friend class QueuePair;
-  CompletionQueue(detail::NicCore* nic, detail::CqCore* core) : nic_(nic), core_(core) {}
-  detail::NicCore* nic_;
-  detail::CqCore* core_;
+  CompletionQueue(detail::Device* dev, std::unique_ptr<detail::CqView> view, CompletionChannel* channel);
+  detail::Device* dev_;
+  std::unique_ptr<detail::CqView> view_;
+  CompletionChannel* channel_;
   uint64_t consumer_ = 0;  // app-owned consumer index
 };
 
@@ -162,9 +174,9 @@ class SharedReceiveQueue {
 
  private:
   friend class Nic;
-  SharedReceiveQueue(detail::NicCore* nic, detail::SrqCore* core) : nic_(nic), core_(core) {}
-  detail::NicCore* nic_;
-  detail::SrqCore* core_;
+  SharedReceiveQueue(detail::Device* dev, std::unique_ptr<detail::SrqView> view);
+  detail::Device* dev_;
+  std::unique_ptr<detail::SrqView> view_;
 };
 
 class QueuePair {
@@ -214,9 +226,10 @@ class QueuePair {
 
  private:
   friend class Nic;
-  QueuePair(detail::NicCore* nic, detail::QpCore* core) : nic_(nic), core_(core) {}
-  detail::NicCore* nic_;
-  detail::QpCore* core_;
+  QueuePair(detail::Device* dev, std::unique_ptr<detail::QpView> view, CompletionQueue* send_cq);
+  detail::Device* dev_;
+  std::unique_ptr<detail::QpView> view_;
+  CompletionQueue* send_cq_;
 };
 
 // Counters of one NIC (snapshots; monotonically increasing).
@@ -332,16 +345,29 @@ class Nic {
   Result<std::unique_ptr<SharedReceiveQueue>> create_srq(ProtectionDomain& pd, const SrqInitAttr& attr);
   Result<std::unique_ptr<QueuePair>> create_qp(ProtectionDomain& pd, const QpInitAttr& attr);
 
+  // The address of a peer NIC's UDP endpoint for QpAttr::dest_nic (as
+  // Engine::resolve, for whichever engine runs this NIC). Any thread.
+  Result<uint32_t> resolve(const UdpEndpoint& endpoint);
+
   // Next asynchronous event, if any (ibv_get_async_event, non-blocking).
+  // kDeviceFatal once the device is gone (its daemon died).
   std::optional<AsyncEvent> poll_async_event();
   NicCounters counters() const;
+  // False once the device is gone (a daemon-attached NIC whose daemon died):
+  // every operation then fails with kUnavailable.
+  bool alive() const;
 
-  detail::NicCore* core() const { return core_; }
+  // The in-process NIC core, or nullptr for a daemon-attached NIC.
+  detail::NicCore* core() const;
+
+  // A NIC served by `device` (the Engine's, or a daemon client's).
+  explicit Nic(std::unique_ptr<detail::Device> device);
+  ~Nic();
+  Nic(const Nic&) = delete;
+  Nic& operator=(const Nic&) = delete;
 
  private:
-  friend class Engine;
-  explicit Nic(detail::NicCore* core) : core_(core) {}
-  detail::NicCore* core_;
+  std::unique_ptr<detail::Device> dev_;
 };
 
 }  // namespace ferry::nic
