@@ -15,6 +15,7 @@
 #include "demo.h"
 #include "ferry/common/status.h"
 #include "group_bench.h"
+#include "nicd_cmd.h"
 #include "nic_bench.h"
 #include "oq_bench.h"
 #include "pm_bench.h"
@@ -121,6 +122,31 @@ int main(int argc, char** argv) {
                    "nic (the software RNIC), group (HyperLoop primitives), juneberry (the Ordered Queue) or all")
       ->check(CLI::IsMember({"nic", "group", "juneberry", "all"}))
       ->capture_default_str();
+
+  CLI::App* nicd_cmd = app.add_subcommand(
+      "nicd",
+      "Run this host's NIC daemon in the foreground: a software RNIC on RoCEv2/UDP that applications attach to "
+      "through a Unix socket and shared memory (docs/nicd.md). Stops on SIGINT/SIGTERM");
+  ferry::nicd::DaemonOptions nicd_opts;
+  std::string nicd_bind = "127.0.0.1:4791";
+  uint64_t nicd_spin_us = nicd_opts.spin_ns / 1000;
+  size_t nicd_arena_mib = nicd_opts.arena_bytes >> 20;
+  nicd_cmd->add_option("--socket", nicd_opts.socket_path, "Unix socket applications open")->capture_default_str();
+  nicd_cmd->add_option("--bind", nicd_bind,
+                       "IPv4 address of a local interface and UDP port for RoCEv2 (port 0: ephemeral)")
+      ->capture_default_str();
+  nicd_cmd->add_option("--name", nicd_opts.name, "device name in logs and reports")->capture_default_str();
+  nicd_cmd->add_option("--engine-cpu", nicd_opts.engine_cpu, "pin the engine thread to this CPU (-1: no pinning)")
+      ->capture_default_str();
+  nicd_cmd->add_option("--spin-us", nicd_spin_us, "engine keeps polling this long after its last work")
+      ->capture_default_str();
+  nicd_cmd->add_option("--arena-mib", nicd_arena_mib, "per-client shared memory for rings and records (sparse)")
+      ->check(CLI::Range(size_t{1}, size_t{65536}))
+      ->capture_default_str();
+  nicd_cmd->add_option("--max-clients", nicd_opts.max_clients, "attached applications at once")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  nicd_cmd->add_option("--max-qps", nicd_opts.nic.max_qps, "QPs of the NIC (all clients)")->capture_default_str();
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each measures its physical reference in the same run)");
   bench->require_subcommand(1);
@@ -321,6 +347,17 @@ int main(int argc, char** argv) {
     if (demo_part == "all" || demo_part == "group") rc |= ferry::apps::run_group_demo(std::cout, demo_engine_cpu);
     if (demo_part == "all" || demo_part == "juneberry") rc |= ferry::apps::run_juneberry_demo(std::cout, demo_engine_cpu);
     return rc;
+  }
+  if (nicd_cmd->parsed()) {
+    auto bind = ferry::nic::UdpEndpoint::parse(nicd_bind);
+    if (!bind.ok()) {
+      std::cerr << "ferry nicd: --bind: " << bind.status().message() << "\n";
+      return 2;
+    }
+    nicd_opts.bind = bind.value();
+    nicd_opts.spin_ns = nicd_spin_us * 1000;
+    nicd_opts.arena_bytes = nicd_arena_mib << 20;
+    return ferry::apps::run_nicd(nicd_opts, std::cout, std::cerr);
   }
   if (nic->parsed()) {
     if (!parse_list_option("ferry bench nic", "--sizes", sizes, &nic_opts.sizes) ||

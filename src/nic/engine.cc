@@ -29,6 +29,7 @@ Engine::Engine(const EngineOptions& options)
                                      options.wire_delay_ns);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   FERRY_ASSERT(wake_fd_ >= 0, "eventfd failed");
+  if (options_.park_flag != nullptr) socket_parked_ = options_.park_flag;
   if (options_.threaded) {
     thread_ = std::thread([this] { thread_main(); });
     engine_thread_id_ = thread_.get_id();
@@ -219,8 +220,8 @@ void Engine::thread_main() {
     bool slipped_in = false;
     for (auto& core : cores_) slipped_in |= core->unwatch_all();
     if (slipped_in) continue;
-    const bool sockets = fabric_->udp_port_count() != 0;
-    if (sockets) socket_parked_.store(true, std::memory_order_seq_cst);
+    const bool sockets = fabric_->udp_port_count() != 0 || options_.park_flag != nullptr;
+    if (sockets) socket_parked_->store(true, std::memory_order_seq_cst);
     parker_.prepare_park();
     // seq_cst re-checks: see Parker for the handshake.
     bool busy = commands_pending_.load(std::memory_order_seq_cst) || fabric_->has_queued() ||
@@ -230,7 +231,7 @@ void Engine::thread_main() {
     const uint64_t now2 = clock_->now_ns();
     if (busy || (deadline != UINT64_MAX && deadline <= now2)) {
       parker_.cancel_park();
-      socket_parked_.store(false, std::memory_order_seq_cst);
+      socket_parked_->store(false, std::memory_order_seq_cst);
       continue;
     }
     sleeps_.inc();
@@ -238,7 +239,7 @@ void Engine::thread_main() {
     if (sockets) {
       park_on_sockets(timeout_ns);
       parker_.cancel_park();
-      socket_parked_.store(false, std::memory_order_seq_cst);
+      socket_parked_->store(false, std::memory_order_seq_cst);
     } else {
       parker_.park(timeout_ns);
     }

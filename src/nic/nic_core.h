@@ -418,6 +418,7 @@ class NicCore {
   uint32_t alloc_pd();
   void dealloc_pd(uint32_t handle);
   bool pd_valid(uint32_t handle) const { return handle != 0 && handle < pd_refs_.size(); }
+  uint32_t pd_refs(uint32_t handle) const { return pd_valid(handle) ? pd_refs_[handle] : 0; }
   // `addr` is where the NIC reaches the memory, `iova` the address its users
   // name it by (the same in process; the client's mapping under the daemon).
   Result<uint32_t> reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint32_t access, uint64_t iova);

@@ -59,6 +59,7 @@ inline Status not_found(std::string m) { return {Code::kNotFound, std::move(m)};
 inline Status resource_exhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
 inline Status failed_precondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
 inline Status unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
+inline Status already_exists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
 inline Status timed_out(std::string m) { return {Code::kTimedOut, std::move(m)}; }
 inline Status data_loss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
 inline Status internal_error(std::string m) { return {Code::kInternal, std::move(m)}; }

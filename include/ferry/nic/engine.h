@@ -55,6 +55,11 @@ struct EngineOptions {
   // A modeled one-way wire delay for every packet (0: none, the emulator's
   // own speed). For showing network-round-trip effects; never a default.
   uint64_t wire_delay_ns = 0;
+  // Wakeups from other processes (the NIC daemon, src/nicd/): when set, the
+  // engine always sleeps in ppoll on wake_fd() and publishes that it is
+  // asleep in *park_flag, which may live in memory shared with the posting
+  // processes; they write wake_fd() (passed to them) when it is true.
+  std::atomic<bool>* park_flag = nullptr;
 };
 
 struct EngineStats {
@@ -117,9 +122,11 @@ class Engine {
   void notify() {
     parker_.unpark();
     // Asleep on its sockets rather than the futex (UDP NICs): see park_on_sockets.
-    if (socket_parked_.load(std::memory_order_seq_cst)) wake_sockets();
+    if (socket_parked_->load(std::memory_order_seq_cst)) wake_sockets();
   }
   bool on_engine_thread() const;
+  // The eventfd that wakes the engine when it sleeps on its sockets.
+  int wake_fd() const { return wake_fd_; }
 
  private:
   void thread_main();
@@ -153,7 +160,8 @@ class Engine {
   // true before its last look for work and false after waking; a waker
   // publishes its work, then loads it (seq_cst) and writes wake_fd_ if true:
   // the Parker's Dekker handshake, with the eventfd as the wakeup.
-  std::atomic<bool> socket_parked_{false};
+  std::atomic<bool> own_socket_parked_{false};
+  std::atomic<bool>* socket_parked_ = &own_socket_parked_;  // or EngineOptions::park_flag
   int wake_fd_ = -1;  // eventfd, created with the first UDP NIC (engine thread)
   std::vector<Fabric::UdpWait> wait_set_;
   std::atomic<bool> stop_{false};
