@@ -138,7 +138,15 @@ bool CompletionQueue::count_only() const { return view_->count_only; }
 
 CompletionChannel::CompletionChannel(detail::Device* dev, std::unique_ptr<detail::ChannelView> view)
     : dev_(dev), view_(std::move(view)) {}
-CompletionChannel::~CompletionChannel() { dev_->destroy_channel(*view_); }
+CompletionChannel::~CompletionChannel() {
+  // Destroyed before its CQs (verbs would refuse with EBUSY): they must not
+  // reach back into it when they go.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [number, cq] : cqs_) cq->channel_ = nullptr;
+  }
+  dev_->destroy_channel(*view_);
+}
 int CompletionChannel::fd() const { return view_->event_fd; }
 
 Result<CompletionQueue*> CompletionChannel::take_event() {

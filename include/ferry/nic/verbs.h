@@ -142,6 +142,7 @@ class CompletionQueue {
  private:
   friend class Nic;
   friend class QueuePair;
+  friend class CompletionChannel;
   CompletionQueue(detail::Device* dev, std::unique_ptr<detail::CqView> view, CompletionChannel* channel);
   detail::Device* dev_;
   std::unique_ptr<detail::CqView> view_;
