@@ -208,6 +208,12 @@ Result<CqCore*> NicCore::create_cq(const CqInitAttr& attr, ChannelCore* channel,
   return resource_exhausted("create_cq: CQ table full (max_cqs)");
 }
 
+void NicCore::detach_channel(const ChannelCore* channel) {
+  for (auto& cq : cqs_) {
+    if (cq && cq->channel == channel) cq->channel = nullptr;
+  }
+}
+
 void NicCore::destroy_cq(CqCore* cq) {
   FERRY_ASSERT(cq->users == 0, "CQ destroyed while QPs still use it");
   cqs_[cq->number].reset();
@@ -502,7 +508,9 @@ class InProcessDevice final : public detail::Device {
     return view;
   }
   void destroy_channel(const detail::ChannelView& view) override {
-    delete reinterpret_cast<detail::ChannelCore*>(view.handle);
+    auto* channel = reinterpret_cast<detail::ChannelCore*>(view.handle);
+    run([&] { core_->detach_channel(channel); });
+    delete channel;
   }
   Result<detail::CqView> create_cq(const CqInitAttr& attr, uint64_t channel) override {
     Result<detail::CqCore*> cq = internal_error("unset");

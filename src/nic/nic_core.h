@@ -433,6 +433,9 @@ class NicCore {
   Result<CqCore*> create_cq(const CqInitAttr& attr, ChannelCore* channel, RecordArena* arena = nullptr,
                             uint32_t owner = 0);
   void destroy_cq(CqCore* cq);
+  // A completion channel is going away before its CQs (verbs refuses with
+  // EBUSY; a destructor cannot): they stop raising events.
+  void detach_channel(const ChannelCore* channel);
   Result<SrqCore*> create_srq(uint32_t pd, const SrqInitAttr& attr, RecordArena* arena = nullptr, uint32_t owner = 0);
   void destroy_srq(SrqCore* srq);
   Result<QpCore*> create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* send_cq, CqCore* recv_cq, SrqCore* srq,

@@ -99,7 +99,7 @@ class Client final : public nic::detail::Device {
     proto::Reader* r = &rd;
     const int arena_fd = fds[0], page_fd = fds[1];
     wake_fd_ = fds[2];
-    client_id_ = r->u32();
+    (void)r->u32();  // the daemon's id for this client (its logs)
     address_ = r->u32();
     r->raw_into(gid_.raw.data(), gid_.raw.size());
     const bool has_udp = r->u32() != 0;
@@ -373,7 +373,7 @@ class Client final : public nic::detail::Device {
     proto::Writer w;
     w.u32(static_cast<uint32_t>(qp));
     w.u32(mask);
-    put_attr(w, a);
+    proto::put_qp_attr(w, a);
     return simple(proto::Op::kModifyQp, w);
   }
   Result<nic::QpAttr> query_qp(uint64_t qp) override {
@@ -382,20 +382,7 @@ class Client final : public nic::detail::Device {
     std::vector<uint8_t> reply;
     FERRY_RETURN_IF_ERROR(request(proto::Op::kQueryQp, w, &reply));
     proto::Reader r(reply.data(), reply.size());
-    nic::QpAttr a;
-    a.state = static_cast<nic::QpState>(std::min<uint32_t>(r.u32(), static_cast<uint32_t>(nic::QpState::kError)));
-    a.access_flags = r.u32();
-    a.path_mtu = r.u32();
-    a.dest_nic = r.u32();
-    a.dest_qp_num = r.u32();
-    a.rq_psn = r.u32();
-    a.sq_psn = r.u32();
-    a.max_dest_rd_atomic = static_cast<uint8_t>(r.u32());
-    a.min_rnr_timer = static_cast<uint8_t>(r.u32());
-    a.timeout = static_cast<uint8_t>(r.u32());
-    a.retry_cnt = static_cast<uint8_t>(r.u32());
-    a.rnr_retry = static_cast<uint8_t>(r.u32());
-    a.max_rd_atomic = static_cast<uint8_t>(r.u32());
+    const nic::QpAttr a = proto::get_qp_attr(r);
     if (!r.ok()) return internal_error("nicd: malformed QUERY_QP reply");
     return a;
   }
@@ -423,14 +410,6 @@ class Client final : public nic::detail::Device {
   }
 
  private:
-  static void put_attr(proto::Writer& w, const nic::QpAttr& a) {
-    for (uint32_t v : {static_cast<uint32_t>(a.state), a.access_flags, a.path_mtu, a.dest_nic, a.dest_qp_num, a.rq_psn,
-                       a.sq_psn, uint32_t{a.max_dest_rd_atomic}, uint32_t{a.min_rnr_timer}, uint32_t{a.timeout},
-                       uint32_t{a.retry_cnt}, uint32_t{a.rnr_retry}, uint32_t{a.max_rd_atomic}}) {
-      w.u32(v);
-    }
-  }
-
   bool in_arena(uint64_t offset, uint64_t bytes) const {
     return bytes <= arena_bytes_ && offset <= arena_bytes_ - bytes;
   }
@@ -565,7 +544,6 @@ class Client final : public nic::detail::Device {
   int wake_fd_ = -1;
   int stop_fd_ = -1;
   int timeout_ms_ = 5000;
-  uint32_t client_id_ = 0;
   uint32_t address_ = 0;
   nic::Gid gid_;
   std::optional<nic::UdpEndpoint> udp_;

@@ -152,7 +152,6 @@ class Daemon::Impl {
         }
         Reply reply = server_->handle(c, buf.data(), static_cast<size_t>(n), std::move(received));
         const bool sent = !reply.drop && proto::send_message(c->sock, reply.bytes, reply.fds.data(), reply.fds.size());
-        for (int fd : reply.owned_fds) close(fd);
         if (!sent) drop(c);
       }
     }

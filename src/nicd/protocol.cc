@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace ferry::nicd::proto {
@@ -35,6 +36,32 @@ std::string_view op_name(Op op) {
     case Op::kEnd: break;
   }
   return "UNKNOWN";
+}
+
+void put_qp_attr(Writer& w, const nic::QpAttr& a) {
+  for (uint32_t v : {static_cast<uint32_t>(a.state), a.access_flags, a.path_mtu, a.dest_nic, a.dest_qp_num, a.rq_psn,
+                     a.sq_psn, uint32_t{a.max_dest_rd_atomic}, uint32_t{a.min_rnr_timer}, uint32_t{a.timeout},
+                     uint32_t{a.retry_cnt}, uint32_t{a.rnr_retry}, uint32_t{a.max_rd_atomic}}) {
+    w.u32(v);
+  }
+}
+
+nic::QpAttr get_qp_attr(Reader& r) {
+  nic::QpAttr a;
+  a.state = static_cast<nic::QpState>(std::min<uint32_t>(r.u32(), static_cast<uint32_t>(nic::QpState::kError)));
+  a.access_flags = r.u32();
+  a.path_mtu = r.u32();
+  a.dest_nic = r.u32();
+  a.dest_qp_num = r.u32();
+  a.rq_psn = r.u32();
+  a.sq_psn = r.u32();
+  a.max_dest_rd_atomic = static_cast<uint8_t>(r.u32());
+  a.min_rnr_timer = static_cast<uint8_t>(r.u32());
+  a.timeout = static_cast<uint8_t>(r.u32());
+  a.retry_cnt = static_cast<uint8_t>(r.u32());
+  a.rnr_retry = static_cast<uint8_t>(r.u32());
+  a.max_rd_atomic = static_cast<uint8_t>(r.u32());
+  return a;
 }
 
 bool parse_header(const uint8_t* p, size_t n, Header* h) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ferry/common/status.h"
+#include "ferry/nic/types.h"
 
 namespace ferry::nicd::proto {
 
@@ -127,6 +128,11 @@ class Reader {
   size_t off_ = 0;
   bool ok_ = true;
 };
+
+// QpAttr as 13 u32 fields (MODIFY_QP's request, QUERY_QP's reply). A state
+// beyond kError decodes as kError.
+void put_qp_attr(Writer& w, const nic::QpAttr& a);
+nic::QpAttr get_qp_attr(Reader& r);
 
 // A whole message: header and body. Checks magic, version and the body
 // length against the bytes received; false if anything is off.

@@ -189,41 +189,6 @@ void Server::route_async_events() {
   }
 }
 
-static void put_attr(proto::Writer& w, const nic::QpAttr& a) {
-  w.u32(static_cast<uint32_t>(a.state));
-  w.u32(a.access_flags);
-  w.u32(a.path_mtu);
-  w.u32(a.dest_nic);
-  w.u32(a.dest_qp_num);
-  w.u32(a.rq_psn);
-  w.u32(a.sq_psn);
-  w.u32(a.max_dest_rd_atomic);
-  w.u32(a.min_rnr_timer);
-  w.u32(a.timeout);
-  w.u32(a.retry_cnt);
-  w.u32(a.rnr_retry);
-  w.u32(a.max_rd_atomic);
-}
-
-static nic::QpAttr get_attr(proto::Reader& r) {
-  nic::QpAttr a;
-  const uint32_t state = r.u32();
-  a.state = state <= static_cast<uint32_t>(nic::QpState::kError) ? static_cast<nic::QpState>(state) : nic::QpState::kError;
-  a.access_flags = r.u32();
-  a.path_mtu = r.u32();
-  a.dest_nic = r.u32();
-  a.dest_qp_num = r.u32();
-  a.rq_psn = r.u32();
-  a.sq_psn = r.u32();
-  a.max_dest_rd_atomic = static_cast<uint8_t>(r.u32());
-  a.min_rnr_timer = static_cast<uint8_t>(r.u32());
-  a.timeout = static_cast<uint8_t>(r.u32());
-  a.retry_cnt = static_cast<uint8_t>(r.u32());
-  a.rnr_retry = static_cast<uint8_t>(r.u32());
-  a.max_rd_atomic = static_cast<uint8_t>(r.u32());
-  return a;
-}
-
 Reply Server::handle(Client* client, const uint8_t* msg, size_t len, std::vector<int> fds) {
   Reply reply;
   proto::Header h;
@@ -252,8 +217,6 @@ Reply Server::handle(Client* client, const uint8_t* msg, size_t len, std::vector
   if (status.ok()) body.raw(out.bytes().data(), out.bytes().size());
   if (!status.ok()) {
     // Nothing of a failed operation is sent.
-    for (int fd : reply.owned_fds) close(fd);
-    reply.owned_fds.clear();
     reply.fds.clear();
   }
   reply.bytes = proto::frame(static_cast<uint16_t>(h.op | proto::kResponseBit), h.seq, body);
@@ -446,13 +409,10 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       const uint32_t handle = r.u32();
       auto it = c.channels.find(handle);
       if (!r.ok() || it == c.channels.end()) return not_found("nicd: no such completion channel");
-      for (uint32_t n : c.cqs) {
-        const CqCore* cq = core_->find_cq(n);
-        if (cq != nullptr && cq->channel == it->second.get()) {
-          return failed_precondition("nicd: completion channel still used by CQ " + std::to_string(n));
-        }
-      }
-      run([&] { c.channels.erase(it); });
+      run([&] {
+        core_->detach_channel(it->second.get());
+        c.channels.erase(it);
+      });
       return ok_status();
     }
     case Op::kCreateCq: {
@@ -624,7 +584,7 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
     case Op::kModifyQp: {
       const uint32_t qpn = r.u32();
       const uint32_t mask = r.u32();
-      const nic::QpAttr attr = get_attr(r);
+      const nic::QpAttr attr = proto::get_qp_attr(r);
       if (!r.ok()) return invalid_argument("nicd: malformed MODIFY_QP");
       if (c.qps.count(qpn) == 0) return not_found("nicd: no such QP");
       Status st;
@@ -640,7 +600,7 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
         attr = qp->attr;
         attr.state = qp->rec->state.load(std::memory_order_relaxed);
       });
-      put_attr(out, attr);
+      proto::put_qp_attr(out, attr);
       return ok_status();
     }
     case Op::kQpTraffic: {

@@ -64,8 +64,7 @@ struct Client {
 
 struct Reply {
   std::vector<uint8_t> bytes;
-  std::vector<int> fds;  // sent, then closed by the sender when owned
-  std::vector<int> owned_fds;
+  std::vector<int> fds;  // sent beside the reply; they stay open (the daemon keeps owning them)
   bool drop = false;     // protocol violation: disconnect the client
 };
 

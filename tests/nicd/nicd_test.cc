@@ -110,6 +110,17 @@ nic::WorkCompletion wait_completion(nic::CompletionQueue& cq, std::chrono::milli
   return wc;
 }
 
+// A signaled one-sided WR gathering `*sge` (which must outlive the post).
+nic::SendWr rdma(nic::WrOpcode opcode, const nic::Sge* sge, uint64_t remote_addr, uint32_t rkey) {
+  nic::SendWr w;
+  w.opcode = opcode;
+  w.flags = nic::kSendSignaled;
+  w.sg_list = std::span<const nic::Sge>(sge, 1);
+  w.remote_addr = remote_addr;
+  w.rkey = rkey;
+  return w;
+}
+
 TEST(Nicd, OpenWithoutDaemonSaysWhere) {
   auto dev = Device::open(open_options("/tmp/ferry-nicd-test-nobody-here.sock"));
   ASSERT_FALSE(dev.ok());
@@ -144,12 +155,7 @@ TEST(Nicd, TwoClientsOfOneDaemonTalk) {
   // WRITE a -> b.
   for (int i = 0; i < 64; ++i) a.memory.data()[i] = static_cast<uint8_t>(i + 1);
   nic::Sge sge = a.mr->sge(0, 64);
-  nic::SendWr w;
-  w.opcode = nic::WrOpcode::kRdmaWrite;
-  w.flags = nic::kSendSignaled;
-  w.sg_list = std::span<const nic::Sge>(&sge, 1);
-  w.remote_addr = b.mr->iova() + 128;
-  w.rkey = b.mr->rkey();
+  nic::SendWr w = rdma(nic::WrOpcode::kRdmaWrite, &sge, b.mr->iova() + 128, b.mr->rkey());
   for (int round = 0; round < 50; ++round) {
     w.wr_id = static_cast<uint64_t>(round);
     ASSERT_TRUE(a.qp->post_send(w).ok());
@@ -163,12 +169,7 @@ TEST(Nicd, TwoClientsOfOneDaemonTalk) {
   // READ b -> a.
   std::memset(b.memory.data() + 4096, 0x5A, 100);
   nic::Sge rs = a.mr->sge(8192, 100);
-  nic::SendWr r;
-  r.opcode = nic::WrOpcode::kRdmaRead;
-  r.flags = nic::kSendSignaled;
-  r.sg_list = std::span<const nic::Sge>(&rs, 1);
-  r.remote_addr = b.mr->iova() + 4096;
-  r.rkey = b.mr->rkey();
+  nic::SendWr r = rdma(nic::WrOpcode::kRdmaRead, &rs, b.mr->iova() + 4096, b.mr->rkey());
   ASSERT_TRUE(a.qp->post_send(r).ok());
   ASSERT_EQ(wait_completion(*a.cq).status, nic::WcStatus::kSuccess);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(a.memory.data()[8192 + i], 0x5A);
@@ -246,12 +247,7 @@ TEST(Nicd, CompletionChannelWakesAcrossTheSocket) {
   });
   std::this_thread::sleep_for(20ms);
   nic::Sge sge = mr->sge(0, 8);
-  nic::SendWr w;
-  w.opcode = nic::WrOpcode::kRdmaWrite;
-  w.flags = nic::kSendSignaled;
-  w.sg_list = std::span<const nic::Sge>(&sge, 1);
-  w.remote_addr = mr->iova() + 64;
-  w.rkey = mr->rkey();
+  nic::SendWr w = rdma(nic::WrOpcode::kRdmaWrite, &sge, mr->iova() + 64, mr->rkey());
   ASSERT_TRUE(qp->post_send(w).ok());
   waiter.join();
   EXPECT_TRUE(woke);
@@ -292,22 +288,12 @@ TEST(Nicd, TwoDaemonsOverUdp) {
   connect(*y.qp, to_x, x.qp->qp_num());
   for (int i = 0; i < 3000; ++i) x.memory.data()[i] = static_cast<uint8_t>(i * 7);
   nic::Sge sge = x.mr->sge(0, 3000);  // three packets at MTU 1024
-  nic::SendWr w;
-  w.opcode = nic::WrOpcode::kRdmaWrite;
-  w.flags = nic::kSendSignaled;
-  w.sg_list = std::span<const nic::Sge>(&sge, 1);
-  w.remote_addr = y.mr->iova();
-  w.rkey = y.mr->rkey();
+  nic::SendWr w = rdma(nic::WrOpcode::kRdmaWrite, &sge, y.mr->iova(), y.mr->rkey());
   ASSERT_TRUE(x.qp->post_send(w).ok());
   ASSERT_EQ(wait_completion(*x.cq).status, nic::WcStatus::kSuccess);
   EXPECT_EQ(std::memcmp(y.memory.data(), x.memory.data(), 3000), 0);
   nic::Sge rs = y.mr->sge(8192, 3000);
-  nic::SendWr r;
-  r.opcode = nic::WrOpcode::kRdmaRead;
-  r.flags = nic::kSendSignaled;
-  r.sg_list = std::span<const nic::Sge>(&rs, 1);
-  r.remote_addr = x.mr->iova();
-  r.rkey = x.mr->rkey();
+  nic::SendWr r = rdma(nic::WrOpcode::kRdmaRead, &rs, x.mr->iova(), x.mr->rkey());
   ASSERT_TRUE(y.qp->post_send(r).ok());
   ASSERT_EQ(wait_completion(*y.cq).status, nic::WcStatus::kSuccess);
   EXPECT_EQ(std::memcmp(y.memory.data() + 8192, x.memory.data(), 3000), 0);
@@ -347,12 +333,7 @@ TEST(Nicd, DeadClientIsReleased) {
   connect(*a.qp, dev->nic().address(), static_cast<uint32_t>(msg[0]), /*timeout=*/8, /*retry=*/2);
   // While the child lives, a's WRITE lands in its memory.
   nic::Sge sge = a.mr->sge(0, 64);
-  nic::SendWr w;
-  w.opcode = nic::WrOpcode::kRdmaWrite;
-  w.flags = nic::kSendSignaled;
-  w.sg_list = std::span<const nic::Sge>(&sge, 1);
-  w.remote_addr = msg[2];
-  w.rkey = static_cast<uint32_t>(msg[1]);
+  nic::SendWr w = rdma(nic::WrOpcode::kRdmaWrite, &sge, msg[2], static_cast<uint32_t>(msg[1]));
   ASSERT_TRUE(a.qp->post_send(w).ok());
   ASSERT_EQ(wait_completion(*a.cq).status, nic::WcStatus::kSuccess);
   EXPECT_EQ(d.value()->census().qps, 2u);
@@ -479,12 +460,7 @@ TEST(Nicd, BadRequestsHurtOnlyTheSender) {
   // The good client is unaffected.
   connect(*a.qp, good->nic().address(), a.qp->qp_num());
   nic::Sge sge = a.mr->sge(0, 8);
-  nic::SendWr w;
-  w.opcode = nic::WrOpcode::kRdmaWrite;
-  w.flags = nic::kSendSignaled;
-  w.sg_list = std::span<const nic::Sge>(&sge, 1);
-  w.remote_addr = a.mr->iova() + 64;
-  w.rkey = a.mr->rkey();
+  nic::SendWr w = rdma(nic::WrOpcode::kRdmaWrite, &sge, a.mr->iova() + 64, a.mr->rkey());
   ASSERT_TRUE(a.qp->post_send(w).ok());
   EXPECT_EQ(wait_completion(*a.cq).status, nic::WcStatus::kSuccess);
 }
