@@ -304,19 +304,18 @@ TEST(Nicd, TwoDaemonsOverUdp) {
 // releases all of it, and the peer's next WRITE to the dead QP fails.
 TEST(Nicd, DeadClientIsReleased) {
   const std::string path = temp_socket("dead-client");
-  auto d = Daemon::start(daemon_options(path));
-  ASSERT_TRUE(d.ok()) << d.status().message();
-  auto dev = Device::open(open_options(path)).value();
-  Endpoint a;
-  a.init(dev->nic());
+  // Fork while this process has one thread (a child of a multithreaded
+  // process may not start threads of its own under TSan); the child waits
+  // for the number of the QP it is to connect to.
   int to_child[2], from_child[2];
   ASSERT_EQ(pipe(to_child), 0);
   ASSERT_EQ(pipe(from_child), 0);
-  const uint32_t a_qpn = a.qp->qp_num();
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     // The child: attach, make a QP toward a's, report its number and rkey, wait to be killed.
+    uint32_t a_qpn = 0;
+    if (read(to_child[0], &a_qpn, sizeof(a_qpn)) != static_cast<ssize_t>(sizeof(a_qpn))) _exit(2);
     auto cdev = Device::open(open_options(path));
     if (!cdev.ok()) _exit(2);
     auto* e = new Endpoint();
@@ -328,6 +327,13 @@ TEST(Nicd, DeadClientIsReleased) {
     (void)!read(to_child[0], &c, 1);
     _exit(0);
   }
+  auto d = Daemon::start(daemon_options(path));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  auto dev = Device::open(open_options(path)).value();
+  Endpoint a;
+  a.init(dev->nic());
+  const uint32_t a_qpn = a.qp->qp_num();
+  ASSERT_EQ(write(to_child[1], &a_qpn, sizeof(a_qpn)), static_cast<ssize_t>(sizeof(a_qpn)));
   uint64_t msg[3] = {};
   ASSERT_EQ(read(from_child[0], msg, sizeof(msg)), static_cast<ssize_t>(sizeof(msg)));
   connect(*a.qp, dev->nic().address(), static_cast<uint32_t>(msg[0]), /*timeout=*/8, /*retry=*/2);
