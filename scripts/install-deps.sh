@@ -22,6 +22,8 @@ packages=(
   git                               # benchmarks record the commit they were built from
   etcd-server                       # membership store; the membership tests start a real etcd on loopback
   libcurl4-openssl-dev              # HTTP client for etcd's v3 JSON gateway (membership/)
+  libtomlplusplus-dev               # TOML configuration of the ferry services (hyperloop replica/client)
+  iproute2                          # network namespaces and veth pairs for the multi-host tests
 )
 
 missing=()

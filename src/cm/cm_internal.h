@@ -83,20 +83,19 @@ uint32_t offered_path_mtu(const nic::Nic& nic, const QpOptions& options);
 // Engine's address. Never 0.
 uint64_t fabric_id(const nic::Engine& engine);
 
-// What a peer needs to reach `qp` on `nic` of `engine`.
-QpEndpoint local_endpoint(const nic::Engine& engine, const nic::Nic& nic, const nic::QueuePair& qp,
-                          uint32_t first_psn, uint32_t path_mtu);
+// What a peer needs to reach `qp` on `nic`.
+QpEndpoint local_endpoint(const nic::Nic& nic, const nic::QueuePair& qp, uint32_t first_psn, uint32_t path_mtu);
 
 // The first PSN to use: `chosen`, or a random 24-bit one.
 uint32_t pick_first_psn(const std::optional<uint32_t>& chosen);
 
-// The QpAttr::dest_nic through which `nic` (of `engine`) reaches `peer`:
-// Engine::resolve of its UDP endpoint, or for an in-process NIC (udp_port 0)
-// the fabric address in its synthetic GID, which must be a NIC of `engine`
-// (same fabric_id).
+// The QpAttr::dest_nic through which `nic` reaches `peer`: Nic::resolve of
+// its UDP endpoint, or for an in-process NIC (udp_port 0) the fabric address
+// in its synthetic GID, which must be a NIC of `nic`'s own Engine (same
+// fabric_id).
 // kFailedPrecondition when `nic` cannot reach it, kInvalidArgument for a GID
 // that is neither form.
-Result<uint32_t> resolve_peer(nic::Engine& engine, const nic::Nic& nic, const QpEndpoint& peer);
+Result<uint32_t> resolve_peer(nic::Nic& nic, const QpEndpoint& peer);
 
 // The fabric address an in-process NIC's synthetic GID (Gid::in_process)
 // carries; kInvalidArgument for any other GID. The inverse of

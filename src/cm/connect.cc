@@ -37,8 +37,7 @@ void send_reject(int fd, const Status& why, detail::Deadline deadline, std::stri
 
 }  // namespace
 
-Result<Connection> connect(std::string_view address, std::string_view service, nic::Engine& engine, nic::Nic& nic,
-                           nic::QueuePair& qp, std::span<const uint8_t> private_data, const ConnectOptions& options) {
+Result<Connection> connect(std::string_view address, std::string_view service, nic::Nic& nic, nic::QueuePair& qp, std::span<const uint8_t> private_data, const ConnectOptions& options) {
   if (!valid_service_name(service)) {
     return invalid_argument("connect: service name '" + std::string(service.substr(0, 64)) +
                             "' must be 1..255 printable ASCII characters without spaces");
@@ -58,7 +57,7 @@ Result<Connection> connect(std::string_view address, std::string_view service, n
 
   Req req;
   req.service = std::string(service);
-  req.endpoint = detail::local_endpoint(engine, nic, qp, first_psn, offered_mtu);
+  req.endpoint = detail::local_endpoint(nic, qp, first_psn, offered_mtu);
   req.private_data.assign(private_data.begin(), private_data.end());
   FERRY_ASSIGN_OR_RETURN(const std::vector<uint8_t> req_frame, encode(req));
 
@@ -91,7 +90,7 @@ Result<Connection> connect(std::string_view address, std::string_view service, n
       return invalid_argument("the REP's path MTU " + std::to_string(rep->endpoint.path_mtu) +
                               " exceeds the " + std::to_string(offered_mtu) + " we offered");
     }
-    FERRY_ASSIGN_OR_RETURN(connection.dest_nic, detail::resolve_peer(engine, nic, rep->endpoint));
+    FERRY_ASSIGN_OR_RETURN(connection.dest_nic, detail::resolve_peer(nic, rep->endpoint));
     FERRY_RETURN_IF_ERROR(detail::to_init(qp, options.qp));
     FERRY_RETURN_IF_ERROR(detail::to_rtr(qp, connection.dest_nic, rep->endpoint, rep->endpoint.path_mtu, options.qp));
     return detail::to_rts(qp, first_psn, options.qp);

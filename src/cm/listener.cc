@@ -84,8 +84,8 @@ class Listener::Impl {
       return invalid_argument("serve: service name '" + std::string(name.substr(0, 64)) +
                               "' must be 1..255 printable ASCII characters without spaces");
     }
-    if (service.engine == nullptr || service.nic == nullptr || !service.accept) {
-      return invalid_argument("serve '" + std::string(name) + "': a Service needs an engine, a NIC and an AcceptFn");
+    if (service.nic == nullptr || !service.accept) {
+      return invalid_argument("serve '" + std::string(name) + "': a Service needs a NIC and an AcceptFn");
     }
     std::lock_guard<std::mutex> lock(services_mu_);
     if (services_.count(std::string(name)) != 0) {
@@ -403,7 +403,7 @@ void Listener::Impl::on_req(Handshake& h, Req req) {
       return invalid_argument("the AcceptFn's private data is " + std::to_string(accepted->private_data.size()) +
                               " bytes, at most " + std::to_string(kMaxPrivateDataBytes) + " allowed");
     }
-    FERRY_ASSIGN_OR_RETURN(h.connection.dest_nic, detail::resolve_peer(*service.engine, *service.nic, req.endpoint));
+    FERRY_ASSIGN_OR_RETURN(h.connection.dest_nic, detail::resolve_peer(*service.nic, req.endpoint));
     FERRY_RETURN_IF_ERROR(detail::to_init(*h.qp, service.qp));
     return detail::to_rtr(*h.qp, h.connection.dest_nic, req.endpoint, path_mtu, service.qp);
   };
@@ -416,7 +416,7 @@ void Listener::Impl::on_req(Handshake& h, Req req) {
   }
   dispatch.unlock();
   Rep rep;
-  rep.endpoint = detail::local_endpoint(*service.engine, *service.nic, *h.qp, h.first_psn, path_mtu);
+  rep.endpoint = detail::local_endpoint(*service.nic, *h.qp, h.first_psn, path_mtu);
   rep.private_data = std::move(accepted->private_data);
   h.state = Handshake::State::kAwaitRtu;
   h.deadline = SteadyClock::now() + std::chrono::milliseconds(options_.rtu_timeout_ms);

@@ -28,13 +28,19 @@ uint64_t fabric_id(const nic::Engine& engine) {
   return x != 0 ? x : 1;
 }
 
-QpEndpoint local_endpoint(const nic::Engine& engine, const nic::Nic& nic, const nic::QueuePair& qp,
-                          uint32_t first_psn, uint32_t path_mtu) {
+namespace {
+// The Engine of an in-process NIC; nullptr for a daemon-attached one (whose
+// engine runs in the daemon, and which always has a UDP socket).
+const nic::Engine* engine_of(const nic::Nic& nic) { return nic.engine(); }
+}  // namespace
+
+QpEndpoint local_endpoint(const nic::Nic& nic, const nic::QueuePair& qp, uint32_t first_psn, uint32_t path_mtu) {
   QpEndpoint e;
   e.gid = nic.gid();
   const std::optional<nic::UdpEndpoint> udp = nic.udp_endpoint();
   e.udp_port = udp ? udp->port : 0;
-  e.fabric_id = udp ? 0 : fabric_id(engine);
+  const nic::Engine* engine = engine_of(nic);
+  e.fabric_id = udp || engine == nullptr ? 0 : fabric_id(*engine);
   e.qp_num = qp.qp_num();
   e.first_psn = first_psn;
   e.path_mtu = path_mtu;
@@ -57,12 +63,13 @@ Result<uint32_t> in_process_address(const nic::Gid& gid) {
   return static_cast<uint32_t>(gid.raw[13]) << 16 | static_cast<uint32_t>(gid.raw[14]) << 8 | gid.raw[15];
 }
 
-Result<uint32_t> resolve_peer(nic::Engine& engine, const nic::Nic& nic, const QpEndpoint& peer) {
+Result<uint32_t> resolve_peer(nic::Nic& nic, const QpEndpoint& peer) {
   if (peer.udp_port == 0) {
     FERRY_ASSIGN_OR_RETURN(const uint32_t address, in_process_address(peer.gid));
     // An in-process GID names a NIC of the peer's Engine: ours only if the
     // fabric ids agree, whatever NIC of ours has the same address.
-    if (peer.fabric_id != fabric_id(engine) || engine.nic(address) == nullptr) {
+    const nic::Engine* engine = engine_of(nic);
+    if (engine == nullptr || peer.fabric_id != fabric_id(*engine) || engine->nic(address) == nullptr) {
       return failed_precondition("the peer's QP is on in-process NIC " + peer.gid.to_string() + " (address " +
                                  std::to_string(address) +
                                  "), which is not on this Engine: an in-process NIC is reachable only from its "
@@ -75,7 +82,7 @@ Result<uint32_t> resolve_peer(nic::Engine& engine, const nic::Nic& nic, const Qp
                             std::to_string(peer.udp_port) + " is not an IPv4-mapped address");
   }
   const nic::UdpEndpoint udp{peer.gid.ipv4(), peer.udp_port};
-  FERRY_ASSIGN_OR_RETURN(const uint32_t address, engine.resolve(udp));
+  FERRY_ASSIGN_OR_RETURN(const uint32_t address, nic.resolve(udp));
   if (nic::Fabric::is_remote(address) && !nic.udp_endpoint()) {
     return failed_precondition("the peer's QP is at UDP endpoint " + udp.to_string() + ", but NIC '" + nic.name() +
                                "' has no UDP socket: create it with NicOptions::udp");

@@ -129,7 +129,7 @@ struct SyncState {
 }  // namespace
 
 size_t GroupClient::poll() {
-  if (!engine_->threaded()) engine_->step();
+  if (engine_ != nullptr && !engine_->threaded()) engine_->step();
   return poll_completions();
 }
 
@@ -139,14 +139,15 @@ Status GroupClient::wait_until(const std::function<bool()>& pred) {
     return pred();
   };
   if (check()) return ok_status();
-  if (!engine_->threaded() && dynamic_cast<const FakeClock*>(&engine_->clock()) != nullptr) {
+  const bool manual = engine_ != nullptr && !engine_->threaded();
+  if (manual && dynamic_cast<const FakeClock*>(&engine_->clock()) != nullptr) {
     Status s = engine_->run_until(check, options_.op_timeout_ns);
     if (!s.ok()) return timed_out("group operation did not complete: " + s.message());
     return ok_status();
   }
   const uint64_t start = SteadyClock::instance().now_ns();
   for (uint64_t spins = 1;; ++spins) {
-    if (!engine_->threaded()) {
+    if (manual) {
       engine_->step();
     } else {
       cpu_relax();

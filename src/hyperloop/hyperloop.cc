@@ -11,11 +11,18 @@
 #include <string_view>
 #include <vector>
 
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "ferry/cm/cm.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/wqe.h"
+#include "ferry/nicd/nicd.h"
 #include "host.h"
 #include "layout.h"
 #include "replica.h"
+#include "wiring.h"
 
 namespace ferry::hyperloop {
 
@@ -66,20 +73,49 @@ struct ClientChain {
 
 }  // namespace
 
+// The tail's acknowledgement handshakes of a group connected across
+// processes, shared with the listener thread's callbacks.
+struct AckWiring {
+  std::mutex mu;
+  std::array<int, kChainCount> state{};  // 0 free, 1 handshaking, 2 connected, 3 failed
+  std::string error;
+};
+
 struct Group {
   GroupId id = 0;
   GroupOptions options;
   uint32_t n = 0;
+  // Memory of a group connected across processes (shared, so that a daemon
+  // can map it): destroyed last.
+  nicd::SharedMemory remote_client_mem;
+  nicd::SharedMemory remote_buf_mem;
+  // The client's side. In process `client` (an emulated host of the Engine)
+  // owns the PD and the client memory; across processes the group does.
+  nic::Nic* cnic = nullptr;
+  nic::ProtectionDomain* cpd = nullptr;
   std::unique_ptr<detail::Host> client;
-  pm::Region* buf = nullptr;
+  std::unique_ptr<nic::ProtectionDomain> remote_pd;
+  std::unique_ptr<nic::MemoryRegion> remote_client_mr;
+  std::span<uint8_t> client_mem;       // the gwrite source
+  nic::MemoryRegion* client_mr = nullptr;
+  pm::Region* buf = nullptr;           // in process: message and acknowledgement slots
+  uint8_t* buf_base = nullptr;
   std::unique_ptr<nic::MemoryRegion> buf_mr;
+  // The replicas: built here (in process), or only their regions' base
+  // addresses and the head's rkey (across processes).
   std::vector<std::unique_ptr<ReplicaNode>> replicas;
+  std::array<uint64_t, kMaxReplicas> replica_iova{};
+  uint32_t head_rkey = 0;
+  std::string remote_name;             // across processes: the group's name
+  cm::Listener* listener = nullptr;    // serving the ack services until connected
+  std::shared_ptr<AckWiring> wiring;
   std::array<ClientChain, kChainCount> chains;
   std::vector<FlushJoin> joins;
   Status failed;
   uint64_t next_seq = 0;
 
   ~Group() {
+    unserve();
     for (ClientChain& c : chains) {
       c.head.reset();
       c.ack.reset();
@@ -89,10 +125,18 @@ struct Group {
       c.ack_cq.reset();
     }
     buf_mr.reset();
+    remote_client_mr.reset();
     if (buf != nullptr) client->domain->release(buf);
     replicas.clear();
+    remote_pd.reset();
     client.reset();
   }
+  void unserve() {
+    if (listener == nullptr) return;
+    for (int c = 0; c < kChainCount; ++c) (void)listener->unserve(detail::ack_service(remote_name, Chain(c)));
+    listener = nullptr;
+  }
+  bool remote() const { return !remote_name.empty(); }
   uint64_t buf_iova(const void* p) const { return reinterpret_cast<uint64_t>(p); }
   WrOpcode flush_opcode() const { return options.flush_verb ? WrOpcode::kFlush : WrOpcode::kRdmaRead; }
 };
@@ -109,6 +153,9 @@ struct HyperLoopClient::Impl {
   }
 
   Status build(Group& g);
+  Status build_client_side(Group& g);
+  Status connect_remote(Group& g, const RemoteGroupOptions& ro);
+  nic::Nic* nic = nullptr;  // a client created on a NIC (create(nic::Nic&)): its groups connect across processes
   Status acquire(Group& g, ClientChain& ch);
   void record(Group& g, ClientChain& ch, Primitive p, Callback done, uint8_t execute_map, uint64_t old_value,
               int32_t join, bool flushes);
@@ -123,17 +170,12 @@ struct HyperLoopClient::Impl {
 
 // ---- group construction -----------------------------------------------------
 
-Status HyperLoopClient::Impl::build(Group& g) {
-  nic::Engine& engine = self->engine();
+// The client's buffers (per chain the message slots and the acknowledgement
+// slots), CQs and QPs, on g.cnic / g.cpd; shared by both kinds of group.
+Status HyperLoopClient::Impl::build_client_side(Group& g) {
   const GroupOptions& o = g.options;
   const uint32_t n = g.n;
   const uint32_t d = o.ring_ops;
-  const std::string prefix = "g" + std::to_string(g.id);
-
-  FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(engine, prefix + "-client", o, /*pm=*/false));
-
-  // Client-side buffers: per chain the message slots and the acknowledgement
-  // slots.
   size_t bytes = 0;
   std::array<size_t, kChainCount> meta_at{}, ack_at{};
   for (int c = 0; c < kChainCount; ++c) {
@@ -143,10 +185,55 @@ Status HyperLoopClient::Impl::build(Group& g) {
     ack_at[c] = bytes;
     bytes += static_cast<size_t>(64) * d;
   }
-  FERRY_ASSIGN_OR_RETURN(g.buf, g.client->domain->alloc_dram(bytes));
-  std::memset(g.buf->data(), 0, bytes);
-  FERRY_ASSIGN_OR_RETURN(g.buf_mr, g.client->nic->reg_mr(*g.client->pd, g.buf->data(), bytes,
-                                                         nic::kAccessLocalWrite | nic::kAccessRemoteWrite));
+  if (g.remote()) {
+    FERRY_ASSIGN_OR_RETURN(g.remote_buf_mem, nicd::SharedMemory::create(bytes, "ferry-hyperloop-client"));
+    g.buf_base = g.remote_buf_mem.data();
+  } else {
+    FERRY_ASSIGN_OR_RETURN(g.buf, g.client->domain->alloc_dram(bytes));
+    g.buf_base = g.buf->data();
+  }
+  std::memset(g.buf_base, 0, bytes);
+  nic::Nic& cnic = *g.cnic;
+  FERRY_ASSIGN_OR_RETURN(g.buf_mr, cnic.reg_mr(*g.cpd, g.buf_base, bytes, nic::kAccessLocalWrite | nic::kAccessRemoteWrite));
+  for (int c = 0; c < kChainCount; ++c) {
+    ClientChain& ch = g.chains[c];
+    ch.chain = static_cast<Chain>(c);
+    ch.meta = g.buf_base + meta_at[c];
+    ch.meta_stride = detail::forward_stride(ch.chain, n);
+    ch.acks = g.buf_base + ack_at[c];
+    ch.pending.resize(d);
+    nic::CqInitAttr cq;
+    cq.cqe = 4 * d;
+    FERRY_ASSIGN_OR_RETURN(ch.head_cq, cnic.create_cq(cq));
+    FERRY_ASSIGN_OR_RETURN(ch.ack_cq, cnic.create_cq(cq));
+    nic::QpInitAttr head;
+    head.send_cq = head.recv_cq = ch.head_cq.get();
+    head.cap.max_send_wr = 4 * o.window;  // at most three WQEs per operation
+    head.cap.max_recv_wr = 1;
+    FERRY_ASSIGN_OR_RETURN(ch.head, cnic.create_qp(*g.cpd, head));
+    nic::QpInitAttr ack;
+    ack.send_cq = ack.recv_cq = ch.ack_cq.get();
+    ack.cap.max_send_wr = 1;
+    ack.cap.max_recv_wr = d;
+    FERRY_ASSIGN_OR_RETURN(ch.ack, cnic.create_qp(*g.cpd, ack));
+  }
+  g.joins.resize(o.window);
+  return ok_status();
+}
+
+Status HyperLoopClient::Impl::build(Group& g) {
+  nic::Engine& engine = *self->engine();
+  const GroupOptions& o = g.options;
+  const uint32_t n = g.n;
+  const uint32_t d = o.ring_ops;
+  const std::string prefix = "g" + std::to_string(g.id);
+
+  FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(engine, prefix + "-client", o, /*pm=*/false));
+  g.cnic = g.client->nic;
+  g.cpd = g.client->pd.get();
+  g.client_mem = std::span<uint8_t>(g.client->base(), g.client->region->size());
+  g.client_mr = g.client->mr.get();
+  FERRY_RETURN_IF_ERROR(build_client_side(g));
 
   // Replicas: each one's application thread creates its queues.
   for (uint32_t i = 0; i < n; ++i) {
@@ -158,36 +245,14 @@ Status HyperLoopClient::Impl::build(Group& g) {
                                                       o.media == pm::Media::kPm));
     r->agent = std::make_unique<detail::Agent>("hl-" + prefix + "-r" + std::to_string(i),
                                                self->client_options().replica_cpu);
+    FERRY_RETURN_IF_ERROR(detail::attach_host(*r));
+    g.replica_iova[i] = r->region_iova(0);
     Status st;
     r->agent->run([&] { st = detail::create_replica_queues(*r); });
     FERRY_RETURN_IF_ERROR(st);
     g.replicas.push_back(std::move(r));
   }
-
-  // Client queues.
-  nic::Nic& cnic = *g.client->nic;
-  for (int c = 0; c < kChainCount; ++c) {
-    ClientChain& ch = g.chains[c];
-    ch.chain = static_cast<Chain>(c);
-    ch.meta = g.buf->data() + meta_at[c];
-    ch.meta_stride = detail::forward_stride(ch.chain, n);
-    ch.acks = g.buf->data() + ack_at[c];
-    ch.pending.resize(d);
-    nic::CqInitAttr cq;
-    cq.cqe = 4 * d;
-    FERRY_ASSIGN_OR_RETURN(ch.head_cq, cnic.create_cq(cq));
-    FERRY_ASSIGN_OR_RETURN(ch.ack_cq, cnic.create_cq(cq));
-    nic::QpInitAttr head;
-    head.send_cq = head.recv_cq = ch.head_cq.get();
-    head.cap.max_send_wr = 4 * o.window;  // at most three WQEs per operation
-    head.cap.max_recv_wr = 1;
-    FERRY_ASSIGN_OR_RETURN(ch.head, cnic.create_qp(*g.client->pd, head));
-    nic::QpInitAttr ack;
-    ack.send_cq = ack.recv_cq = ch.ack_cq.get();
-    ack.cap.max_send_wr = 1;
-    ack.cap.max_recv_wr = d;
-    FERRY_ASSIGN_OR_RETURN(ch.ack, cnic.create_qp(*g.client->pd, ack));
-  }
+  nic::Nic& cnic = *g.cnic;
 
   // Connection manager: wire the chains. Each connection grants the remote
   // access its protocol uses and nothing more (docs/hyperloop.md, "Safety"):
@@ -233,8 +298,8 @@ Status HyperLoopClient::Impl::build(Group& g) {
     ReplicaNode& r = *g.replicas[i];
     detail::Downstream ds;
     if (i + 1 < n) {
-      ds.region_iova = g.replicas[i + 1]->host->iova(0);
-      ds.region_rkey = g.replicas[i + 1]->host->mr->rkey();
+      ds.region_iova = g.replicas[i + 1]->region_iova(0);
+      ds.region_rkey = g.replicas[i + 1]->region_mr->rkey();
     }
     for (int c = 0; c < kChainCount; ++c) ds.ack_slots[c] = g.buf_iova(g.chains[c].acks);
     ds.ack_rkey = g.buf_mr->rkey();
@@ -244,8 +309,101 @@ Status HyperLoopClient::Impl::build(Group& g) {
     FERRY_RETURN_IF_ERROR(st);
   }
 
-  g.joins.resize(o.window);
+  g.head_rkey = g.replicas[0]->region_mr->rkey();
   for (auto& r : g.replicas) r->agent->wait_asleep();
+  return ok_status();
+}
+
+// ---- a group across processes ---------------------------------------------------
+
+Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro) {
+  const GroupOptions& o = g.options;
+  const uint32_t n = g.n;
+  const uint32_t d = o.ring_ops;
+  nic::Nic& cnic = *nic;
+  g.cnic = &cnic;
+  FERRY_ASSIGN_OR_RETURN(g.remote_pd, cnic.alloc_pd());
+  g.cpd = g.remote_pd.get();
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nicd::SharedMemory::create(o.region_bytes, "ferry-hyperloop-client"));
+  g.client_mem = std::span<uint8_t>(g.remote_client_mem.data(), o.region_bytes);
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
+                         cnic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
+  g.client_mr = g.remote_client_mr.get();
+  FERRY_RETURN_IF_ERROR(build_client_side(g));
+
+  // The acknowledgement QPs take one RECV per ring slot, then wait for the
+  // tail on the client's listener.
+  cm::QpOptions link;
+  link.access_flags = detail::kLinkAccess;
+  for (ClientChain& ch : g.chains) {
+    FERRY_RETURN_IF_ERROR(cm::init_qp(*ch.ack, link));
+    std::vector<RecvWr> recvs(d);
+    for (uint32_t s = 0; s < d; ++s) recvs[s].wr_id = s;
+    FERRY_RETURN_IF_ERROR(ch.ack->post_recv(recvs));
+  }
+  g.wiring = std::make_shared<AckWiring>();
+  g.listener = ro.listener;
+  for (int c = 0; c < kChainCount; ++c) {
+    ClientChain& ch = g.chains[c];
+    detail::AckReply reply;
+    reply.slots = g.buf_iova(ch.acks);
+    reply.rkey = g.buf_mr->rkey();
+    reply.stride = ch.ack_stride;
+    const std::string who = "client of group " + ro.group + " (" + detail::chain_name(ch.chain) + " chain)";
+    cm::Service s;
+    s.nic = &cnic;
+    s.qp = link;
+    s.accept = [w = g.wiring, c, qp = ch.ack.get(), reply, o, who](const cm::Request& req) -> Result<cm::Accepted> {
+      FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello, cm::private_data_as<detail::ChainHello>(req.private_data));
+      FERRY_RETURN_IF_ERROR(detail::check_hello(hello, o, o.replicas - 1, who));
+      std::lock_guard<std::mutex> lock(w->mu);
+      if (w->state[c] != 0) return failed_precondition(who + ": the tail is already connected");
+      w->state[c] = 1;
+      cm::Accepted a;
+      a.qp = qp;
+      a.private_data = cm::private_data_of(reply);
+      return a;
+    };
+    s.done = [w = g.wiring, c, who](nic::QueuePair&, const cm::Connection&, const Status& st) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->state[c] = st.ok() ? 2 : 3;
+      if (!st.ok()) w->error = who + ": the tail's handshake failed: " + st.message();
+    };
+    FERRY_RETURN_IF_ERROR(ro.listener->serve(detail::ack_service(ro.group, ch.chain), std::move(s)));
+  }
+
+  // The head: replica 0 accepts once the whole chain behind it is armed.
+  const std::vector<uint8_t> hello = cm::private_data_of(detail::hello_of(o, detail::kClientSender));
+  for (ClientChain& ch : g.chains) {
+    FERRY_ASSIGN_OR_RETURN(cm::Connection conn,
+                           detail::connect_retrying(ro.head, detail::up_service(ro.group, ch.chain), cnic, *ch.head,
+                                                    hello, ro.timeout_ms));
+    FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(conn.private_data));
+    if (up.magic != detail::kWiringMagic || up.count != n) {
+      return invalid_argument("replica 0 at " + ro.head + " reported a chain of " + std::to_string(up.count) +
+                              " replicas; this client expects " + std::to_string(n));
+    }
+    g.replica_iova = up.region_iova;
+    g.head_rkey = up.rkey;
+  }
+
+  // The tail connected before replica 0 became ready; its RTU may still be
+  // on its way to the listener.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ro.timeout_ms);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(g.wiring->mu);
+      if (!g.wiring->error.empty()) return unavailable(g.wiring->error);
+      bool all = true;
+      for (int st : g.wiring->state) all = all && st == 2;
+      if (all) break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return timed_out("the tail of group " + ro.group + " never completed its connection to this client");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  g.unserve();
   return ok_status();
 }
 
@@ -287,28 +445,27 @@ Status HyperLoopClient::Impl::post_write(Group& g, uint64_t offset, uint32_t siz
     if (i + 1 < n) {
       desc.op = static_cast<uint8_t>(data ? WrOpcode::kRdmaWrite : WrOpcode::kNop);
       desc.flush_op = static_cast<uint8_t>(flush ? g.flush_opcode() : WrOpcode::kNop);
-      desc.remote_addr = g.replicas[i + 1]->host->iova(offset);
-      desc.local_addr = g.replicas[i]->host->iova(offset);
+      desc.remote_addr = g.replica_iova[i + 1] + offset;
+      desc.local_addr = g.replica_iova[i] + offset;
       desc.length = size;
     }
     std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
   }
-  detail::Host& r0 = *g.replicas[0]->host;
   SendWr wrs[3];
   uint32_t count = 0;
-  const Sge data_sge = g.client->mr->sge(offset, size);
+  const Sge data_sge = g.client_mr->sge(offset, size);
   if (data) {
     wrs[count].opcode = WrOpcode::kRdmaWrite;
     wrs[count].sg_list = std::span<const Sge>(&data_sge, 1);
-    wrs[count].remote_addr = r0.iova(offset);
-    wrs[count].rkey = r0.mr->rkey();
+    wrs[count].remote_addr = g.replica_iova[0] + offset;
+    wrs[count].rkey = g.head_rkey;
     ++count;
   }
   if (flush) {
     SendWr& f = wrs[count++];
     f.opcode = g.flush_opcode();
-    f.remote_addr = r0.iova(0);
-    f.rkey = r0.mr->rkey();
+    f.remote_addr = g.replica_iova[0];
+    f.rkey = g.head_rkey;
     f.flush_persistent = true;
     f.flush_whole_mr = true;
   }
@@ -332,7 +489,7 @@ Status HyperLoopClient::Impl::post_cas(Group& g, uint64_t offset, uint64_t old_v
     desc.op = static_cast<uint8_t>((map >> i) & 1 ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kNop);
     desc.flush_op = static_cast<uint8_t>(flush ? g.flush_opcode() : WrOpcode::kNop);
     desc.imm = static_cast<uint32_t>(k);
-    desc.target = g.replicas[i]->host->iova(offset);
+    desc.target = g.replica_iova[i] + offset;
     desc.compare = old_value;
     desc.swap = new_value;
     std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
@@ -358,8 +515,8 @@ Status HyperLoopClient::Impl::post_memcpy(Group& g, uint64_t src, uint64_t dst, 
     desc.op = static_cast<uint8_t>(copy ? WrOpcode::kRdmaWrite : WrOpcode::kNop);
     desc.flush_op = static_cast<uint8_t>(flush ? g.flush_opcode() : WrOpcode::kNop);
     desc.imm = static_cast<uint32_t>(k);
-    desc.remote_addr = g.replicas[i]->host->iova(dst);
-    desc.local_addr = g.replicas[i]->host->iova(src);
+    desc.remote_addr = g.replica_iova[i] + dst;
+    desc.local_addr = g.replica_iova[i] + src;
     desc.length = size;
     std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
   }
@@ -499,7 +656,7 @@ size_t HyperLoopClient::Impl::poll_group(Group& g) {
 
 // ---- public API ----------------------------------------------------------------
 
-HyperLoopClient::HyperLoopClient(nic::Engine& engine, const ClientOptions& options)
+HyperLoopClient::HyperLoopClient(nic::Engine* engine, const ClientOptions& options)
     : GroupClient(engine, options), impl_(std::make_unique<Impl>()) {
   impl_->self = this;
 }
@@ -507,10 +664,44 @@ HyperLoopClient::HyperLoopClient(nic::Engine& engine, const ClientOptions& optio
 HyperLoopClient::~HyperLoopClient() = default;
 
 Result<std::unique_ptr<HyperLoopClient>> HyperLoopClient::create(nic::Engine& engine, const ClientOptions& options) {
-  return std::unique_ptr<HyperLoopClient>(new HyperLoopClient(engine, options));
+  return std::unique_ptr<HyperLoopClient>(new HyperLoopClient(&engine, options));
+}
+
+Result<std::unique_ptr<HyperLoopClient>> HyperLoopClient::create(nic::Nic& nic, const ClientOptions& options) {
+  auto client = std::unique_ptr<HyperLoopClient>(new HyperLoopClient(nic.engine(), options));
+  client->impl_->nic = &nic;
+  return client;
+}
+
+Result<GroupId> HyperLoopClient::connect_group(const RemoteGroupOptions& options) {
+  if (impl_->nic == nullptr) {
+    return failed_precondition("connect_group: this client was created on an Engine; create it on a NIC");
+  }
+  if (options.listener == nullptr) return invalid_argument("connect_group: a listener is needed for the tail");
+  if (options.head.empty()) return invalid_argument("connect_group: no address for replica 0 (head)");
+  FERRY_RETURN_IF_ERROR(validate_group_options(options.options));
+  FERRY_RETURN_IF_ERROR(detail::check_group_name(options.group));
+  for (const auto& g : impl_->groups) {
+    if (g != nullptr && g->remote_name == options.group) {
+      return already_exists("connect_group: group " + options.group + " is already connected");
+    }
+  }
+  auto g = std::make_unique<Group>();
+  g->id = static_cast<GroupId>(impl_->groups.size());
+  g->options = options.options;
+  g->n = options.options.replicas;
+  g->remote_name = options.group;
+  Status st = impl_->connect_remote(*g, options);
+  if (!st.ok()) return Status(st.code(), "connect_group " + options.group + ": " + st.message());
+  impl_->groups.push_back(std::move(g));
+  return impl_->groups.back()->id;
 }
 
 Result<GroupId> HyperLoopClient::create_group(const GroupOptions& options) {
+  if (engine() == nullptr) {
+    return failed_precondition("create_group: this client's NIC is daemon-attached; its groups are connected "
+                               "to replica processes (connect_group)");
+  }
   FERRY_RETURN_IF_ERROR(validate_group_options(options));
   auto g = std::make_unique<Group>();
   g->id = static_cast<GroupId>(impl_->groups.size());
@@ -524,7 +715,7 @@ Result<GroupId> HyperLoopClient::create_group(const GroupOptions& options) {
 
 Result<std::span<uint8_t>> HyperLoopClient::client_memory(GroupId gid) {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
-  return std::span<uint8_t>(g->client->base(), g->client->region->size());
+  return g->client_mem;
 }
 
 Result<ReplicaView> HyperLoopClient::replica(GroupId gid, uint32_t index) {
@@ -533,6 +724,7 @@ Result<ReplicaView> HyperLoopClient::replica(GroupId gid, uint32_t index) {
     return out_of_range("group " + std::to_string(gid) + " has " + std::to_string(g->n) + " replicas, not " +
                         std::to_string(index + 1));
   }
+  if (g->remote()) return failed_precondition("replica " + std::to_string(index) + " runs in another process");
   return ReplicaView{g->replicas[index]->host->domain.get(), g->replicas[index]->host->region};
 }
 
@@ -672,6 +864,7 @@ HyperLoopStats HyperLoopClient::stats() const { return impl_->stats; }
 Result<ReplicaRings> HyperLoopClient::replica_rings(GroupId gid, uint32_t index) const {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
   if (index >= g->n) return out_of_range("replica " + std::to_string(index) + " of a group of " + std::to_string(g->n));
+  if (g->remote()) return failed_precondition("replica " + std::to_string(index) + " runs in another process");
   const ReplicaNode& r = *g->replicas[index];
   ReplicaRings rings;
   rings.nic = r.host->nic;

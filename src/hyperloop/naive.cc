@@ -495,7 +495,7 @@ Result<std::unique_ptr<NaiveClient>> NaiveClient::create(nic::Engine& engine, co
 }
 
 NaiveClient::NaiveClient(nic::Engine& engine, const NaiveOptions& options)
-    : GroupClient(engine, options.client), impl_(std::make_unique<Impl>()) {
+    : GroupClient(&engine, options.client), impl_(std::make_unique<Impl>()) {
   impl_->engine = &engine;
   impl_->options = options;
 }

@@ -104,7 +104,7 @@ ReplicaNode::~ReplicaNode() {
   }
   misc_cq.reset();
   wq_mr.reset();
-  if (wq != nullptr) host->domain->release(wq);
+  if (wq_region != nullptr) host->domain->release(wq_region);
   host.reset();
 }
 
@@ -132,20 +132,36 @@ size_t chain_bytes(Chain c, uint32_t n, uint32_t ring_ops, WqLayout* out, size_t
 
 }  // namespace
 
+size_t replica_wq_bytes(uint32_t n, uint32_t ring_ops) {
+  std::array<WqLayout, kChainCount> layout;
+  size_t at = 64;  // [0, 64): the discard scratch
+  for (int c = 0; c < kChainCount; ++c) at = chain_bytes(static_cast<Chain>(c), n, ring_ops, &layout[c], at);
+  return at;
+}
+
+Status attach_host(ReplicaNode& r) {
+  r.nic = r.host->nic;
+  r.pd = r.host->pd.get();
+  r.region_mr = r.host->mr.get();
+  const size_t bytes = replica_wq_bytes(r.replicas, r.options.ring_ops);
+  FERRY_ASSIGN_OR_RETURN(r.wq_region, r.host->domain->alloc_dram(bytes));
+  r.wq = r.wq_region->data();
+  std::memset(r.wq, 0, bytes);
+  return ok_status();
+}
+
 Status create_replica_queues(ReplicaNode& r) {
   const uint32_t d = r.options.ring_ops;
-  nic::Nic& nic = *r.host->nic;
-  nic::ProtectionDomain& pd = *r.host->pd;
+  nic::Nic& nic = *r.nic;
+  nic::ProtectionDomain& pd = *r.pd;
 
   std::array<WqLayout, kChainCount> layout;
   size_t at = 64;  // [0, 64): the discard scratch
   for (int c = 0; c < kChainCount; ++c) at = chain_bytes(static_cast<Chain>(c), r.replicas, d, &layout[c], at);
-  FERRY_ASSIGN_OR_RETURN(r.wq, r.host->domain->alloc_dram(at));
-  std::memset(r.wq->data(), 0, at);
   // The RECV scatter lists write into these rings: local write only. Nothing
   // reaches them from another host (docs/hyperloop.md, "Safety").
-  FERRY_ASSIGN_OR_RETURN(r.wq_mr, nic.reg_mr(pd, r.wq->data(), at, nic::kAccessLocalWrite));
-  r.discard = r.wq->data();
+  FERRY_ASSIGN_OR_RETURN(r.wq_mr, nic.reg_mr(pd, r.wq, at, nic::kAccessLocalWrite));
+  r.discard = r.wq;
 
   nic::CqInitAttr count_only;
   count_only.count_only = true;
@@ -164,7 +180,7 @@ Status create_replica_queues(ReplicaNode& r) {
     ch.chain = c;
     ch.tail = r.tail();
     const ChainShape shape = chain_shape(c, ch.tail);
-    uint8_t* base = r.wq->data();
+    uint8_t* base = r.wq;
     ch.down_ring = base + layout[ci].down;
     ch.loop_ring = base + layout[ci].loop;
     ch.ctl_ring = base + layout[ci].ctl;
@@ -263,7 +279,6 @@ Status post_chain(ReplicaNode& r, ReplicaChain& ch, const Downstream& ds) {
   const uint32_t i = r.index;
   const Chain c = ch.chain;
   const ChainShape shape = chain_shape(c, ch.tail);
-  const Host& own = *r.host;
   const uint32_t wq_lkey = r.wq_mr->lkey();
   const bool flush_verb = r.options.flush_verb;
 
@@ -306,7 +321,7 @@ Status post_chain(ReplicaNode& r, ReplicaChain& ch, const Downstream& ds) {
     } else if (c == Chain::kWrite) {
       SendWr w0;
       w0.opcode = WrOpcode::kRdmaWrite;
-      w0.sg_list = sge(s, 0, Sge{own.iova(0), 0, own.mr->lkey()});
+      w0.sg_list = sge(s, 0, Sge{r.region_iova(0), 0, r.region_mr->lkey()});
       w0.remote_addr = ds.region_iova;
       w0.rkey = ds.region_rkey;
       down.push_back(w0);
@@ -327,18 +342,18 @@ Status post_chain(ReplicaNode& r, ReplicaChain& ch, const Downstream& ds) {
     }
     if (shape.loop_per_op != 0) {
       SendWr l0;
-      l0.remote_addr = own.iova(0);
-      l0.rkey = own.mr->rkey();
+      l0.remote_addr = r.region_iova(0);
+      l0.rkey = r.region_mr->rkey();
       if (c == Chain::kCas) {
         l0.opcode = WrOpcode::kAtomicCmpAndSwp;
         // The original value lands in this replica's field of the result map.
         l0.sg_list = sge(s, 1, Sge{fwd + result_offset_in_forward(n, i), 8, wq_lkey});
       } else {
         l0.opcode = WrOpcode::kRdmaWrite;
-        l0.sg_list = sge(s, 1, Sge{own.iova(0), 0, own.mr->lkey()});
+        l0.sg_list = sge(s, 1, Sge{r.region_iova(0), 0, r.region_mr->lkey()});
       }
       loop.push_back(l0);
-      SendWr l1 = flush_template(flush_verb, own.iova(0), own.mr->rkey());
+      SendWr l1 = flush_template(flush_verb, r.region_iova(0), r.region_mr->rkey());
       l1.flags = nic::kSendSignaled;  // one loopback completion per operation: the WAIT's count
       loop.push_back(l1);
     }

@@ -80,12 +80,21 @@ struct Downstream {
   uint32_t ack_stride = 0;   // bytes per ring slot
 };
 
+// One replica of a group. In process, `host` owns the NIC's protection
+// domain and the region (an emulated machine of the caller's Engine); in a
+// replica process (Replica, replica.h) the caller's NIC and memory are used.
 struct ReplicaNode {
   uint32_t index = 0;
   uint32_t replicas = 0;
   GroupOptions options;
-  std::unique_ptr<Host> host;
-  pm::Region* wq = nullptr;  // DRAM holding rings, forward buffers and scratch
+  nic::Nic* nic = nullptr;
+  nic::ProtectionDomain* pd = nullptr;
+  nic::MemoryRegion* region_mr = nullptr;  // the group's region: local write, remote write/read/flush/atomic
+  std::unique_ptr<Host> host;              // in process: owns nic's PD, the region and its MR
+  // Rings, forward buffers and scratch: replica_wq_bytes() bytes, zeroed.
+  // In process a DRAM region of host's domain (wq_region), else the caller's.
+  uint8_t* wq = nullptr;
+  pm::Region* wq_region = nullptr;
   std::unique_ptr<nic::MemoryRegion> wq_mr;
   uint8_t* discard = nullptr;
   std::unique_ptr<nic::CompletionQueue> misc_cq;  // count-only, for queues nobody waits on
@@ -99,9 +108,18 @@ struct ReplicaNode {
 
   bool tail() const { return index + 1 == replicas; }
   uint64_t wq_iova(const void* p) const { return reinterpret_cast<uint64_t>(p); }
+  uint64_t region_iova(uint64_t offset) const { return region_mr->iova() + offset; }
 };
 
-// Setup step 1 (on the agent): the WQE region, CQs and QPs (in RESET).
+// Bytes of a replica's work-queue memory for a chain of n replicas.
+size_t replica_wq_bytes(uint32_t n, uint32_t ring_ops);
+
+// In process: fills r.nic, r.pd, r.region_mr from r.host and allocates r.wq
+// from its domain.
+Status attach_host(ReplicaNode& r);
+
+// Setup step 1 (on the agent): the WQE region's MR, CQs and QPs (in RESET).
+// r.nic, r.pd, r.region_mr and r.wq must be set.
 Status create_replica_queues(ReplicaNode& r);
 // Setup step 2 (on the agent, after the connection manager connected the
 // QPs): RECVs with their scatter lists, WQE templates, the control blocks

@@ -636,6 +636,7 @@ uint32_t Nic::max_path_mtu() const { return dev_->max_path_mtu(); }
 UdpCounters Nic::udp_counters() const { return dev_->udp_counters(); }
 Result<uint32_t> Nic::resolve(const UdpEndpoint& endpoint) { return dev_->resolve(endpoint); }
 detail::NicCore* Nic::core() const { return dev_->core(); }
+Engine* Nic::engine() const { return dev_->core() != nullptr ? dev_->core()->engine() : nullptr; }
 bool Nic::alive() const { return !dev_->dead(); }
 
 Result<std::unique_ptr<ProtectionDomain>> Nic::alloc_pd() {

@@ -161,7 +161,6 @@ class CmFixture {
   // server's region in the REP.
   Service echo_service(int recvs = 8) {
     Service s;
-    s.engine = server_.engine;
     s.nic = server_.nic;
     s.accept = [this, recvs](const Request& request) -> Result<Accepted> {
       {
@@ -198,7 +197,7 @@ class CmFixture {
 
   Result<Connection> connect_client(nic::QueuePair& qp, const std::string& service = "echo",
                                     const ConnectOptions& options = {}) {
-    return connect(listener_->address(), service, *client_.engine, *client_.nic, qp,
+    return connect(listener_->address(), service, *client_.nic, qp,
                    private_data_of(client_.region()), options);
   }
 

@@ -29,7 +29,7 @@ class CmErrorsTest : public ::testing::Test, public CmFixture {
   std::vector<uint8_t> req_frame(nic::QueuePair& qp) {
     Req req;
     req.service = "echo";
-    req.endpoint = detail::local_endpoint(*client_.engine, *client_.nic, qp, 100, 4096);
+    req.endpoint = detail::local_endpoint(*client_.nic, qp, 100, 4096);
     return encode(req).value();
   }
 };
@@ -59,7 +59,7 @@ TEST_F(CmErrorsTest, NobodyListeningIsRefusedAtOnceAndTheQpIsUntouched) {
   options.timeout_ms = 60'000;  // a refusal must not wait for it
   const std::string address = "127.0.0.1:" + std::to_string(closed.port);
   Result<Connection> conn =
-      connect(address, "echo", *client_.engine, *client_.nic, qp, {}, options);
+      connect(address, "echo", *client_.nic, qp, {}, options);
   ASSERT_FALSE(conn.ok());
   EXPECT_EQ(conn.status().code(), Code::kUnavailable);
   EXPECT_EQ(conn.status().message(), "cannot connect to " + address + ": Connection refused");
@@ -79,7 +79,7 @@ TEST_F(CmErrorsTest, ASilentListenerTimesOut) {
   nic::QueuePair& qp = client_.add_qp();
   ConnectOptions options;
   options.timeout_ms = 200;
-  Result<Connection> conn = connect("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "echo", *client_.engine,
+  Result<Connection> conn = connect("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "echo",
                                     *client_.nic, qp, {}, options);
   ::close(fd);
   ASSERT_FALSE(conn.ok());
@@ -91,7 +91,7 @@ TEST_F(CmErrorsTest, ASilentListenerTimesOut) {
 TEST_F(CmErrorsTest, MalformedAddressesAreInvalidArguments) {
   nic::QueuePair& qp = client_.add_qp();
   for (const char* address : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", ":7000", "127.0.0.1:7x"}) {
-    Result<Connection> conn = connect(address, "echo", *client_.engine, *client_.nic, qp);
+    Result<Connection> conn = connect(address, "echo", *client_.nic, qp);
     ASSERT_FALSE(conn.ok()) << address;
     EXPECT_EQ(conn.status().code(), Code::kInvalidArgument) << address << ": " << conn.status().to_string();
   }
@@ -287,7 +287,7 @@ TEST_F(CmErrorsTest, AnInProcessPeerOfAnotherEngineIsRefused) {
   start_listener();
   ASSERT_TRUE(listener_->serve("echo", echo_service()).ok());
   nic::QueuePair& qp = other.add_qp();
-  Result<Connection> conn = connect(listener_->address(), "echo", *other.engine, *other.nic, qp);
+  Result<Connection> conn = connect(listener_->address(), "echo", *other.nic, qp);
   ASSERT_FALSE(conn.ok());
   EXPECT_EQ(conn.status().code(), Code::kFailedPrecondition) << conn.status().to_string();
   EXPECT_NE(conn.status().message().find("not on this Engine"), std::string::npos) << conn.status().message();

@@ -4,8 +4,9 @@
 // spirit of the IB CM and rdma_cm (docs/connection-manager.md).
 //
 // The same service code then runs in one process (both NICs on one Engine,
-// or two Engines over UDP on loopback) or across processes and hosts: only
-// the endpoints differ, and the CM resolves them to QpAttr::dest_nic.
+// or two Engines over UDP on loopback) or across processes and hosts (NICs
+// of `ferry nicd` daemons): only the endpoints differ, and the CM resolves
+// them to QpAttr::dest_nic.
 //
 //   passive side (Listener::serve)         active side (connect)
 //                  <-------- REQ ---------  {service, QP endpoint, private data}
@@ -79,8 +80,8 @@ struct ConnectOptions {
 };
 
 // The active side: asks the service `service` of the listener at `address`
-// ("host:port", IPv4 or a resolvable name) to connect to `qp` on `nic` (of
-// `engine`), sending `private_data` (at most kMaxPrivateDataBytes) with the
+// ("host:port", IPv4 or a resolvable name) to connect to `qp` on `nic` (an
+// in-process NIC of an Engine, or a daemon-attached one), sending `private_data` (at most kMaxPrivateDataBytes) with the
 // REQ. `qp` must be in RESET or INIT and stay unused until this returns.
 // Blocks the calling thread, at most options.timeout_ms.
 //
@@ -95,8 +96,7 @@ struct ConnectOptions {
 // (`qp` not in RESET/INIT, or the peer's QP unreachable from `nic`). If the
 // failure came before the REP, `qp` is left as it was (retry with it);
 // after, it is in ERROR (modify it to RESET to reuse it).
-Result<Connection> connect(std::string_view address, std::string_view service, nic::Engine& engine, nic::Nic& nic,
-                           nic::QueuePair& qp, std::span<const uint8_t> private_data = {},
+Result<Connection> connect(std::string_view address, std::string_view service, nic::Nic& nic, nic::QueuePair& qp, std::span<const uint8_t> private_data = {},
                            const ConnectOptions& options = {});
 
 // ---- the passive side ----
@@ -128,8 +128,7 @@ using AcceptFn = std::function<Result<Accepted>(const Request& request)>;
 using DoneFn = std::function<void(nic::QueuePair& qp, const Connection& connection, const Status& status)>;
 
 struct Service {
-  nic::Engine* engine = nullptr;
-  nic::Nic* nic = nullptr;  // the NIC the AcceptFn's QPs are on
+  nic::Nic* nic = nullptr;  // the NIC the AcceptFn's QPs are on (in-process or daemon-attached)
   AcceptFn accept;
   DoneFn done;              // may be empty
   QpOptions qp;
@@ -178,7 +177,7 @@ class Listener {
   std::string address() const;  // "a.b.c.d:port", the port resolved
 
   // Registers a service. kInvalidArgument for a bad name (valid_service_name)
-  // or a Service without engine, nic or accept; kAlreadyExists if the name
+  // or a Service without nic or accept; kAlreadyExists if the name
   // is taken. Any thread, any time.
   Status serve(std::string_view name, Service service);
   // Unregisters a service: its handshakes in progress are dropped without

@@ -152,7 +152,8 @@ class GroupClient {
                                Callback done) = 0;
   virtual Status gflush_async(GroupId gid, Callback done) = 0;
   // On a manual engine, steps it once; then polls completions, runs the
-  // callbacks of finished operations and returns how many ran.
+  // callbacks of finished operations and returns how many ran. Any thread
+  // that owns the client; a daemon-attached client only polls.
   size_t poll();
   // Operations of gid submitted and not yet completed.
   virtual Result<uint32_t> outstanding(GroupId gid) const = 0;
@@ -173,11 +174,13 @@ class GroupClient {
   // take differences). A control command per QP: not for the data path.
   virtual Result<WireBytes> wire_bytes(GroupId gid) const = 0;
 
-  nic::Engine& engine() const { return *engine_; }
+  // The Engine that runs the client's NIC in this process; nullptr for a
+  // client on a daemon-attached NIC (HyperLoopClient::create(nic::Nic&)).
+  nic::Engine* engine() const { return engine_; }
   const ClientOptions& client_options() const { return options_; }
 
  protected:
-  GroupClient(nic::Engine& engine, const ClientOptions& options) : engine_(&engine), options_(options) {}
+  GroupClient(nic::Engine* engine, const ClientOptions& options) : engine_(engine), options_(options) {}
   // Polls the client's completion queues and runs callbacks (no stepping).
   virtual size_t poll_completions() = 0;
   // Polls completions (driving a manual engine, advancing a FakeClock when

@@ -15,11 +15,31 @@
 
 #include <array>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "ferry/hyperloop/group.h"
 
+namespace ferry::cm {
+class Listener;
+}
+
 namespace ferry::hyperloop {
+
+// A group whose replicas run in other processes or hosts, each a Replica
+// (replica.h) against its host's NIC daemon, wired by the connection manager
+// (docs/hyperloop.md, "Across processes").
+struct RemoteGroupOptions {
+  std::string group = "g0";   // the name the replicas were given
+  GroupOptions options;       // the same as every replica's (media, pm_dir, platform unused)
+  std::string head;           // replica 0's CM listener, "host:port"
+  // The client's own CM listener: the tail connects to it for the
+  // acknowledgements (services "hyperloop.<group>.<chain>.ack", served
+  // until the group is connected). Must outlive connect_group.
+  cm::Listener* listener = nullptr;
+  // How long to wait for the chain to come up (replicas start in any order).
+  uint32_t timeout_ms = 30000;
+};
 
 struct HyperLoopStats {
   uint64_t ops_completed = 0;
@@ -52,8 +72,26 @@ struct ReplicaRings {
 
 class HyperLoopClient final : public GroupClient {
  public:
+  // A client whose groups are built in process: its own host and every
+  // replica host are NICs of `engine` (tests, simulation, benchmarks).
   static Result<std::unique_ptr<HyperLoopClient>> create(nic::Engine& engine, const ClientOptions& options = {});
+  // A client on `nic` (daemon-attached, or of an Engine) whose groups are
+  // connected to replicas in other processes (connect_group).
+  static Result<std::unique_ptr<HyperLoopClient>> create(nic::Nic& nic, const ClientOptions& options = {});
   ~HyperLoopClient() override;
+
+  // Connects to a chain of Replicas: serves the acknowledgement services on
+  // options.listener, then connects to replica 0, retrying while it is not
+  // up or not ready (every replica is ready once its downstream is), until
+  // options.timeout_ms. The group then works as one built by create_group,
+  // except that replica(), replica_rings() are kFailedPrecondition (their
+  // memory is in other processes), wire_bytes() counts only the client's
+  // QPs and replica_cpu_ns() is 0 (measure the replica processes).
+  // Errors: kInvalidArgument (bad options, or a replica configured
+  // differently: the message names the option), kTimedOut/kUnavailable
+  // (the chain did not come up; the message names the address), those of
+  // the NIC.
+  Result<GroupId> connect_group(const RemoteGroupOptions& options);
 
   std::string_view system() const override { return "hyperloop"; }
   Result<GroupId> create_group(const GroupOptions& options) override;
@@ -79,7 +117,7 @@ class HyperLoopClient final : public GroupClient {
   size_t poll_completions() override;
 
  private:
-  explicit HyperLoopClient(nic::Engine& engine, const ClientOptions& options);
+  HyperLoopClient(nic::Engine* engine, const ClientOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -30,6 +30,7 @@
 
 namespace ferry::nic {
 
+class Engine;
 namespace detail {
 class NicCore;
 class Device;
@@ -360,6 +361,9 @@ class Nic {
 
   // The in-process NIC core, or nullptr for a daemon-attached NIC.
   detail::NicCore* core() const;
+  // The Engine that runs this NIC in this process, or nullptr for a
+  // daemon-attached NIC (its engine runs in the daemon).
+  Engine* engine() const;
 
   // A NIC served by `device` (the Engine's, or a daemon client's).
   explicit Nic(std::unique_ptr<detail::Device> device);

@@ -1,0 +1,221 @@
+// Replica: one HyperLoop replica in its own process (include/ferry/hyperloop/
+// replica.h). The queues and chains are those of the in-process replicas
+// (replica.cc); only the wiring differs: the connection manager instead of
+// nic::connect_qps.
+#include "ferry/hyperloop/replica.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "ferry/nic/connect.h"
+#include "ferry/nicd/nicd.h"
+#include "replica.h"
+#include "wiring.h"
+
+namespace ferry::hyperloop {
+
+using detail::Chain;
+using detail::kChainCount;
+
+struct Replica::Impl {
+  ReplicaSpec spec;
+  std::span<uint8_t> region;
+  nic::Nic* nic = nullptr;
+  // Destroyed in reverse: the node (QPs, CQs, the WQ MR) before the region's
+  // MR, the PD and the WQ memory.
+  nicd::SharedMemory wq_mem;
+  std::unique_ptr<nic::ProtectionDomain> pd;
+  std::unique_ptr<nic::MemoryRegion> region_mr;
+  std::unique_ptr<detail::ReplicaNode> node;
+  cm::Listener* listener = nullptr;
+  bool downstream_done = false;
+
+  // Shared with the listener thread's callbacks.
+  std::atomic<bool> ready{false};
+  detail::UpReply up_reply;  // written before `ready` is released
+  mutable std::mutex mu;
+  std::array<int, kChainCount> up_state{};  // 0 free, 1 handshaking, 2 connected, 3 failed
+  std::string last_error;
+
+  ~Impl() {
+    if (listener != nullptr) {
+      for (int c = 0; c < kChainCount; ++c) (void)listener->unserve(detail::up_service(spec.group, Chain(c)));
+    }
+    node.reset();
+    region_mr.reset();
+    pd.reset();
+  }
+
+  std::string who() const {
+    return "replica " + std::to_string(spec.index) + " of group " + spec.group;
+  }
+
+  Result<cm::Accepted> accept(Chain c, const cm::Request& request) {
+    const std::string name = who() + " (" + detail::chain_name(c) + " chain)";
+    auto refuse = [&](Status s) -> Result<cm::Accepted> {
+      std::lock_guard<std::mutex> lock(mu);
+      last_error = s.message();
+      return s;
+    };
+    FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello,
+                           cm::private_data_as<detail::ChainHello>(request.private_data));
+    const uint32_t expected = spec.index == 0 ? detail::kClientSender : spec.index - 1;
+    if (Status s = detail::check_hello(hello, spec.options, expected, name); !s.ok()) return refuse(s);
+    if (!ready.load(std::memory_order_acquire)) {
+      return unavailable(name + " is not ready yet: its downstream is still connecting");
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    int& state = up_state[static_cast<int>(c)];
+    if (state != 0) {
+      last_error = name + ": refused " + request.peer_address + ": its upstream is already connected";
+      return failed_precondition(last_error + " (a replica serves one group session; restart it for another)");
+    }
+    state = 1;
+    cm::Accepted a;
+    a.qp = node->chains[static_cast<int>(c)].up.get();
+    a.private_data = cm::private_data_of(up_reply);
+    return a;
+  }
+
+  void done(Chain c, const Status& status) {
+    std::lock_guard<std::mutex> lock(mu);
+    up_state[static_cast<int>(c)] = status.ok() ? 2 : 3;
+    if (!status.ok()) last_error = who() + ": upstream handshake failed: " + status.message();
+  }
+};
+
+Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Replica::~Replica() = default;
+
+Result<std::unique_ptr<Replica>> Replica::create(nic::Nic& nic, std::span<uint8_t> region, const ReplicaSpec& spec) {
+  FERRY_RETURN_IF_ERROR(validate_group_options(spec.options));
+  FERRY_RETURN_IF_ERROR(detail::check_group_name(spec.group));
+  const GroupOptions& o = spec.options;
+  if (spec.index >= o.replicas) {
+    return invalid_argument("replica index " + std::to_string(spec.index) + " is not in a chain of " +
+                            std::to_string(o.replicas));
+  }
+  if (region.size() < o.region_bytes) {
+    return invalid_argument("replica region is " + std::to_string(region.size()) + " bytes, the group needs " +
+                            std::to_string(o.region_bytes));
+  }
+  auto impl = std::make_unique<Impl>();
+  Impl& r = *impl;
+  r.spec = spec;
+  r.region = region.first(o.region_bytes);
+  r.nic = &nic;
+  FERRY_ASSIGN_OR_RETURN(r.pd, nic.alloc_pd());
+  FERRY_ASSIGN_OR_RETURN(r.region_mr, nic.reg_mr(*r.pd, r.region.data(), r.region.size(), nic::kAccessAll));
+  const size_t wq_bytes = detail::replica_wq_bytes(o.replicas, o.ring_ops);
+  FERRY_ASSIGN_OR_RETURN(r.wq_mem, nicd::SharedMemory::create(wq_bytes, "ferry-hyperloop-wq"));
+
+  r.node = std::make_unique<detail::ReplicaNode>();
+  detail::ReplicaNode& node = *r.node;
+  node.index = spec.index;
+  node.replicas = o.replicas;
+  node.options = o;
+  node.nic = &nic;
+  node.pd = r.pd.get();
+  node.region_mr = r.region_mr.get();
+  node.wq = r.wq_mem.data();
+  FERRY_RETURN_IF_ERROR(detail::create_replica_queues(node));
+
+  // The replica's own pairs (one NIC): the loopback CAS/copy pair works on
+  // its region, the control pair only adds to the control ring's indices.
+  for (detail::ReplicaChain& rc : node.chains) {
+    nic::ConnectOptions loop;
+    loop.access_flags = detail::kLinkAccess | nic::kAccessRemoteAtomic;
+    if (rc.loop_a) FERRY_RETURN_IF_ERROR(nic::connect_qps(*rc.loop_a, nic, *rc.loop_b, nic, loop));
+    nic::ConnectOptions rearm;
+    rearm.access_flags = nic::kAccessRemoteAtomic;
+    FERRY_RETURN_IF_ERROR(nic::connect_qps(*rc.ctl, nic, *rc.ctl_peer, nic, rearm));
+    // The up QP takes its RECVs before its upstream can connect.
+    cm::QpOptions up;
+    up.access_flags = detail::kLinkAccess;
+    FERRY_RETURN_IF_ERROR(cm::init_qp(*rc.up, up));
+  }
+  r.up_reply.rkey = r.region_mr->rkey();
+  r.up_reply.count = 1;
+  r.up_reply.region_iova[0] = r.region_mr->iova();
+  return std::unique_ptr<Replica>(new Replica(std::move(impl)));
+}
+
+Status Replica::serve(cm::Listener& listener) {
+  Impl& r = *impl_;
+  if (r.listener != nullptr) return failed_precondition(r.who() + " already serves a listener");
+  for (int c = 0; c < kChainCount; ++c) {
+    const Chain chain = static_cast<Chain>(c);
+    cm::Service s;
+    s.nic = r.nic;
+    s.qp.access_flags = detail::kLinkAccess;
+    s.accept = [&r, chain](const cm::Request& request) { return r.accept(chain, request); };
+    s.done = [&r, chain](nic::QueuePair&, const cm::Connection&, const Status& status) { r.done(chain, status); };
+    Status st = listener.serve(detail::up_service(r.spec.group, chain), std::move(s));
+    if (!st.ok()) {
+      for (int u = 0; u < c; ++u) (void)listener.unserve(detail::up_service(r.spec.group, Chain(u)));
+      return st;
+    }
+  }
+  r.listener = &listener;
+  return ok_status();
+}
+
+Status Replica::connect_downstream(std::string_view address) {
+  Impl& r = *impl_;
+  if (r.downstream_done) return failed_precondition(r.who() + ": downstream already connected");
+  detail::ReplicaNode& node = *r.node;
+  const bool tail = node.tail();
+  const detail::ChainHello hello = detail::hello_of(r.spec.options, r.spec.index);
+  const std::vector<uint8_t> hello_bytes = cm::private_data_of(hello);
+  detail::Downstream ds;
+  detail::UpReply reply = r.up_reply;
+  for (int c = 0; c < kChainCount; ++c) {
+    const Chain chain = static_cast<Chain>(c);
+    const std::string service = tail ? detail::ack_service(r.spec.group, chain) : detail::up_service(r.spec.group, chain);
+    Result<cm::Connection> conn = detail::connect_retrying(address, service, *r.nic, *node.chains[c].down, hello_bytes,
+                                                           r.spec.connect_timeout_ms);
+    if (!conn.ok()) {
+      return Status(conn.status().code(), r.who() + ": connecting downstream to " + std::string(address) + ": " +
+                                              conn.status().message());
+    }
+    const std::span<const uint8_t> pd(conn.value().private_data);
+    if (tail) {
+      FERRY_ASSIGN_OR_RETURN(const detail::AckReply ack, cm::private_data_as<detail::AckReply>(pd));
+      if (ack.magic != detail::kWiringMagic) return invalid_argument(r.who() + ": the client's reply is not HyperLoop's");
+      ds.ack_slots[c] = ack.slots;
+      ds.ack_rkey = ack.rkey;
+      ds.ack_stride = ack.stride;
+    } else {
+      FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(pd));
+      const uint32_t expect = r.spec.options.replicas - r.spec.index - 1;
+      if (up.magic != detail::kWiringMagic || up.count != expect) {
+        return invalid_argument(r.who() + ": the next replica reported " + std::to_string(up.count) +
+                                " replicas after it, expected " + std::to_string(expect));
+      }
+      ds.region_iova = up.region_iova[0];
+      ds.region_rkey = up.rkey;
+      reply.count = 1 + up.count;
+      for (uint32_t i = 0; i < up.count; ++i) reply.region_iova[1 + i] = up.region_iova[i];
+    }
+  }
+  FERRY_RETURN_IF_ERROR(detail::post_replica_chains(node, ds));
+  r.downstream_done = true;
+  r.up_reply = reply;
+  r.ready.store(true, std::memory_order_release);
+  return ok_status();
+}
+
+ReplicaStatus Replica::status() const {
+  ReplicaStatus s;
+  s.ready = impl_->ready.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (int st : impl_->up_state) s.upstream_links += st == 2 ? 1 : 0;
+  s.last_error = impl_->last_error;
+  return s;
+}
+
+const ReplicaSpec& Replica::spec() const { return impl_->spec; }
+std::span<uint8_t> Replica::region() const { return impl_->region; }
+
+}  // namespace ferry::hyperloop

@@ -1,0 +1,90 @@
+// How the processes of a HyperLoop group find each other (docs/hyperloop.md,
+// "Across processes"): the connection-manager services each side serves, the
+// private data of their handshakes, and a connect that waits for a peer that
+// is not up or not ready yet. Shared by Replica (replica.h) and the client's
+// connect_group, so that the two sides cannot disagree.
+//
+//   client                 replica 0              ...  replica n-1 (tail)
+//   serves <chain>.ack     serves <chain>.up           serves <chain>.up
+//   head --REQ(hello)----> up                          down --REQ(hello)--> client's ack
+//        <--REP(regions)--                                  <--REP(ack slots)--
+//
+// A replica accepts its upstream only once its own downstream is connected
+// and its chains are posted, so when the client's head connection succeeds
+// the whole chain is armed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ferry/cm/cm.h"
+#include "ferry/common/status.h"
+#include "ferry/hyperloop/group.h"
+#include "layout.h"
+
+namespace ferry::hyperloop::detail {
+
+constexpr uint32_t kWiringMagic = 0x314C5748;  // "HWL1"
+constexpr uint32_t kClientSender = 0xFFFFFFFF;
+
+// REQ private data, from the upstream side of a link (the client, or
+// replica i-1) and from the tail to the client's acknowledgement service:
+// who is asking, and the group options both sides must agree on.
+struct ChainHello {
+  uint32_t magic = kWiringMagic;
+  uint32_t sender = 0;  // replica index, or kClientSender
+  uint32_t replicas = 0;
+  uint32_t ring_ops = 0;
+  uint32_t window = 0;
+  uint32_t flush_verb = 0;
+  uint64_t region_bytes = 0;
+};
+
+// REP private data of replica i's up service: the regions of replicas
+// i..n-1 (their base iovas; offsets are the same on every replica) and
+// replica i's rkey (the only one its upstream writes into).
+struct UpReply {
+  uint32_t magic = kWiringMagic;
+  uint32_t count = 0;  // n - i
+  uint32_t rkey = 0;
+  uint32_t reserved = 0;
+  std::array<uint64_t, kMaxReplicas> region_iova{};
+};
+
+// REP private data of the client's ack service of one chain: where the tail
+// writes its acknowledgements (ring_ops slots of `stride` bytes).
+struct AckReply {
+  uint32_t magic = kWiringMagic;
+  uint32_t rkey = 0;
+  uint32_t stride = 0;
+  uint32_t reserved = 0;
+  uint64_t slots = 0;
+};
+
+// Remote access on every link between two hosts (docs/hyperloop.md,
+// "Safety"): WRITEs, 0-byte READs and FLUSHes, never atomics.
+constexpr uint32_t kLinkAccess = nic::kAccessRemoteWrite | nic::kAccessRemoteRead | nic::kAccessFlushGlobal |
+                                 nic::kAccessFlushPersistent;
+
+// "hyperloop.<group>.<chain>.up" / ".ack".
+std::string up_service(std::string_view group, Chain c);
+std::string ack_service(std::string_view group, Chain c);
+// kInvalidArgument unless the group name makes valid service names.
+Status check_group_name(std::string_view group);
+
+ChainHello hello_of(const GroupOptions& options, uint32_t sender);
+// kInvalidArgument naming the first option the two sides disagree on, or an
+// unexpected sender ("replica 2 asked replica 0 ...").
+Status check_hello(const ChainHello& hello, const GroupOptions& own, uint32_t expected_sender, std::string_view who);
+
+// cm::connect, retried every few milliseconds while the peer is not there
+// yet (kUnavailable: refused, not ready; kNotFound: service not served yet)
+// until `timeout_ms` has passed; the last error then, with how long it tried.
+Result<cm::Connection> connect_retrying(std::string_view address, std::string_view service, nic::Nic& nic,
+                                        nic::QueuePair& qp, std::span<const uint8_t> private_data,
+                                        uint32_t timeout_ms);
+
+}  // namespace ferry::hyperloop::detail
