@@ -15,6 +15,7 @@
 #include "demo.h"
 #include "ferry/common/status.h"
 #include "group_bench.h"
+#include "hyperloop_cmd.h"
 #include "nicd_cmd.h"
 #include "nic_bench.h"
 #include "oq_bench.h"
@@ -147,6 +148,65 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   nicd_cmd->add_option("--max-qps", nicd_opts.nic.max_qps, "QPs of the NIC (all clients)")->capture_default_str();
+  uint64_t nicd_fault_delay_max_us = 0;
+  nicd_cmd->add_option("--fault-drop", nicd_opts.faults.drop,
+                       "testing: probability that a sent datagram is lost (seeded; for hosts without tc netem)")
+      ->check(CLI::Range(0.0, 1.0));
+  nicd_cmd->add_option("--fault-duplicate", nicd_opts.faults.duplicate, "testing: probability it is sent twice")
+      ->check(CLI::Range(0.0, 1.0));
+  nicd_cmd->add_option("--fault-delay", nicd_opts.faults.delay,
+                       "testing: probability it is held back (reordering it behind later ones)")
+      ->check(CLI::Range(0.0, 1.0));
+  nicd_cmd->add_option("--fault-delay-max-us", nicd_fault_delay_max_us, "testing: a held datagram waits up to this")
+      ->capture_default_str();
+  nicd_cmd->add_option("--fault-seed", nicd_opts.faults.seed, "testing: seed of the fault model")->capture_default_str();
+
+  CLI::App* hl_cmd = app.add_subcommand(
+      "hyperloop",
+      "A HyperLoop chain as processes: replicas and a client, each attached to its host's NIC daemon "
+      "(docs/deployment.md)");
+  hl_cmd->require_subcommand(1);
+  CLI::App* hl_replica = hl_cmd->add_subcommand(
+      "replica",
+      "Serve as one replica of the chain described by --config: pre-post its chains, then sleep while its NIC "
+      "serves the group. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
+  ferry::apps::ReplicaCmdOptions hl_replica_opts;
+  hl_replica->add_option("--config", hl_replica_opts.config, "the chain's TOML file (docs/deployment.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  hl_replica->add_option("--index", hl_replica_opts.index, "which [[replica]] of the file this process is (0: head)")
+      ->required();
+  hl_replica->add_option("--nicd", hl_replica_opts.nicd, "the NIC daemon's socket (overrides the file)");
+  hl_replica->add_option("--listen", hl_replica_opts.listen, "this replica's CM address (overrides the file)");
+  hl_replica->add_option("--region", hl_replica_opts.region,
+                         "file holding the replica's region, e.g. on /dev/shm or a DAX mount (overrides the file)");
+  CLI::App* hl_client = hl_cmd->add_subcommand(
+      "client",
+      "Connect to the chain described by --config and run --ops operations (gWRITEs and gCAS counter increments), "
+      "checking that every one was acknowledged and applied once, in order. Exit 0 only if all were");
+  ferry::apps::ClientCmdOptions hl_client_opts;
+  hl_client->add_option("--config", hl_client_opts.config, "the chain's TOML file (docs/deployment.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  hl_client->add_option("--nicd", hl_client_opts.nicd, "the NIC daemon's socket (overrides the file)");
+  hl_client->add_option("--listen", hl_client_opts.listen, "the client's CM address (overrides the file)");
+  hl_client->add_option("--ops", hl_client_opts.ops, "operations to run")->capture_default_str();
+  hl_client->add_option("--size", hl_client_opts.size, "bytes per gWRITE")->capture_default_str();
+  hl_client->add_option("--outstanding", hl_client_opts.outstanding, "operations in flight (at most the window)")
+      ->capture_default_str();
+  hl_client->add_option("--mix", hl_client_opts.mix, "write, cas or both (alternating)")
+      ->check(CLI::IsMember({"write", "cas", "both"}))
+      ->capture_default_str();
+  hl_client->add_option("--seed", hl_client_opts.seed, "seed of the bytes written")->capture_default_str();
+  hl_client->add_option("--dump", hl_client_opts.dump,
+                        "write the client's memory image here at the end (compare it with the replicas' regions)");
+  hl_client->add_flag("--json", hl_client_opts.json, "print the summary as one JSON object");
+  hl_client->add_option("--op-timeout-ms", hl_client_opts.op_timeout_ms,
+                        "fail the run when no operation completes for this long")
+      ->check(CLI::Range(1u, 3'600'000u))
+      ->capture_default_str();
+  hl_client->add_flag("--wait-for-sigusr1", hl_client_opts.wait_for_sigusr1,
+                      "after connecting, wait for SIGUSR1 before the first operation (tests stop the replicas first)");
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each measures its physical reference in the same run)");
   bench->require_subcommand(1);
@@ -357,8 +417,15 @@ int main(int argc, char** argv) {
     nicd_opts.bind = bind.value();
     nicd_opts.spin_ns = nicd_spin_us * 1000;
     nicd_opts.arena_bytes = nicd_arena_mib << 20;
+    nicd_opts.faults.delay_max_ns = nicd_fault_delay_max_us * 1000;
+    if (nicd_opts.faults.delay > 0 && nicd_opts.faults.delay_max_ns == 0) {
+      std::cerr << "ferry nicd: --fault-delay needs --fault-delay-max-us\n";
+      return 2;
+    }
     return ferry::apps::run_nicd(nicd_opts, std::cout, std::cerr);
   }
+  if (hl_replica->parsed()) return ferry::apps::run_hyperloop_replica(hl_replica_opts, std::cout, std::cerr);
+  if (hl_client->parsed()) return ferry::apps::run_hyperloop_client(hl_client_opts, std::cout, std::cerr);
   if (nic->parsed()) {
     if (!parse_list_option("ferry bench nic", "--sizes", sizes, &nic_opts.sizes) ||
         !parse_list_option("ferry bench nic", "--outstanding", outstanding, &nic_opts.outstanding)) {

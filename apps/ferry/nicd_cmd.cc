@@ -28,6 +28,13 @@ int run_nicd(const nicd::DaemonOptions& options, std::ostream& out, std::ostream
                      options.socket_path, ep ? ep->to_string() : "-", nic.gid().to_string(), nic.max_path_mtu(),
                      options.engine_cpu)
       << std::flush;
+  if (options.faults.enabled()) {
+    out << fmt::format("event=faults drop={} duplicate={} delay={} delay_max_us={} seed={} (injected on sent "
+                       "datagrams, for testing)\n",
+                       options.faults.drop, options.faults.duplicate, options.faults.delay,
+                       options.faults.delay_max_ns / 1000, options.faults.seed)
+        << std::flush;
+  }
   int sig = 0;
   sigwait(&stop, &sig);
   const auto udp = nic.udp_counters();

@@ -9,10 +9,23 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
 namespace ferry::nicd {
+
+namespace {
+// Whether `fd` is an anonymous memory file (memfd_create): its /proc link
+// reads "/memfd:<name> (deleted)".
+bool is_memfd(int fd) {
+  char link[64];
+  char target[256];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, target, sizeof target - 1);
+  return n >= 7 && std::memcmp(target, "/memfd:", 7) == 0;
+}
+}  // namespace
 
 using nic::detail::ChannelCore;
 using nic::detail::CqCore;
@@ -296,11 +309,14 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       } else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < offset + length) {
         bad = invalid_argument("nicd: ADD_MEMORY: the file is shorter than offset + length");
       } else {
-        // A memory file must be sealed against shrinking, or the client could
-        // make the daemon's DMA fault (SIGBUS). Files without seal support
-        // (a DAX or tmpfs file) are trusted not to be truncated.
+        // An anonymous memory file (memfd) must be sealed against shrinking,
+        // or the client could make the daemon's DMA fault (SIGBUS). A named
+        // file (a PM file on a DAX or tmpfs mount) cannot be sealed; it is
+        // trusted not to be truncated while registered (docs/nicd.md).
         const int seals = fcntl(fd, F_GET_SEALS);
-        if (seals >= 0 && !(seals & F_SEAL_SHRINK)) bad = invalid_argument("nicd: ADD_MEMORY: memfd not sealed against shrinking (F_SEAL_SHRINK)");
+        if (is_memfd(fd) && (seals < 0 || !(seals & F_SEAL_SHRINK))) {
+          bad = invalid_argument("nicd: ADD_MEMORY: memfd not sealed against shrinking (F_SEAL_SHRINK)");
+        }
       }
       if (!bad.ok()) {
         close(fd);

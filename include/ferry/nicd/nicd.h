@@ -47,6 +47,9 @@ struct DaemonOptions {
   size_t arena_bytes = 64u << 20;  // each client's memory file for rings and records (sparse)
   uint32_t max_clients = 64;
   nic::NicOptions nic;             // limits (max_qps, ...); name, udp and memory are set by the daemon
+  // Seeded faults on the datagrams this daemon sends (loss, duplication,
+  // delay that reorders): for tests where tc netem is unavailable. Off by default.
+  nic::FaultModel faults;
 };
 
 class Daemon {

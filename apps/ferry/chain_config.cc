@@ -1,0 +1,149 @@
+#include "chain_config.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "ferry/nic/types.h"
+
+namespace ferry::apps {
+
+namespace {
+
+std::string where(std::string_view source, std::string_view key) {
+  return std::string(source) + ": " + std::string(key);
+}
+
+// An integer key in [lo, hi], or `fallback` when absent.
+Result<uint64_t> integer(const toml::table& t, std::string_view key, std::string_view source, std::string_view path,
+                         uint64_t fallback, uint64_t lo, uint64_t hi) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return fallback;
+  const auto v = n->value<int64_t>();
+  if (!n->is_integer() || !v) return invalid_argument(where(source, path) + " must be an integer");
+  if (*v < 0 || static_cast<uint64_t>(*v) < lo || static_cast<uint64_t>(*v) > hi) {
+    return invalid_argument(where(source, path) + " = " + std::to_string(*v) + " is outside " + std::to_string(lo) +
+                            ".." + std::to_string(hi));
+  }
+  return static_cast<uint64_t>(*v);
+}
+
+Result<std::string> string(const toml::table& t, std::string_view key, std::string_view source, std::string_view path,
+                           bool required) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) {
+    if (required) return invalid_argument(where(source, path) + " is missing");
+    return std::string();
+  }
+  if (!n->is_string()) return invalid_argument(where(source, path) + " must be a string");
+  return std::string(*n->value<std::string_view>());
+}
+
+Status check_keys(const toml::table& t, std::string_view source, std::string_view table,
+                  std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : t) {
+    bool ok = false;
+    for (std::string_view name : known) ok = ok || k.str() == name;
+    if (!ok) return invalid_argument(std::string(source) + ": unknown key '" + std::string(k.str()) + "' in " + std::string(table));
+  }
+  return ok_status();
+}
+
+Result<MemberConfig> member(const toml::table& t, std::string_view source, const std::string& path, bool replica) {
+  if (replica) {
+    FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"nicd", "listen", "region"}));
+  } else {
+    FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"nicd", "listen"}));
+  }
+  MemberConfig m;
+  FERRY_ASSIGN_OR_RETURN(m.nicd, string(t, "nicd", source, path + ".nicd", false));
+  if (m.nicd.empty()) m.nicd = "/run/ferry/nicd.sock";
+  FERRY_ASSIGN_OR_RETURN(m.listen, string(t, "listen", source, path + ".listen", true));
+  if (auto ep = nic::UdpEndpoint::parse(m.listen); !ep.ok() || ep.value().port == 0) {
+    return invalid_argument(where(source, path + ".listen") + " '" + m.listen +
+                            "' must be an IPv4 address and a non-zero port, like 10.0.0.2:7400");
+  }
+  if (replica) {
+    FERRY_ASSIGN_OR_RETURN(m.region, string(t, "region", source, path + ".region", false));
+  }
+  return m;
+}
+
+}  // namespace
+
+Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return invalid_argument(std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " +
+                            std::string(e.description()));
+  }
+  FERRY_RETURN_IF_ERROR(check_keys(root, source, "the file", {"group", "client", "replica"}));
+  ChainConfig c;
+  const toml::table* group = root["group"].as_table();
+  if (group == nullptr) return invalid_argument(std::string(source) + ": the [group] table is missing");
+  FERRY_RETURN_IF_ERROR(check_keys(*group, source, "[group]",
+                                   {"name", "replicas", "region_bytes", "ring_ops", "window", "flush_verb",
+                                    "connect_timeout_ms"}));
+  FERRY_ASSIGN_OR_RETURN(c.group, string(*group, "name", source, "group.name", false));
+  if (c.group.empty()) c.group = "g0";
+  for (char ch : c.group) {
+    if (ch <= ' ' || ch > '~' || c.group.size() > 64) {
+      return invalid_argument(std::string(source) + ": group name '" + c.group +
+                              "' must be 1..64 printable characters without spaces");
+    }
+  }
+  hyperloop::GroupOptions& o = c.options;
+  FERRY_ASSIGN_OR_RETURN(const uint64_t replicas,
+                         integer(*group, "replicas", source, "group.replicas", 0, 1, hyperloop::kMaxReplicas));
+  if (replicas == 0) return invalid_argument(std::string(source) + ": group.replicas is missing");
+  o.replicas = static_cast<uint32_t>(replicas);
+  FERRY_ASSIGN_OR_RETURN(o.region_bytes, integer(*group, "region_bytes", source, "group.region_bytes", o.region_bytes,
+                                                 4096, uint64_t{1} << 40));
+  FERRY_ASSIGN_OR_RETURN(const uint64_t ring_ops, integer(*group, "ring_ops", source, "group.ring_ops", o.ring_ops, 8, 1024));
+  o.ring_ops = static_cast<uint32_t>(ring_ops);
+  FERRY_ASSIGN_OR_RETURN(const uint64_t window, integer(*group, "window", source, "group.window", o.window, 1, 256));
+  o.window = static_cast<uint32_t>(window);
+  FERRY_ASSIGN_OR_RETURN(const uint64_t timeout, integer(*group, "connect_timeout_ms", source,
+                                                         "group.connect_timeout_ms", c.connect_timeout_ms, 1, 3'600'000));
+  c.connect_timeout_ms = static_cast<uint32_t>(timeout);
+  if (const toml::node* f = group->get("flush_verb")) {
+    if (!f->is_boolean()) return invalid_argument(std::string(source) + ": group.flush_verb must be true or false");
+    o.flush_verb = *f->value<bool>();
+  }
+  if (Status s = hyperloop::validate_group_options(o); !s.ok()) {
+    return invalid_argument(std::string(source) + ": [group]: " + s.message());
+  }
+
+  const toml::table* client = root["client"].as_table();
+  if (client == nullptr) return invalid_argument(std::string(source) + ": the [client] table is missing");
+  FERRY_ASSIGN_OR_RETURN(c.client, member(*client, source, "client", false));
+
+  const toml::array* list = root["replica"].as_array();
+  if (list == nullptr) return invalid_argument(std::string(source) + ": no [[replica]] tables");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const toml::table* t = (*list)[i].as_table();
+    const std::string path = "replica[" + std::to_string(i) + "]";
+    if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[replica]])");
+    FERRY_ASSIGN_OR_RETURN(MemberConfig m, member(*t, source, path, true));
+    c.replicas.push_back(std::move(m));
+  }
+  if (c.replicas.size() != o.replicas) {
+    return invalid_argument(std::string(source) + ": group.replicas = " + std::to_string(o.replicas) + " but " +
+                            std::to_string(c.replicas.size()) + " [[replica]] tables");
+  }
+  return c;
+}
+
+Result<ChainConfig> load_chain_config(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return not_found("cannot read the configuration " + path + ": " + std::strerror(errno));
+  std::stringstream buf;
+  buf << f.rdbuf();
+  return parse_chain_config(buf.str(), path);
+}
+
+}  // namespace ferry::apps

@@ -1,0 +1,54 @@
+// The configuration of a HyperLoop chain deployed as processes (`ferry
+// hyperloop replica|client`, docs/deployment.md): one TOML file that every
+// member reads, each picking its own part (the client's, or replica i's).
+//
+//   [group]                       # every member must agree on these
+//   name = "g0"
+//   replicas = 3
+//   region_bytes = 1048576
+//   ring_ops = 128
+//   window = 16
+//   flush_verb = false
+//   connect_timeout_ms = 30000
+//
+//   [client]
+//   nicd = "/run/ferry/nicd.sock"   # the host's NIC daemon
+//   listen = "10.0.0.1:7400"         # its CM listener (the tail connects here)
+//
+//   [[replica]]                      # in chain order: the first is the head
+//   nicd = "/run/ferry/nicd.sock"
+//   listen = "10.0.0.2:7400"
+//   region = "/dev/shm/ferry-g0-r0.pm"   # the file the region lives in (optional: anonymous memory)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/hyperloop/group.h"
+
+namespace ferry::apps {
+
+struct MemberConfig {
+  std::string nicd;    // the NIC daemon's socket
+  std::string listen;  // "a.b.c.d:port" of the member's CM listener
+  std::string region;  // replicas: the region's backing file ("" = anonymous shared memory)
+};
+
+struct ChainConfig {
+  std::string group = "g0";
+  hyperloop::GroupOptions options;
+  uint32_t connect_timeout_ms = 30000;
+  MemberConfig client;
+  std::vector<MemberConfig> replicas;  // chain order
+};
+
+// Parses and checks a chain configuration. kInvalidArgument with the file
+// name, the line (for TOML syntax errors) or the key and what is wrong;
+// kNotFound for a file that cannot be read.
+Result<ChainConfig> parse_chain_config(std::string_view toml_text, std::string_view source_name);
+Result<ChainConfig> load_chain_config(const std::string& path);
+
+}  // namespace ferry::apps
