@@ -86,8 +86,14 @@ Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view s
   const toml::table* group = root["group"].as_table();
   if (group == nullptr) return invalid_argument(std::string(source) + ": the [group] table is missing");
   FERRY_RETURN_IF_ERROR(check_keys(*group, source, "[group]",
-                                   {"name", "replicas", "region_bytes", "ring_ops", "window", "flush_verb",
-                                    "connect_timeout_ms"}));
+                                   {"system", "name", "replicas", "region_bytes", "ring_ops", "window",
+                                    "flush_verb", "connect_timeout_ms"}));
+  FERRY_ASSIGN_OR_RETURN(c.system, string(*group, "system", source, "group.system", false));
+  if (c.system.empty()) c.system = "hyperloop";
+  if (c.system != "hyperloop" && c.system != "naive-event" && c.system != "naive-poll") {
+    return invalid_argument(std::string(source) + ": group.system '" + c.system +
+                            "' must be hyperloop, naive-event or naive-poll");
+  }
   FERRY_ASSIGN_OR_RETURN(c.group, string(*group, "name", source, "group.name", false));
   if (c.group.empty()) c.group = "g0";
   for (char ch : c.group) {

@@ -3,6 +3,7 @@
 // member reads, each picking its own part (the client's, or replica i's).
 //
 //   [group]                       # every member must agree on these
+//   system = "hyperloop"           # or "naive-event" / "naive-poll" (the baseline)
 //   name = "g0"
 //   replicas = 3
 //   region_bytes = 1048576
@@ -38,6 +39,7 @@ struct MemberConfig {
 };
 
 struct ChainConfig {
+  std::string system = "hyperloop";  // hyperloop, naive-event or naive-poll
   std::string group = "g0";
   hyperloop::GroupOptions options;
   uint32_t connect_timeout_ms = 30000;

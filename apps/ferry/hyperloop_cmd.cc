@@ -17,6 +17,7 @@
 #include "ferry/cm/cm.h"
 #include "ferry/common/histogram.h"
 #include "ferry/hyperloop/hyperloop.h"
+#include "ferry/hyperloop/naive.h"
 #include "ferry/hyperloop/replica.h"
 #include "ferry/nicd/nicd.h"
 
@@ -71,6 +72,7 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
   if (!opt.nicd.empty()) self.nicd = opt.nicd;
   if (!opt.listen.empty()) self.listen = opt.listen;
   if (!opt.region.empty()) self.region = opt.region;
+  if (!opt.system.empty()) c.system = opt.system;
   const bool tail = opt.index + 1 == c.replicas.size();
   const std::string downstream = tail ? c.client.listen : c.replicas[opt.index + 1].listen;
 
@@ -96,17 +98,32 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
   spec.index = opt.index;
   spec.options = c.options;
   spec.connect_timeout_ms = c.connect_timeout_ms;
-  auto replica = hyperloop::Replica::create(nic, std::span<uint8_t>(region.value().data(), c.options.region_bytes),
-                                            spec);
-  if (!replica.ok()) return fail(replica.status());
-  if (Status s = replica.value()->serve(*listener.value()); !s.ok()) return fail(s);
-  out << fmt::format("event=listening group={} index={} listen={} nicd={} region={} downstream={}\n", c.group,
-                     opt.index, listener.value()->address(), self.nicd, self.region.empty() ? "anonymous" : self.region,
-                     downstream)
+  const std::span<uint8_t> mem(region.value().data(), c.options.region_bytes);
+  // HyperLoop's replica needs no thread after setup; the baseline's serves
+  // every operation on one of this process.
+  std::unique_ptr<hyperloop::Replica> hl;
+  std::unique_ptr<hyperloop::NaiveReplica> naive;
+  if (c.system == "hyperloop") {
+    auto r = hyperloop::Replica::create(nic, mem, spec);
+    if (!r.ok()) return fail(r.status());
+    hl = std::move(r).value();
+  } else {
+    auto r = hyperloop::NaiveReplica::create(nic, mem, spec, /*poll_mode=*/c.system == "naive-poll", opt.cpu);
+    if (!r.ok()) return fail(r.status());
+    naive = std::move(r).value();
+  }
+  auto status = [&] { return hl ? hl->status() : naive->status(); };
+  const uint32_t links = hl ? 3 : 1;
+  if (Status s = hl ? hl->serve(*listener.value()) : naive->serve(*listener.value()); !s.ok()) return fail(s);
+  out << fmt::format("event=listening system={} group={} index={} listen={} nicd={} region={} downstream={}\n",
+                     c.system, c.group, opt.index, listener.value()->address(), self.nicd,
+                     self.region.empty() ? "anonymous" : self.region, downstream)
       << std::flush;
-  if (Status s = replica.value()->connect_downstream(downstream); !s.ok()) return fail(s);
-  out << fmt::format("event=ready group={} index={} (chains posted; this process now only waits)\n", c.group,
-                     opt.index)
+  if (Status s = hl ? hl->connect_downstream(downstream) : naive->connect_downstream(downstream); !s.ok()) {
+    return fail(s);
+  }
+  out << fmt::format("event=ready system={} group={} index={} ({})\n", c.system, c.group, opt.index,
+                     hl ? "chains posted; this process now only waits" : "a thread of this process serves every operation")
       << std::flush;
 
   bool serving = false;
@@ -115,9 +132,11 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
     siginfo_t info;
     const int sig = sigtimedwait(&stop, &info, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
-      const auto st = replica.value()->status();
-      out << fmt::format("event=stop signal={} upstream_links={}\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                         st.upstream_links)
+      const auto st = status();
+      out << fmt::format("event=stop signal={} upstream_links={}{}\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                         st.upstream_links, naive ? fmt::format(" ops={} cpu_ms={:.1f}", naive->ops(),
+                                                                naive->cpu_ns() / 1e6)
+                                                  : "")
           << std::flush;
       return 0;
     }
@@ -125,8 +144,8 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
       err << me << " " << opt.index << ": the NIC daemon at " << self.nicd << " died; the chain is broken\n";
       return 1;
     }
-    const auto st = replica.value()->status();
-    if (!serving && st.upstream_links == 3) {
+    const auto st = status();
+    if (!serving && st.upstream_links == links) {
       serving = true;
       out << fmt::format("event=serving group={} index={}\n", c.group, opt.index) << std::flush;
     }
@@ -144,6 +163,7 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
   MemberConfig self = c.client;
   if (!opt.nicd.empty()) self.nicd = opt.nicd;
   if (!opt.listen.empty()) self.listen = opt.listen;
+  if (!opt.system.empty()) c.system = opt.system;
   const bool writes = opt.mix == "write" || opt.mix == "both";
   const bool cases = opt.mix == "cas" || opt.mix == "both";
   if (!writes && !cases) {
@@ -174,19 +194,31 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
                                                                        listener.status().message()));
   hyperloop::ClientOptions co;
   co.op_timeout_ns = uint64_t{opt.op_timeout_ms} * 1'000'000;
-  auto client = hyperloop::HyperLoopClient::create(device.value()->nic(), co);
-  if (!client.ok()) return fail(client.status());
-  hyperloop::HyperLoopClient& hl = *client.value();
   hyperloop::RemoteGroupOptions ro;
   ro.group = c.group;
   ro.options = c.options;
   ro.head = c.replicas[0].listen;
   ro.listener = listener.value().get();
   ro.timeout_ms = c.connect_timeout_ms;
-  auto gid = hl.connect_group(ro);
+  std::unique_ptr<hyperloop::GroupClient> client;
+  Result<hyperloop::GroupId> gid = invalid_argument("unset");
+  if (c.system == "hyperloop") {
+    auto hc = hyperloop::HyperLoopClient::create(device.value()->nic(), co);
+    if (!hc.ok()) return fail(hc.status());
+    gid = hc.value()->connect_group(ro);
+    client = std::move(hc).value();
+  } else {
+    hyperloop::NaiveOptions no;
+    no.client = co;
+    auto nc = hyperloop::NaiveClient::create(device.value()->nic(), no);
+    if (!nc.ok()) return fail(nc.status());
+    gid = nc.value()->connect_group(ro);
+    client = std::move(nc).value();
+  }
   if (!gid.ok()) return fail(gid.status());
-  out << fmt::format("event=connected group={} replicas={} head={} listen={}\n", c.group, c.options.replicas, ro.head,
-                     listener.value()->address())
+  hyperloop::GroupClient& hl = *client;
+  out << fmt::format("event=connected system={} group={} replicas={} head={} listen={}\n", c.system, c.group,
+                     c.options.replicas, ro.head, listener.value()->address())
       << std::flush;
   if (opt.wait_for_sigusr1) {
     out << "event=waiting for SIGUSR1\n" << std::flush;
@@ -264,7 +296,7 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
   auto us = [&](double q) { return static_cast<double>(latency.percentile(q)) / 1000.0; };
   if (opt.json) {
     nlohmann::json j;
-    j["system"] = "hyperloop";
+    j["system"] = c.system;
     j["transport"] = "udp";
     j["nic"] = "nicd";
     j["group"] = c.group;

@@ -15,6 +15,8 @@ struct ReplicaCmdOptions {
   std::string nicd;
   std::string listen;
   std::string region;
+  std::string system;   // overrides group.system
+  int cpu = -1;         // naive-*: pin the serving thread
 };
 
 // Serves as replica `index` until SIGINT/SIGTERM (exit 0) or until its NIC
@@ -27,6 +29,7 @@ struct ClientCmdOptions {
   std::string config;
   std::string nicd;
   std::string listen;
+  std::string system;          // overrides group.system
   uint64_t ops = 10000;        // operations to run
   uint32_t size = 64;          // gWRITE bytes
   uint32_t outstanding = 8;    // operations in flight (at most the group's window)

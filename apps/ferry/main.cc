@@ -178,6 +178,11 @@ int main(int argc, char** argv) {
       ->required();
   hl_replica->add_option("--nicd", hl_replica_opts.nicd, "the NIC daemon's socket (overrides the file)");
   hl_replica->add_option("--listen", hl_replica_opts.listen, "this replica's CM address (overrides the file)");
+  hl_replica->add_option("--system", hl_replica_opts.system,
+                         "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
+      ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
+  hl_replica->add_option("--cpu", hl_replica_opts.cpu, "naive-*: pin the thread that serves the chain (-1: no)")
+      ->capture_default_str();
   hl_replica->add_option("--region", hl_replica_opts.region,
                          "file holding the replica's region, e.g. on /dev/shm or a DAX mount (overrides the file)");
   CLI::App* hl_client = hl_cmd->add_subcommand(
@@ -190,6 +195,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   hl_client->add_option("--nicd", hl_client_opts.nicd, "the NIC daemon's socket (overrides the file)");
   hl_client->add_option("--listen", hl_client_opts.listen, "the client's CM address (overrides the file)");
+  hl_client->add_option("--system", hl_client_opts.system,
+                        "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
+      ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
   hl_client->add_option("--ops", hl_client_opts.ops, "operations to run")->capture_default_str();
   hl_client->add_option("--size", hl_client_opts.size, "bytes per gWRITE")->capture_default_str();
   hl_client->add_option("--outstanding", hl_client_opts.outstanding, "operations in flight (at most the window)")

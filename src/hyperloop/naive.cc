@@ -42,131 +42,33 @@
 
 #include "ferry/common/clock.h"
 #include "ferry/common/cpu.h"
+#include "ferry/cm/cm.h"
+#include "ferry/hyperloop/hyperloop.h"
 #include "ferry/nic/connect.h"
 #include "host.h"
+#include "naive_node.h"
 #include "naive_wire.h"
+#include "wiring.h"
 
 namespace ferry::hyperloop {
 
 namespace {
 
+using detail::alloc_buffer;
+using detail::Buffer;
 using detail::Host;
+using detail::kAckSlotBytes;
+using detail::kHeaderSlotBytes;
 using detail::kNaiveHeaderBytes;
+using detail::kPollBatch;
 using detail::NaiveHeader;
-
-// A replica's receive slot is larger than a header so that an oversized
-// message is delivered, parsed and rejected, instead of failing the QP with
-// a local length error (which would take the chain down).
-constexpr size_t kRecvSlotBytes = 256;
-constexpr size_t kForwardSlotBytes = 128;  // a header, cache-line multiple
-constexpr size_t kHeaderSlotBytes = 128;   // the client's header ring
-constexpr size_t kAckSlotBytes = 64;       // the tail writes 8 bytes per replica here
-constexpr size_t kDirtyRangesMax = 64;
-constexpr uint32_t kPollBatch = 16;
-
-static_assert(kNaiveHeaderBytes <= kForwardSlotBytes && kNaiveHeaderBytes <= kHeaderSlotBytes &&
-                  kNaiveHeaderBytes < kRecvSlotBytes,
-              "a header fits every ring slot");
-static_assert(8 * kMaxReplicas <= kAckSlotBytes, "the result map fits an ack slot");
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
-Result<Buffer> alloc_buffer(size_t bytes) {
-  const size_t rounded = (bytes + 4095) & ~size_t{4095};
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, rounded));
-  if (p == nullptr) return resource_exhausted("naive: out of memory for a " + std::to_string(bytes) + "-byte ring");
-  std::memset(p, 0, rounded);
-  return Buffer(p);
-}
-
-// Ranges a replica's CPU changed (gcas, gmemcpy without flush) since its last
-// gflush, which persists them. Fixed capacity so the replica path never
-// allocates; on overflow the next gflush persists the whole region.
-class DirtyRanges {
- public:
-  void add(uint64_t offset, uint64_t size) {
-    if (all_) return;
-    if (count_ > 0) {
-      Range& last = ranges_[count_ - 1];
-      if (offset <= last.offset + last.size && last.offset <= offset + size) {  // overlaps or touches: merge
-        const uint64_t end = std::max(last.offset + last.size, offset + size);
-        last.offset = std::min(last.offset, offset);
-        last.size = end - last.offset;
-        return;
-      }
-    }
-    if (count_ == kDirtyRangesMax) {
-      all_ = true;
-      return;
-    }
-    ranges_[count_++] = Range{offset, size};
-  }
-
-  void persist(pm::Region& region) {
-    if (all_) {
-      region.persist(region.data(), region.size());
-    } else {
-      for (size_t i = 0; i < count_; ++i) region.persist(region.data() + ranges_[i].offset, ranges_[i].size);
-    }
-    count_ = 0;
-    all_ = false;
-  }
-
- private:
-  struct Range {
-    uint64_t offset;
-    uint64_t size;
-  };
-  std::array<Range, kDirtyRangesMax> ranges_{};
-  size_t count_ = 0;
-  bool all_ = false;
-};
-
-// One replica of a group. Declaration order is teardown order reversed:
-// QPs go before the CQs they use, CQs before their channel, the ring MR
-// before its memory, and everything before the host (its PD and domain).
-struct Replica {
-  uint32_t index = 0;
-  uint32_t replicas = 0;
-  uint32_t ring_ops = 0;
-  size_t region_bytes = 0;
-  bool tail = false;
-  bool flush_verb = false;
-
-  std::unique_ptr<Host> host;
-  Buffer rings;  // ring_ops receive slots, then ring_ops forward slots
-  std::unique_ptr<nic::MemoryRegion> rings_mr;
-  std::unique_ptr<nic::CompletionChannel> channel;  // kEvent only
-  std::unique_ptr<nic::CompletionQueue> recv_cq;    // receives from upstream
-  // Count-only: the signaled WR of each forwarded operation lands here so
-  // the send ring's slots free; nobody needs the completions themselves.
-  std::unique_ptr<nic::CompletionQueue> send_cq;
-  std::unique_ptr<nic::QueuePair> up;
-  std::unique_ptr<nic::QueuePair> down;
-
-  // Where `down` writes: the next replica's region, or (tail) the client's
-  // ack ring.
-  uint64_t next_iova = 0;
-  uint32_t next_rkey = 0;
-
-  // Owned by the thread that serves this replica.
-  uint64_t forwarded = 0;
-  DirtyRanges dirty;
-  bool failed = false;
-
-  // Read by anyone (diagnostics).
-  std::atomic<uint64_t> ops{0};
-  std::atomic<uint64_t> malformed{0};
-  std::atomic<uint64_t> errors{0};
-
-  size_t recv_offset(uint64_t slot) const { return (slot % ring_ops) * kRecvSlotBytes; }
-  size_t forward_offset(uint64_t n) const {
-    return size_t{ring_ops} * kRecvSlotBytes + (n % ring_ops) * kForwardSlotBytes;
-  }
-};
+using detail::finish_worker;
+using detail::name_thread;
+using detail::post_recv_slot;
+using detail::run_event_replica;
+using detail::serve;
+using detail::Worker;
+using Replica = detail::NaiveNode;
 
 struct Pending {
   uint64_t seq = 0;
@@ -183,9 +85,27 @@ struct Group {
   GroupId id = 0;
   GroupOptions options;
 
+  // Memory of a group connected across processes: destroyed last.
+  nicd::SharedMemory remote_client_mem;
+  nicd::SharedMemory remote_rings;
+  // The client's side: in process `client` (an emulated host) owns the PD
+  // and the client memory, across processes the group does.
+  nic::Nic* cnic = nullptr;
+  nic::ProtectionDomain* cpd = nullptr;
   std::unique_ptr<Host> client;
-  Buffer rings;  // ring_ops header slots, then ring_ops ack slots
+  std::unique_ptr<nic::ProtectionDomain> remote_pd;
+  std::unique_ptr<nic::MemoryRegion> remote_client_mr;
+  std::span<uint8_t> client_mem;
+  nic::MemoryRegion* client_mr = nullptr;
+  uint8_t* rings = nullptr;  // ring_ops header slots, then ring_ops ack slots
+  Buffer rings_heap;
   std::unique_ptr<nic::MemoryRegion> rings_mr;
+  // Replica 0's region: where the head's gWRITE data and flush points go.
+  uint64_t head_iova = 0;
+  uint32_t head_rkey = 0;
+  std::string remote_name;           // across processes: the group's name
+  cm::Listener* listener = nullptr;  // serving the tail's ack service until connected
+  std::shared_ptr<std::atomic<int>> ack_state;  // 0 free, 1 handshaking, 2 connected, 3 failed
   std::unique_ptr<nic::CompletionQueue> send_cq;  // head's signaled SENDs (errors surface here)
   std::unique_ptr<nic::CompletionQueue> ack_cq;   // the tail's WRITE_WITH_IMM acknowledgments
   std::unique_ptr<nic::QueuePair> head;
@@ -197,230 +117,28 @@ struct Group {
 
   std::vector<std::unique_ptr<Replica>> replicas;
 
+  ~Group() {
+    unserve();
+    replicas.clear();
+    head.reset();
+    ack.reset();
+    send_cq.reset();
+    ack_cq.reset();
+    rings_mr.reset();
+    remote_client_mr.reset();
+    remote_pd.reset();
+  }
+  void unserve() {
+    if (listener != nullptr) (void)listener->unserve(detail::naive_ack_service(remote_name));
+    listener = nullptr;
+  }
+
   size_t header_offset(uint64_t seq) const { return (seq % options.ring_ops) * kHeaderSlotBytes; }
   size_t ack_offset(uint64_t seq) const {
     return size_t{options.ring_ops} * kHeaderSlotBytes + (seq % options.ring_ops) * kAckSlotBytes;
   }
   std::string name() const { return "group " + std::to_string(id); }
 };
-
-// One replica application thread. cpu_ns is what it used, stored as it exits.
-struct Worker {
-  std::thread thread;
-  std::atomic<bool> exited{false};
-  std::atomic<uint64_t> cpu_ns{0};
-};
-
-// ---- the hop: what one node posts for one operation ----------------------
-
-// One hop with one doorbell: the gwrite's data WRITE, the flush point if the
-// operation flushes, and the header SEND -- signaled so the send ring's slots
-// free, fenced behind the flush point so it lands only after the next node's
-// NIC drained its write buffer. `data` is used by gwrite only.
-size_t build_hop(const NaiveHeader& h, bool flush_verb, const nic::Sge& data, const nic::Sge& header,
-                 uint64_t target_iova, uint32_t target_rkey, std::span<nic::SendWr, 3> wrs) {
-  size_t n = 0;
-  if (h.primitive == Primitive::kWrite) {
-    nic::SendWr& w = wrs[n++];
-    w = nic::SendWr{};
-    w.wr_id = h.seq;
-    w.opcode = nic::WrOpcode::kRdmaWrite;
-    w.sg_list = std::span<const nic::Sge>(&data, 1);
-    w.remote_addr = target_iova + h.offset;
-    w.rkey = target_rkey;
-  }
-  if (h.flush) {
-    nic::SendWr& f = wrs[n++];
-    f = nic::SendWr{};
-    f.wr_id = h.seq;
-    f.remote_addr = target_iova + h.offset;
-    f.rkey = target_rkey;
-    if (flush_verb) {
-      f.opcode = nic::WrOpcode::kFlush;
-      f.flush_persistent = true;
-      // gwrite: its range. gflush: everything DMA put in the region. The CPU
-      // primitives: drain only (length 0); the replica's CPU persists its change.
-      if (h.primitive == Primitive::kWrite) f.flush_length = h.size;
-      f.flush_whole_mr = h.primitive == Primitive::kFlush;
-    } else {
-      f.opcode = nic::WrOpcode::kRdmaRead;  // 0 bytes: drains the responder's NIC buffer, reads nothing
-    }
-  }
-  nic::SendWr& s = wrs[n++];
-  s = nic::SendWr{};
-  s.wr_id = h.seq;
-  s.opcode = nic::WrOpcode::kSend;
-  s.flags = static_cast<uint8_t>(nic::kSendSignaled | (h.flush ? nic::kSendFence : 0));
-  s.sg_list = std::span<const nic::Sge>(&header, 1);
-  return n;
-}
-
-// ---- the replica path (replica threads; allocation-free) ------------------
-
-Status post_recv_slot(Replica& r, uint64_t slot) {
-  const nic::Sge sge = r.rings_mr->sge(r.recv_offset(slot), kRecvSlotBytes);
-  nic::RecvWr wr;
-  wr.wr_id = slot;
-  wr.sg_list = std::span<const nic::Sge>(&sge, 1);
-  return r.up->post_recv(wr);
-}
-
-// Send-queue slots free when a later signaled WR completes, which the NIC
-// does on its own; a full ring means waiting for that, not an error. (The
-// ring holds 4 WRs per operation of the window, so this is rare.)
-Status post_send_waiting(nic::QueuePair& qp, std::span<const nic::SendWr> wrs, const std::atomic<bool>& stop) {
-  for (uint32_t spins = 1;; ++spins) {
-    Status s = qp.post_send(wrs);
-    if (s.code() != Code::kResourceExhausted || stop.load(std::memory_order_relaxed)) return s;
-    if (spins % 64 == 0) {
-      std::this_thread::yield();
-    } else {
-      cpu_relax();
-    }
-  }
-}
-
-void apply(Replica& r, NaiveHeader& h) {
-  pm::Region& region = *r.host->region;
-  uint8_t* base = region.data();
-  switch (h.primitive) {
-    case Primitive::kWrite:
-      break;  // the data arrived by RDMA WRITE, placed before the header (RC order)
-    case Primitive::kCas:
-      if ((h.execute_map & (1u << r.index)) != 0) {
-        // atomic_ref: atomic against NIC atomics on the same word, as a real CPU CAS is.
-        uint64_t seen = h.old_value;
-        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + h.offset))
-            .compare_exchange_strong(seen, h.new_value, std::memory_order_seq_cst);
-        h.results[r.index] = seen;
-        if (h.flush) {
-          region.persist(base + h.offset, 8);
-        } else {
-          r.dirty.add(h.offset, 8);
-        }
-      }
-      break;
-    case Primitive::kMemcpy:
-      std::memcpy(base + h.offset, base + h.src_offset, h.size);  // the parser rejected overlap
-      if (h.flush) {
-        region.persist(base + h.offset, h.size);
-      } else {
-        r.dirty.add(h.offset, h.size);
-      }
-      break;
-    case Primitive::kFlush:
-      // DMA writes were drained by the flush point before the header came;
-      // what the CPU changed it persists itself.
-      r.dirty.persist(region);
-      break;
-  }
-}
-
-Status forward(Replica& r, const NaiveHeader& h, const std::atomic<bool>& stop) {
-  // A forward slot is reused ring_ops operations later; its SEND was
-  // delivered before its operation completed, and the client keeps at most
-  // ring_ops/4 operations outstanding, so nothing still reads it then.
-  const size_t slot = r.forward_offset(r.forwarded++);
-  encode_naive_header(h, std::span<uint8_t>(r.rings.get() + slot, kForwardSlotBytes));
-  nic::SendWr wrs[3];
-  size_t n = 0;
-  nic::Sge results;
-  nic::Sge data;
-  nic::Sge header;
-  if (r.tail) {
-    nic::SendWr& w = wrs[n++];
-    w.wr_id = h.seq;
-    w.opcode = nic::WrOpcode::kRdmaWriteWithImm;
-    w.flags = nic::kSendSignaled;
-    w.imm_data = static_cast<uint32_t>(h.seq);
-    w.remote_addr = r.next_iova + (h.seq % r.ring_ops) * kAckSlotBytes;
-    w.rkey = r.next_rkey;
-    if (h.primitive == Primitive::kCas) {
-      results = r.rings_mr->sge(slot + detail::kNaiveResultsOffset, 8 * r.replicas);
-      w.sg_list = std::span<const nic::Sge>(&results, 1);
-    }
-  } else {
-    data = r.host->mr->sge(h.offset, h.size);
-    header = r.rings_mr->sge(slot, kNaiveHeaderBytes);
-    n = build_hop(h, r.flush_verb, data, header, r.next_iova, r.next_rkey, std::span<nic::SendWr, 3>(wrs));
-  }
-  return post_send_waiting(*r.down, std::span<const nic::SendWr>(wrs, n), stop);
-}
-
-void handle_recv(Replica& r, const nic::WorkCompletion& wc, const std::atomic<bool>& stop) {
-  if (wc.status != nic::WcStatus::kSuccess || wc.wr_id >= r.ring_ops) {
-    // The up QP failed (its receives flush): the chain is broken here. The
-    // client sees its own QPs fail or its operations time out.
-    r.errors.fetch_add(1, std::memory_order_relaxed);
-    r.failed = true;
-    return;
-  }
-  const uint64_t slot = wc.wr_id;
-  const size_t length = std::min<size_t>(wc.byte_len, kRecvSlotBytes);
-  auto parsed =
-      detail::parse_naive_header(std::span<const uint8_t>(r.rings.get() + r.recv_offset(slot), length), r.region_bytes);
-  // The header is copied out (or rejected): the slot can take the next message.
-  if (!post_recv_slot(r, slot).ok()) {
-    r.errors.fetch_add(1, std::memory_order_relaxed);
-    r.failed = true;
-    return;
-  }
-  if (!parsed.ok() || parsed.value().replicas != r.replicas) {
-    // Untrusted input: drop and count. The operation never completes, which
-    // the client notices (timeout, then an out-of-order acknowledgment).
-    r.malformed.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  NaiveHeader h = parsed.value();
-  apply(r, h);
-  if (!forward(r, h, stop).ok()) {
-    r.errors.fetch_add(1, std::memory_order_relaxed);
-    r.failed = true;
-    return;
-  }
-  r.ops.fetch_add(1, std::memory_order_relaxed);
-}
-
-// Handles what the replica's receive CQ holds; true if there was anything.
-bool serve(Replica& r, const std::atomic<bool>& stop) {
-  if (r.failed) return false;
-  nic::WorkCompletion wcs[kPollBatch];
-  auto n = r.recv_cq->poll(wcs);
-  if (!n.ok()) {  // overrun: cannot happen with the CQ sized for every posted RECV
-    r.errors.fetch_add(1, std::memory_order_relaxed);
-    r.failed = true;
-    return false;
-  }
-  for (uint32_t i = 0; i < n.value(); ++i) handle_recv(r, wcs[i], stop);
-  return n.value() != 0;
-}
-
-void finish_worker(Worker& w) {
-  w.cpu_ns.store(thread_cpu_time_ns(), std::memory_order_relaxed);
-  w.exited.store(true, std::memory_order_release);
-}
-
-void name_thread(const std::string& name) { (void)pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
-
-// kEvent: block on the completion channel when there is nothing to do (as
-// ibv_get_cq_event does), or until `stop_fd` -- written once at shutdown and
-// never drained, so it wakes every thread -- becomes readable.
-void run_event_replica(Replica& r, const std::atomic<bool>& stop, int stop_fd, int cpu, Worker& w) {
-  if (cpu >= 0) (void)pin_current_thread(cpu);  // the CPU was checked at create()
-  name_thread("naive-r" + std::to_string(r.index));
-  while (!stop.load(std::memory_order_acquire)) {
-    if (serve(r, stop)) continue;
-    if (!r.failed) {
-      // Arm, then poll again: a completion that arrived before arming
-      // raised no event.
-      (void)r.recv_cq->req_notify(false);
-      if (serve(r, stop)) continue;
-    }
-    pollfd fds[2] = {{r.channel->fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) > 0 && (fds[0].revents & POLLIN) != 0) (void)r.channel->get_event(0);
-  }
-  finish_worker(w);
-}
 
 }  // namespace
 
@@ -445,6 +163,9 @@ struct NaiveClient::Impl {
 
   void run_poller(Worker& w);
   Status build_group(Group& g);
+  Status build_client_side(Group& g);
+  Status connect_remote(Group& g, const RemoteGroupOptions& ro);
+  nic::Nic* nic = nullptr;  // a client created on a NIC: its groups connect to replica processes
   size_t poll_group(Group& g);
   size_t fail_group(Group& g, Status status);
   Status submit(Group& g, NaiveHeader h, Callback done,
@@ -488,15 +209,15 @@ Result<std::unique_ptr<NaiveClient>> NaiveClient::create(nic::Engine& engine, co
     return invalid_argument("naive: replica_cpu " + std::to_string(options.replica_cpu) + " is not a CPU (0.." +
                             std::to_string(available_cpus() - 1) + ", or -1)");
   }
-  auto client = std::unique_ptr<NaiveClient>(new NaiveClient(engine, options));
+  auto client = std::unique_ptr<NaiveClient>(new NaiveClient(&engine, options));
   client->impl_->stop_fd = ::eventfd(0, EFD_CLOEXEC);
   if (client->impl_->stop_fd < 0) return internal_error("naive: eventfd failed");
   return client;
 }
 
-NaiveClient::NaiveClient(nic::Engine& engine, const NaiveOptions& options)
-    : GroupClient(&engine, options.client), impl_(std::make_unique<Impl>()) {
-  impl_->engine = &engine;
+NaiveClient::NaiveClient(nic::Engine* engine, const NaiveOptions& options)
+    : GroupClient(engine, options.client), impl_(std::make_unique<Impl>()) {
+  impl_->engine = engine;
   impl_->options = options;
 }
 
@@ -518,10 +239,47 @@ std::string_view NaiveClient::system() const {
   return impl_->options.mode == NaiveMode::kEvent ? "naive-event" : "naive-poll";
 }
 
+// The client's rings, CQs and QPs on g.cnic / g.cpd (both kinds of group).
+Status NaiveClient::Impl::build_client_side(Group& g) {
+  const GroupOptions& o = g.options;
+  const uint32_t cq_depth = 2 * o.ring_ops;
+  nic::Nic& cnic = *g.cnic;
+  const size_t ring_bytes = size_t{o.ring_ops} * (kHeaderSlotBytes + kAckSlotBytes);
+  if (g.remote_name.empty()) {
+    FERRY_ASSIGN_OR_RETURN(g.rings_heap, alloc_buffer(ring_bytes));
+    g.rings = g.rings_heap.get();
+  } else {
+    FERRY_ASSIGN_OR_RETURN(g.remote_rings, nicd::SharedMemory::create(ring_bytes, "ferry-naive-client"));
+    g.rings = g.remote_rings.data();
+  }
+  FERRY_ASSIGN_OR_RETURN(g.rings_mr,
+                         cnic.reg_mr(*g.cpd, g.rings, ring_bytes, nic::kAccessLocalWrite | nic::kAccessRemoteWrite));
+  nic::CqInitAttr cq_attr;
+  cq_attr.cqe = cq_depth;
+  FERRY_ASSIGN_OR_RETURN(g.send_cq, cnic.create_cq(cq_attr));
+  FERRY_ASSIGN_OR_RETURN(g.ack_cq, cnic.create_cq(cq_attr));
+  nic::QpInitAttr qa;
+  qa.send_cq = g.send_cq.get();
+  qa.recv_cq = g.send_cq.get();     // head receives nothing
+  qa.cap.max_send_wr = o.ring_ops;  // <= 3 WRs per operation, <= ring_ops/4 operations in flight
+  qa.cap.max_recv_wr = 1;
+  FERRY_ASSIGN_OR_RETURN(g.head, cnic.create_qp(*g.cpd, qa));
+  qa.send_cq = g.send_cq.get();  // ack sends nothing
+  qa.recv_cq = g.ack_cq.get();
+  qa.cap.max_send_wr = 1;
+  qa.cap.max_recv_wr = o.ring_ops;
+  FERRY_ASSIGN_OR_RETURN(g.ack, cnic.create_qp(*g.cpd, qa));
+  return ok_status();
+}
+
 Status NaiveClient::Impl::build_group(Group& g) {
   const GroupOptions& o = g.options;
   const std::string prefix = "g" + std::to_string(g.id) + "-";
   FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(*engine, prefix + "client", o, /*pm=*/false));
+  g.cnic = g.client->nic;
+  g.cpd = g.client->pd.get();
+  g.client_mem = std::span<uint8_t>(g.client->base(), g.client->region->size());
+  g.client_mr = g.client->mr.get();
   for (uint32_t i = 0; i < o.replicas; ++i) {
     auto r = std::make_unique<Replica>();
     r->index = i;
@@ -532,78 +290,32 @@ Status NaiveClient::Impl::build_group(Group& g) {
     r->flush_verb = o.flush_verb;
     FERRY_ASSIGN_OR_RETURN(r->host,
                            detail::make_host(*engine, prefix + "r" + std::to_string(i), o, o.media == pm::Media::kPm));
+    r->nic = r->host->nic;
+    r->pd = r->host->pd.get();
+    r->region_mr = r->host->mr.get();
+    r->region_base = r->host->base();
+    r->pm_region = r->host->region;
     g.replicas.push_back(std::move(r));
   }
-
-  // Every CQ that takes receives holds all of its QP's posted RECVs, so even
-  // a QP failure (which flushes them all) cannot overrun it.
-  const uint32_t cq_depth = 2 * o.ring_ops;
-
-  // Client: the header ring (SEND source) and the ack ring (tail's target).
-  nic::Nic& cnic = *g.client->nic;
-  FERRY_ASSIGN_OR_RETURN(g.rings, alloc_buffer(size_t{o.ring_ops} * (kHeaderSlotBytes + kAckSlotBytes)));
-  FERRY_ASSIGN_OR_RETURN(
-      g.rings_mr, cnic.reg_mr(*g.client->pd, g.rings.get(), size_t{o.ring_ops} * (kHeaderSlotBytes + kAckSlotBytes),
-                              nic::kAccessLocalWrite | nic::kAccessRemoteWrite));
-  nic::CqInitAttr cq_attr;
-  cq_attr.cqe = cq_depth;
-  FERRY_ASSIGN_OR_RETURN(g.send_cq, cnic.create_cq(cq_attr));
-  FERRY_ASSIGN_OR_RETURN(g.ack_cq, cnic.create_cq(cq_attr));
-  nic::QpInitAttr qa;
-  qa.send_cq = g.send_cq.get();
-  qa.recv_cq = g.send_cq.get();     // head receives nothing
-  qa.cap.max_send_wr = o.ring_ops;  // <= 3 WRs per operation, <= ring_ops/4 operations in flight
-  qa.cap.max_recv_wr = 1;
-  FERRY_ASSIGN_OR_RETURN(g.head, cnic.create_qp(*g.client->pd, qa));
-  qa.send_cq = g.send_cq.get();  // ack sends nothing
-  qa.recv_cq = g.ack_cq.get();
-  qa.cap.max_send_wr = 1;
-  qa.cap.max_recv_wr = o.ring_ops;
-  FERRY_ASSIGN_OR_RETURN(g.ack, cnic.create_qp(*g.client->pd, qa));
-
-  for (auto& rp : g.replicas) {
-    Replica& r = *rp;
-    nic::Nic& rnic = *r.host->nic;
-    const size_t ring_bytes = size_t{o.ring_ops} * (kRecvSlotBytes + kForwardSlotBytes);
-    FERRY_ASSIGN_OR_RETURN(r.rings, alloc_buffer(ring_bytes));
-    FERRY_ASSIGN_OR_RETURN(r.rings_mr, rnic.reg_mr(*r.host->pd, r.rings.get(), ring_bytes, nic::kAccessLocalWrite));
-    nic::CqInitAttr recv_attr;
-    recv_attr.cqe = cq_depth;
-    if (options.mode == NaiveMode::kEvent) {
-      FERRY_ASSIGN_OR_RETURN(r.channel, rnic.create_comp_channel());
-      recv_attr.channel = r.channel.get();
-    }
-    FERRY_ASSIGN_OR_RETURN(r.recv_cq, rnic.create_cq(recv_attr));
-    nic::CqInitAttr count_attr;
-    count_attr.count_only = true;
-    FERRY_ASSIGN_OR_RETURN(r.send_cq, rnic.create_cq(count_attr));
-    nic::QpInitAttr ua;
-    ua.send_cq = r.send_cq.get();
-    ua.recv_cq = r.recv_cq.get();
-    ua.cap.max_send_wr = 1;  // up sends nothing
-    ua.cap.max_recv_wr = o.ring_ops;
-    FERRY_ASSIGN_OR_RETURN(r.up, rnic.create_qp(*r.host->pd, ua));
-    nic::QpInitAttr da;
-    da.send_cq = r.send_cq.get();
-    da.recv_cq = r.send_cq.get();  // down receives nothing
-    da.cap.max_send_wr = o.ring_ops;
-    da.cap.max_recv_wr = 1;
-    FERRY_ASSIGN_OR_RETURN(r.down, rnic.create_qp(*r.host->pd, da));
-  }
+  FERRY_RETURN_IF_ERROR(build_client_side(g));
+  nic::Nic& cnic = *g.cnic;
+  for (auto& rp : g.replicas) FERRY_RETURN_IF_ERROR(detail::create_naive_queues(*rp, options.mode == NaiveMode::kEvent));
+  g.head_iova = g.replicas[0]->region_mr->iova();
+  g.head_rkey = g.replicas[0]->region_mr->rkey();
 
   // The chain: client head -> R0 up, R_i down -> R_{i+1} up, tail down -> client ack.
-  FERRY_RETURN_IF_ERROR(nic::connect_qps(*g.head, cnic, *g.replicas[0]->up, *g.replicas[0]->host->nic));
+  FERRY_RETURN_IF_ERROR(nic::connect_qps(*g.head, cnic, *g.replicas[0]->up, *g.replicas[0]->nic));
   for (uint32_t i = 0; i < o.replicas; ++i) {
     Replica& r = *g.replicas[i];
     if (r.tail) {
-      FERRY_RETURN_IF_ERROR(nic::connect_qps(*r.down, *r.host->nic, *g.ack, cnic));
+      FERRY_RETURN_IF_ERROR(nic::connect_qps(*r.down, *r.nic, *g.ack, cnic));
       r.next_iova = g.rings_mr->iova() + size_t{o.ring_ops} * kHeaderSlotBytes;
       r.next_rkey = g.rings_mr->rkey();
     } else {
       Replica& next = *g.replicas[i + 1];
-      FERRY_RETURN_IF_ERROR(nic::connect_qps(*r.down, *r.host->nic, *next.up, *next.host->nic));
-      r.next_iova = next.host->mr->iova();
-      r.next_rkey = next.host->mr->rkey();
+      FERRY_RETURN_IF_ERROR(nic::connect_qps(*r.down, *r.nic, *next.up, *next.nic));
+      r.next_iova = next.region_mr->iova();
+      r.next_rkey = next.region_mr->rkey();
     }
     for (uint64_t slot = 0; slot < o.ring_ops; ++slot) FERRY_RETURN_IF_ERROR(post_recv_slot(r, slot));
   }
@@ -612,7 +324,105 @@ Status NaiveClient::Impl::build_group(Group& g) {
   return ok_status();
 }
 
+// A group whose replicas are NaiveReplicas in other processes: the tail
+// connects to the client's ack service, the client to the head.
+Status NaiveClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro) {
+  const GroupOptions& o = g.options;
+  g.remote_name = ro.group;  // before build_client_side: shared memory, not heap
+  nic::Nic& cnic = *nic;
+  g.cnic = &cnic;
+  FERRY_ASSIGN_OR_RETURN(g.remote_pd, cnic.alloc_pd());
+  g.cpd = g.remote_pd.get();
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nicd::SharedMemory::create(o.region_bytes, "ferry-naive-client"));
+  g.client_mem = std::span<uint8_t>(g.remote_client_mem.data(), o.region_bytes);
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
+                         cnic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
+  g.client_mr = g.remote_client_mr.get();
+  FERRY_RETURN_IF_ERROR(build_client_side(g));
+  cm::QpOptions link;
+  link.access_flags = detail::kLinkAccess;
+  FERRY_RETURN_IF_ERROR(cm::init_qp(*g.ack, link));
+  for (uint32_t i = 0; i < o.ring_ops; ++i) FERRY_RETURN_IF_ERROR(g.ack->post_recv(nic::RecvWr{}));
+
+  detail::AckReply reply;
+  reply.slots = g.rings_mr->iova() + size_t{o.ring_ops} * kHeaderSlotBytes;
+  reply.rkey = g.rings_mr->rkey();
+  reply.stride = kAckSlotBytes;
+  g.ack_state = std::make_shared<std::atomic<int>>(0);
+  const std::string who = "naive client of group " + ro.group;
+  cm::Service s;
+  s.nic = &cnic;
+  s.qp = link;
+  s.accept = [state = g.ack_state, qp = g.ack.get(), reply, o, who](const cm::Request& req) -> Result<cm::Accepted> {
+    FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello, cm::private_data_as<detail::ChainHello>(req.private_data));
+    FERRY_RETURN_IF_ERROR(detail::check_hello(hello, o, o.replicas - 1, who));
+    int expected = 0;
+    if (!state->compare_exchange_strong(expected, 1)) return failed_precondition(who + ": the tail is already connected");
+    cm::Accepted a;
+    a.qp = qp;
+    a.private_data = cm::private_data_of(reply);
+    return a;
+  };
+  s.done = [state = g.ack_state](nic::QueuePair&, const cm::Connection&, const Status& st) {
+    state->store(st.ok() ? 2 : 3);
+  };
+  FERRY_RETURN_IF_ERROR(ro.listener->serve(detail::naive_ack_service(ro.group), std::move(s)));
+  g.listener = ro.listener;
+
+  const std::vector<uint8_t> hello = cm::private_data_of(detail::hello_of(o, detail::kClientSender));
+  FERRY_ASSIGN_OR_RETURN(cm::Connection conn, detail::connect_retrying(ro.head, detail::naive_up_service(ro.group),
+                                                                        cnic, *g.head, hello, ro.timeout_ms));
+  FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(conn.private_data));
+  if (up.magic != detail::kWiringMagic || up.count != o.replicas) {
+    return invalid_argument("replica 0 at " + ro.head + " reported a chain of " + std::to_string(up.count) +
+                            " replicas; this client expects " + std::to_string(o.replicas));
+  }
+  g.head_iova = up.region_iova[0];
+  g.head_rkey = up.rkey;
+  const uint64_t deadline = SteadyClock::instance().now_ns() + uint64_t{ro.timeout_ms} * 1'000'000;
+  while (g.ack_state->load() != 2) {
+    if (g.ack_state->load() == 3) return unavailable(who + ": the tail's handshake failed");
+    if (SteadyClock::instance().now_ns() > deadline) {
+      return timed_out("the tail of group " + ro.group + " never completed its connection to this client");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  g.unserve();
+  return ok_status();
+}
+
+Result<std::unique_ptr<NaiveClient>> NaiveClient::create(nic::Nic& nic, const NaiveOptions& options) {
+  auto client = std::unique_ptr<NaiveClient>(new NaiveClient(nic.engine(), options));
+  client->impl_->nic = &nic;
+  return client;
+}
+
+Result<GroupId> NaiveClient::connect_group(const RemoteGroupOptions& options) {
+  if (impl_->nic == nullptr) {
+    return failed_precondition("connect_group: this client was created on an Engine; create it on a NIC");
+  }
+  if (options.listener == nullptr) return invalid_argument("connect_group: a listener is needed for the tail");
+  if (options.head.empty()) return invalid_argument("connect_group: no address for replica 0 (head)");
+  FERRY_RETURN_IF_ERROR(validate_group_options(options.options));
+  FERRY_RETURN_IF_ERROR(detail::check_group_name(options.group));
+  for (const auto& g : impl_->groups) {
+    if (g != nullptr && g->remote_name == options.group) {
+      return already_exists("connect_group: group " + options.group + " is already connected");
+    }
+  }
+  auto g = std::make_unique<Group>();
+  g->id = static_cast<GroupId>(impl_->groups.size());
+  g->options = options.options;
+  Status st = impl_->connect_remote(*g, options);
+  if (!st.ok()) return Status(st.code(), "connect_group " + options.group + ": " + st.message());
+  impl_->groups.push_back(std::move(g));
+  return impl_->groups.back()->id;
+}
+
 Result<GroupId> NaiveClient::create_group(const GroupOptions& options) {
+  if (impl_->engine == nullptr) {
+    return failed_precondition("create_group: this client's NIC is daemon-attached; connect_group instead");
+  }
   FERRY_RETURN_IF_ERROR(validate_group_options(options));
   auto g = std::make_unique<Group>();
   g->id = static_cast<GroupId>(impl_->groups.size());
@@ -653,16 +463,17 @@ Result<GroupId> NaiveClient::create_group(const GroupOptions& options) {
 Result<std::span<uint8_t>> NaiveClient::client_memory(GroupId gid) {
   Group* g = impl_->find(gid);
   if (g == nullptr) return unknown_group(gid);
-  return std::span<uint8_t>(g->client->base(), g->client->region->size());
+  return g->client_mem;
 }
 
 Result<ReplicaView> NaiveClient::replica(GroupId gid, uint32_t index) {
   Group* g = impl_->find(gid);
   if (g == nullptr) return unknown_group(gid);
-  if (index >= g->replicas.size()) {
-    return out_of_range(g->name() + " has " + std::to_string(g->replicas.size()) + " replicas; no replica " +
+  if (index >= g->options.replicas) {
+    return out_of_range(g->name() + " has " + std::to_string(g->options.replicas) + " replicas; no replica " +
                         std::to_string(index));
   }
+  if (!g->remote_name.empty()) return failed_precondition("replica " + std::to_string(index) + " runs in another process");
   Host& host = *g->replicas[index]->host;
   return ReplicaView{host.domain.get(), host.region};
 }
@@ -722,12 +533,11 @@ Status NaiveClient::Impl::submit(Group& g, NaiveHeader h, Callback done,
   h.seq = g.next_seq;
   FERRY_ASSERT(detail::validate_naive_header(h, g.options.region_bytes).ok(), "naive: built a bad header");
   const size_t slot = g.header_offset(h.seq);
-  detail::encode_naive_header(h, std::span<uint8_t>(g.rings.get() + slot, kHeaderSlotBytes));
-  const nic::Sge data = g.client->mr->sge(h.offset, h.size);
+  detail::encode_naive_header(h, std::span<uint8_t>(g.rings + slot, kHeaderSlotBytes));
+  const nic::Sge data = g.client_mr->sge(h.offset, h.size);
   const nic::Sge header = g.rings_mr->sge(slot, kNaiveHeaderBytes);
-  const Replica& head = *g.replicas[0];
   nic::SendWr wrs[3];
-  const size_t n = build_hop(h, g.options.flush_verb, data, header, head.host->mr->iova(), head.host->mr->rkey(),
+  const size_t n = build_hop(h, g.options.flush_verb, data, header, g.head_iova, g.head_rkey,
                              std::span<nic::SendWr, 3>(wrs));
   const std::span<const nic::SendWr> batch(wrs, n);
 
@@ -739,7 +549,7 @@ Status NaiveClient::Impl::submit(Group& g, NaiveHeader h, Callback done,
     if (SteadyClock::instance().now_ns() - start > options.client.op_timeout_ns) {
       return timed_out(g.name() + ": the client's send queue stayed full: " + posted.message());
     }
-    if (!engine->threaded()) {
+    if (engine != nullptr && !engine->threaded()) {
       engine->step();
     } else {
       cpu_relax();
@@ -868,7 +678,7 @@ size_t NaiveClient::Impl::poll_group(Group& g) {
     r.seq = p.seq;
     if (p.primitive == Primitive::kCas) {
       const auto results = detail::decode_naive_results(
-          std::span<const uint8_t>(g.rings.get() + g.ack_offset(p.seq), kAckSlotBytes), g.options.replicas);
+          std::span<const uint8_t>(g.rings + g.ack_offset(p.seq), kAckSlotBytes), g.options.replicas);
       r.cas.executed = p.execute_map;
       for (uint32_t i = 0; i < g.options.replicas; ++i) {
         if ((p.execute_map & (1u << i)) == 0) continue;

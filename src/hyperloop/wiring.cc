@@ -13,6 +13,8 @@ std::string service_name(std::string_view group, Chain c, const char* side) {
 
 std::string up_service(std::string_view group, Chain c) { return service_name(group, c, "up"); }
 std::string ack_service(std::string_view group, Chain c) { return service_name(group, c, "ack"); }
+std::string naive_up_service(std::string_view group) { return "naive." + std::string(group) + ".up"; }
+std::string naive_ack_service(std::string_view group) { return "naive." + std::string(group) + ".ack"; }
 
 Status check_group_name(std::string_view group) {
   if (group.empty() || group.size() > 64) return invalid_argument("group name must be 1..64 characters");

@@ -72,6 +72,10 @@ constexpr uint32_t kLinkAccess = nic::kAccessRemoteWrite | nic::kAccessRemoteRea
 // "hyperloop.<group>.<chain>.up" / ".ack".
 std::string up_service(std::string_view group, Chain c);
 std::string ack_service(std::string_view group, Chain c);
+// The Naive-RDMA baseline's one chain: "naive.<group>.up" / ".ack" (the same
+// private data; a HyperLoop member cannot be wired to a Naive one).
+std::string naive_up_service(std::string_view group);
+std::string naive_ack_service(std::string_view group);
 // kInvalidArgument unless the group name makes valid service names.
 Status check_group_name(std::string_view group);
 

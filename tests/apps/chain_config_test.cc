@@ -9,6 +9,7 @@ namespace {
 
 constexpr const char* kGood = R"(
 [group]
+system = "naive-poll"
 name = "orders"
 replicas = 2
 region_bytes = 65536
@@ -34,6 +35,7 @@ TEST(ChainConfig, ParsesEveryField) {
   auto c = parse_chain_config(kGood, "good.toml");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c.value().group, "orders");
+  EXPECT_EQ(c.value().system, "naive-poll");
   EXPECT_EQ(c.value().options.replicas, 2u);
   EXPECT_EQ(c.value().options.region_bytes, 65536u);
   EXPECT_EQ(c.value().options.ring_ops, 64u);
@@ -62,6 +64,7 @@ listen = "127.0.0.1:2"
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const hyperloop::GroupOptions defaults;
   EXPECT_EQ(c.value().group, "g0");
+  EXPECT_EQ(c.value().system, "hyperloop");
   EXPECT_EQ(c.value().options.region_bytes, defaults.region_bytes);
   EXPECT_EQ(c.value().options.ring_ops, defaults.ring_ops);
   EXPECT_EQ(c.value().options.window, defaults.window);
@@ -79,6 +82,7 @@ TEST(ChainConfig, MistakesAreNamed) {
       {"[group\nreplicas = 1", "bad.toml:1"},  // syntax: the line
       {"[client]\nlisten = \"127.0.0.1:1\"", "[group] table is missing"},
       {"[group]\nreplicas = 9", "outside 1..7"},
+      {"[group]\nreplicas = 1\nsystem = \"fast\"", "group.system 'fast' must be hyperloop, naive-event or naive-poll"},
       {"[group]\nreplicas = \"3\"", "group.replicas must be an integer"},
       {"[group]\nreplicas = 1\nring_ops = 48\n[client]\nlisten = \"127.0.0.1:1\"\n[[replica]]\nlisten = \"127.0.0.1:2\"",
        "power of two"},

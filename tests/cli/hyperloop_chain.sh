@@ -8,6 +8,9 @@
 #      counter increments). Every one must complete and be applied once and
 #      in order (the counter), and each replica's region file must hold
 #      exactly the client's bytes -- read while the replica is stopped.
+#   1b. the control: the Naive-RDMA baseline, whose replica CPUs apply every
+#      operation, with one replica process stopped the same way: the client
+#      must fail (no operation completes), so the check in 1 can fail.
 #   2. faults: the same check with loss, duplication and reordering on the
 #      wire: tc netem on the veths (--netem, in namespaces, when the kernel
 #      has sch_netem), else the daemons' seeded fault model (--fault-*).
@@ -75,11 +78,12 @@ else
 fi
 
 base=$(( 20000 + $$ % 20000 ))
-write_config() {  # port offset
+write_config() {  # port offset [system]
   local b=$(( base + $1 ))
   {
     cat <<TOML
 [group]
+system = "${2:-hyperloop}"
 name = "smoke"
 replicas = 3
 region_bytes = 262144
@@ -126,7 +130,7 @@ stop_replicas() {
   for i in 0 1 2; do
     wait "${replica_pid[$i]}"; local s=$?
     [[ $s == 0 ]] || die "replica $i exit status $s after SIGTERM"
-    grep -q "event=stop signal=SIGTERM upstream_links=3" "$dir/replica$i.log" || die "replica $i: no clean stop"
+    grep -qE "event=stop signal=SIGTERM upstream_links=(3|1)" "$dir/replica$i.log" || die "replica $i: no clean stop"
   done
 }
 # Runs the client with the replicas stopped (or not: $1 = stop|run), checks
@@ -180,6 +184,25 @@ write_config 0
 start_daemons
 start_replicas
 checked_run stop "$ops"
+stop_replicas
+
+# ---- 1b. the control: the baseline's replica CPUs are on the data path ----
+write_config 30 naive-event
+start_replicas
+${run_in[0]} "$ferry" hyperloop client --config "$dir/chain.toml" --ops 1000 --op-timeout-ms 2000 --json \
+  --wait-for-sigusr1 >"$dir/client1b.log" 2>&1 &
+client=$!
+pids+=($client)
+wait_for "$dir/client1b.log" "event=waiting" 40 || die "the naive client did not connect"
+for i in 0 1 2; do wait_for "$dir/replica$i.log" "event=serving" 10 || die "naive replica $i not serving"; done
+kill -STOP "${replica_pid[1]}"
+kill -USR1 $client
+wait $client
+status=$?
+cat "$dir/client1b.log"
+[[ $status == 1 ]] || die "naive client with replica 1 stopped: exit $status, expected 1 (its CPU is needed)"
+grep -q "no operation completed" "$dir/client1b.log" || die "naive client: not the expected stall"
+echo "control: with a Naive-RDMA replica process stopped, the chain stalls (as it must)"
 stop_replicas
 
 # ---- 2. loss, duplication and reordering on the wire ----

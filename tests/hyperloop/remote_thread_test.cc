@@ -16,6 +16,7 @@
 
 #include "ferry/cm/cm.h"
 #include "ferry/hyperloop/hyperloop.h"
+#include "ferry/hyperloop/naive.h"
 #include "ferry/hyperloop/replica.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nicd/nicd.h"
@@ -32,16 +33,25 @@ GroupOptions small_group(uint32_t replicas) {
   return o;
 }
 
+// HyperLoop's replica, or the Naive baseline's (its CPU serves the chain).
+enum class System { kHyperLoop, kNaiveEvent, kNaivePoll };
+
 struct ReplicaProc {
   nicd::SharedMemory region;
   std::unique_ptr<cm::Listener> listener;
   std::unique_ptr<Replica> replica;
+  std::unique_ptr<NaiveReplica> naive;
+
+  Status connect_downstream(const std::string& address) {
+    return replica ? replica->connect_downstream(address) : naive->connect_downstream(address);
+  }
+  ReplicaStatus status() const { return replica ? replica->status() : naive->status(); }
 };
 
 // Starts replica i of `o` on `nic` (its own listener), returning it before
 // its downstream is connected; the caller connects it (it blocks).
 std::unique_ptr<ReplicaProc> start_replica(nic::Nic& nic, const GroupOptions& o, uint32_t i, const std::string& group,
-                                           uint32_t connect_timeout_ms = 20000) {
+                                           uint32_t connect_timeout_ms = 20000, System system = System::kHyperLoop) {
   auto p = std::make_unique<ReplicaProc>();
   p->region = nicd::SharedMemory::create(o.region_bytes, "hl-remote-test").value();
   auto l = cm::Listener::start("127.0.0.1:0");
@@ -52,10 +62,18 @@ std::unique_ptr<ReplicaProc> start_replica(nic::Nic& nic, const GroupOptions& o,
   spec.index = i;
   spec.options = o;
   spec.connect_timeout_ms = connect_timeout_ms;
-  auto r = Replica::create(nic, std::span<uint8_t>(p->region.data(), p->region.size()), spec);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  p->replica = std::move(r).value();
-  EXPECT_TRUE(p->replica->serve(*p->listener).ok());
+  const std::span<uint8_t> region(p->region.data(), p->region.size());
+  if (system == System::kHyperLoop) {
+    auto r = Replica::create(nic, region, spec);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    p->replica = std::move(r).value();
+    EXPECT_TRUE(p->replica->serve(*p->listener).ok());
+  } else {
+    auto r = NaiveReplica::create(nic, region, spec, /*poll_mode=*/system == System::kNaivePoll);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    p->naive = std::move(r).value();
+    EXPECT_TRUE(p->naive->serve(*p->listener).ok());
+  }
   return p;
 }
 
@@ -64,45 +82,60 @@ std::unique_ptr<ReplicaProc> start_replica(nic::Nic& nic, const GroupOptions& o,
 struct Chain {
   std::vector<std::unique_ptr<ReplicaProc>> replicas;
   std::unique_ptr<cm::Listener> client_listener;
-  std::unique_ptr<HyperLoopClient> client;
+  std::unique_ptr<GroupClient> client;
   GroupId gid = 0;
   GroupOptions options;
 
-  void build(const std::vector<nic::Nic*>& nics, const std::string& group = "g0") {
+  void build(const std::vector<nic::Nic*>& nics, const std::string& group = "g0", System system = System::kHyperLoop) {
     const uint32_t n = static_cast<uint32_t>(nics.size() - 1);
     options = small_group(n);
-    for (uint32_t i = 0; i < n; ++i) replicas.push_back(start_replica(*nics[1 + i], options, i, group));
+    for (uint32_t i = 0; i < n; ++i) {
+      replicas.push_back(start_replica(*nics[1 + i], options, i, group, 20000, system));
+    }
     client_listener = cm::Listener::start("127.0.0.1:0").value();
     std::vector<std::thread> threads;
     std::vector<Status> results(n);
     // Start from the head: a replica whose downstream is not there yet waits.
     for (uint32_t i = 0; i < n; ++i) {
       const std::string next = i + 1 < n ? replicas[i + 1]->listener->address() : client_listener->address();
-      threads.emplace_back([&, i, next] { results[i] = replicas[i]->replica->connect_downstream(next); });
+      threads.emplace_back([&, i, next] { results[i] = replicas[i]->connect_downstream(next); });
     }
     ClientOptions co;
     co.op_timeout_ns = 20'000'000'000ULL;
-    client = HyperLoopClient::create(*nics[0], co).value();
     RemoteGroupOptions ro;
     ro.group = group;
     ro.options = options;
     ro.head = replicas[0]->listener->address();
     ro.listener = client_listener.get();
     ro.timeout_ms = 20000;
-    auto g = client->connect_group(ro);
+    Result<GroupId> g = invalid_argument("unset");
+    if (system == System::kHyperLoop) {
+      auto c = HyperLoopClient::create(*nics[0], co).value();
+      g = c->connect_group(ro);
+      client = std::move(c);
+    } else {
+      NaiveOptions no;
+      no.client = co;
+      auto c = NaiveClient::create(*nics[0], no).value();
+      g = c->connect_group(ro);
+      client = std::move(c);
+    }
     for (auto& t : threads) t.join();
-    for (uint32_t i = 0; i < n; ++i) ASSERT_TRUE(results[i].ok()) << "replica " << i << ": " << results[i].to_string();
+    EXPECT_TRUE(g.ok()) << g.status().to_string();
+    for (uint32_t i = 0; i < n; ++i) EXPECT_TRUE(results[i].ok()) << "replica " << i << ": " << results[i].to_string();
+    if (::testing::Test::HasFailure()) return;
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     gid = g.value();
     // The client's last RTU may still be on its way to replica 0's listener.
     for (uint32_t i = 0; i < n; ++i) {
-      ReplicaStatus s = replicas[i]->replica->status();
-      for (int tries = 0; tries < 2000 && s.upstream_links < 3; ++tries) {
+      const uint32_t links = system == System::kHyperLoop ? 3 : 1;  // one per chain
+      ReplicaStatus s = replicas[i]->status();
+      for (int tries = 0; tries < 2000 && s.upstream_links < links; ++tries) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        s = replicas[i]->replica->status();
+        s = replicas[i]->status();
       }
       EXPECT_TRUE(s.ready);
-      EXPECT_EQ(s.upstream_links, 3u) << s.last_error;
+      EXPECT_EQ(s.upstream_links, links) << s.last_error;
     }
   }
   ~Chain() {
@@ -116,7 +149,7 @@ struct Chain {
 // gWRITE, gCAS (a partial execute map), gMEMCPY and gFLUSH, each checked on
 // every replica's memory.
 void exercise(Chain& c) {
-  HyperLoopClient& client = *c.client;
+  GroupClient& client = *c.client;
   const uint32_t n = c.options.replicas;
   auto mem = client.client_memory(c.gid).value();
   for (uint32_t k = 0; k < 300; ++k) {
@@ -127,20 +160,22 @@ void exercise(Chain& c) {
       ASSERT_EQ(std::memcmp(c.region(i).data() + off, mem.data() + off, 80), 0) << "op " << k << " replica " << i;
     }
   }
-  // gCAS on replicas 0 and 2 only (map 0b101), then the undo.
+  // gCAS on every replica but replica 1 (a partial execute map), then on all.
+  const uint8_t all = static_cast<uint8_t>((1u << n) - 1);
+  const uint8_t map = n >= 2 ? static_cast<uint8_t>(all & ~0b10u) : all;
   const uint64_t word = 60000;  // beyond the gwrites above
-  auto cas = client.gcas(c.gid, word, 0, 0xABCDEF, /*execute_map=*/0b101);
+  auto cas = client.gcas(c.gid, word, 0, 0xABCDEF, map);
   ASSERT_TRUE(cas.ok()) << cas.status().to_string();
-  EXPECT_EQ(cas.value().executed, 0b101);
-  EXPECT_EQ(cas.value().succeeded, 0b101);
+  EXPECT_EQ(cas.value().executed, map);
+  EXPECT_EQ(cas.value().succeeded, map);
   uint64_t v;
   for (uint32_t i = 0; i < n; ++i) {
     std::memcpy(&v, c.region(i).data() + word, 8);
-    EXPECT_EQ(v, i == 1 ? 0u : 0xABCDEFu) << "replica " << i;
+    EXPECT_EQ(v, (map >> i) & 1 ? 0xABCDEFu : 0u) << "replica " << i;
   }
-  auto again = client.gcas(c.gid, word, 0, 1, 0b111);
+  auto again = client.gcas(c.gid, word, 0, 1, all);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again.value().succeeded, 0b010);
+  EXPECT_EQ(again.value().succeeded, all & ~map);
   EXPECT_EQ(again.value().original[0], 0xABCDEFu);
   // gMEMCPY: each replica copies its own bytes.
   ASSERT_TRUE(client.gmemcpy(c.gid, 0, 8192, 64).ok());
@@ -197,6 +232,71 @@ TEST(HyperLoopRemote, ChainAcrossTwoDaemonsServesEveryPrimitive) {
     exercise(c);
   }
   devices.clear();
+}
+
+// Two daemons, four attachments: client, r0, r1, r2 alternating between them.
+struct TwoDaemons {
+  std::vector<std::unique_ptr<nicd::Daemon>> daemons;
+  std::vector<std::unique_ptr<nicd::Device>> devices;
+  void start(const char* prefix) {
+    for (const char* tag : {"a", "b"}) {
+      nicd::DaemonOptions o;
+      o.socket_path = socket_path((std::string(prefix) + tag).c_str());
+      o.bind = nic::UdpEndpoint{0x7F000001, 0};
+      o.arena_bytes = 16u << 20;
+      auto d = nicd::Daemon::start(o);
+      ASSERT_TRUE(d.ok()) << d.status().to_string();
+      daemons.push_back(std::move(d).value());
+    }
+    for (int i = 0; i < 4; ++i) {
+      nicd::OpenOptions oo;
+      oo.socket_path = daemons[i % 2]->socket_path();
+      auto dev = nicd::Device::open(oo);
+      ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+      devices.push_back(std::move(dev).value());
+    }
+  }
+  std::vector<nic::Nic*> nics() const {
+    std::vector<nic::Nic*> v;
+    for (const auto& d : devices) v.push_back(&d->nic());
+    return v;
+  }
+};
+
+TEST(HyperLoopRemote, NaiveEventChainAcrossTwoDaemons) {
+#if defined(__SANITIZE_THREAD__)
+  // The replicas' CPUs write their regions through this process's mapping
+  // and the acknowledgement reaches the test through the daemon's mapping of
+  // the same memory files: TSan tracks addresses, so it cannot see that
+  // ordering and would report the test's checks as races. The same replica
+  // code runs under TSan in NaivePollChainOnInProcessNics (one mapping).
+  GTEST_SKIP() << "TSan cannot follow synchronization through two mappings of one memory file";
+#endif
+  TwoDaemons hosts;
+  hosts.start("ne");
+  if (HasFatalFailure()) return;
+  {
+    Chain c;
+    c.build(hosts.nics(), "naive", System::kNaiveEvent);
+    if (HasFatalFailure()) return;
+    exercise(c);
+    for (const auto& r : c.replicas) EXPECT_GT(r->naive->ops(), 800u);  // its CPU handled every operation
+  }
+  hosts.devices.clear();
+}
+
+TEST(HyperLoopRemote, NaivePollChainOnInProcessNics) {
+  nic::EngineOptions eo;
+  eo.threaded = true;
+  nic::Engine engine(eo);
+  // One replica: each NaiveReplica busy-polls a core of its own, and this
+  // machine may have two.
+  std::vector<nic::Nic*> nics;
+  for (int i = 0; i < 2; ++i) nics.push_back(engine.add_nic({}).value());
+  Chain c;
+  c.build(nics, "naive-poll", System::kNaivePoll);
+  if (HasFatalFailure()) return;
+  exercise(c);
 }
 
 TEST(HyperLoopRemote, ChainOnInProcessNicsOfOneEngine) {

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "ferry/hyperloop/group.h"
+#include "ferry/hyperloop/hyperloop.h"  // RemoteGroupOptions
 
 namespace ferry::hyperloop {
 
@@ -34,7 +35,14 @@ struct NaiveOptions {
 class NaiveClient final : public GroupClient {
  public:
   static Result<std::unique_ptr<NaiveClient>> create(nic::Engine& engine, const NaiveOptions& options = {});
+  // A client on `nic` (daemon-attached, or of an Engine) whose groups are
+  // connected to NaiveReplicas in other processes (connect_group). Its
+  // options' mode and replica_cpu are the replicas' business there.
+  static Result<std::unique_ptr<NaiveClient>> create(nic::Nic& nic, const NaiveOptions& options = {});
   ~NaiveClient() override;  // stops the replica threads, then tears down
+
+  // As HyperLoopClient::connect_group, for a chain of NaiveReplicas.
+  Result<GroupId> connect_group(const RemoteGroupOptions& options);
 
   std::string_view system() const override;
   Result<GroupId> create_group(const GroupOptions& options) override;
@@ -57,7 +65,7 @@ class NaiveClient final : public GroupClient {
   size_t poll_completions() override;
 
  private:
-  NaiveClient(nic::Engine& engine, const NaiveOptions& options);
+  NaiveClient(nic::Engine* engine, const NaiveOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -74,4 +74,32 @@ class Replica {
   std::unique_ptr<Impl> impl_;
 };
 
+// The Naive-RDMA baseline's replica in its own process (naive.h): the same
+// setup and wiring (services "naive.<group>.up" / ".ack"), but once
+// connected a thread of this process receives every operation, applies it
+// and forwards it -- so stopping the process stops the chain. kEvent blocks
+// on a completion channel between operations, kPoll busy-polls a core.
+class NaiveReplica {
+ public:
+  static Result<std::unique_ptr<NaiveReplica>> create(nic::Nic& nic, std::span<uint8_t> region,
+                                                      const ReplicaSpec& spec, bool poll_mode = false, int cpu = -1);
+  // Stops the thread, unserves, destroys the queues.
+  ~NaiveReplica();
+  NaiveReplica(const NaiveReplica&) = delete;
+  NaiveReplica& operator=(const NaiveReplica&) = delete;
+
+  Status serve(cm::Listener& listener);
+  // Connects downstream and starts the thread that serves the chain.
+  Status connect_downstream(std::string_view address);
+  ReplicaStatus status() const;
+  uint64_t ops() const;     // operations this replica applied and forwarded
+  uint64_t cpu_ns() const;  // CPU time of its serving thread
+
+  struct Impl;
+
+ private:
+  explicit NaiveReplica(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace ferry::hyperloop
