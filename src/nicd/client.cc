@@ -42,6 +42,15 @@ std::map<uintptr_t, SharedMapping>& registry() {
 }
 std::atomic<uint64_t> next_mapping_id{1};
 
+// Whether a SharedMemory with this id is still mapped in this process.
+bool mapping_alive(uint64_t id) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  for (const auto& [base, m] : registry()) {
+    if (m.id == id) return true;
+  }
+  return false;
+}
+
 bool find_mapping(uint64_t addr, uint64_t length, SharedMapping* out) {
   std::lock_guard<std::mutex> lock(registry_mu);
   auto& map = registry();
@@ -443,6 +452,19 @@ class Client final : public nic::detail::Device {
     }
     std::lock_guard<std::mutex> lock(segments_mu_);
     if (segments_.count(m.id) != 0) return ok_status();
+    // The daemon still maps the segments of SharedMemory this process has
+    // destroyed since; a new mapping may reuse their addresses. Drop them
+    // first (the daemon refuses while an MR still reaches into one).
+    for (auto it = segments_.begin(); it != segments_.end();) {
+      if (mapping_alive(it->first)) {
+        ++it;
+        continue;
+      }
+      proto::Writer rm;
+      rm.u32(it->second);
+      (void)simple(proto::Op::kRemoveMemory, rm);
+      it = segments_.erase(it);
+    }
     proto::Writer w;
     w.u64(reinterpret_cast<uint64_t>(m.base));
     w.u64(m.size);

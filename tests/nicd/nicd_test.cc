@@ -272,6 +272,31 @@ TEST(Nicd, MemoryTheDaemonCannotMapIsRefused) {
 
 // Daemons on two "hosts" (two UDP sockets on loopback): QPs connect through
 // resolved endpoints, and a WRITE and a READ cross the RoCEv2 wire.
+// A process that frees its shared memory and maps new memory (which the
+// kernel may place at the same address) can register it: the daemon's
+// mapping of the freed memory is dropped, and only once nothing uses it.
+TEST(Nicd, FreedSharedMemoryMakesRoomForNewMemory) {
+  const std::string path = temp_socket("reuse");
+  auto d = Daemon::start(daemon_options(path));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  auto dev = Device::open(open_options(path));
+  ASSERT_TRUE(dev.ok()) << dev.status().message();
+  nic::Nic& nic = dev.value()->nic();
+  auto pd = nic.alloc_pd().value();
+  for (int round = 0; round < 8; ++round) {
+    auto mem = SharedMemory::create(1 << 20, "reuse").value();
+    auto mr = nic.reg_mr(*pd, mem.data(), mem.size(), nic::kAccessLocalWrite);
+    ASSERT_TRUE(mr.ok()) << "round " << round << ": " << mr.status().message();
+  }  // each round's MR, then its memory, are gone before the next
+  EXPECT_LE(d.value()->census().segments, 3u) << "the daemon keeps mappings of freed memory";
+  // Memory still registered is not dropped under its MR.
+  auto kept = SharedMemory::create(1 << 20, "kept").value();
+  auto kept_mr = nic.reg_mr(*pd, kept.data(), kept.size(), nic::kAccessLocalWrite).value();
+  auto other = SharedMemory::create(1 << 20, "other").value();
+  ASSERT_TRUE(nic.reg_mr(*pd, other.data(), other.size(), nic::kAccessLocalWrite).ok());
+  EXPECT_EQ(kept_mr->length(), kept.size());
+}
+
 TEST(Nicd, TwoDaemonsOverUdp) {
   const std::string p1 = temp_socket("udp1"), p2 = temp_socket("udp2");
   auto d1 = Daemon::start(daemon_options(p1));
