@@ -674,18 +674,9 @@ Result<std::unique_ptr<HyperLoopClient>> HyperLoopClient::create(nic::Nic& nic, 
 }
 
 Result<GroupId> HyperLoopClient::connect_group(const RemoteGroupOptions& options) {
-  if (impl_->nic == nullptr) {
-    return failed_precondition("connect_group: this client was created on an Engine; create it on a NIC");
-  }
-  if (options.listener == nullptr) return invalid_argument("connect_group: a listener is needed for the tail");
-  if (options.head.empty()) return invalid_argument("connect_group: no address for replica 0 (head)");
-  FERRY_RETURN_IF_ERROR(validate_group_options(options.options));
-  FERRY_RETURN_IF_ERROR(detail::check_group_name(options.group));
-  for (const auto& g : impl_->groups) {
-    if (g != nullptr && g->remote_name == options.group) {
-      return already_exists("connect_group: group " + options.group + " is already connected");
-    }
-  }
+  bool taken = false;
+  for (const auto& g : impl_->groups) taken = taken || (g != nullptr && g->remote_name == options.group);
+  FERRY_RETURN_IF_ERROR(detail::check_connect_args(impl_->nic != nullptr, options, taken));
   auto g = std::make_unique<Group>();
   g->id = static_cast<GroupId>(impl_->groups.size());
   g->options = options.options;

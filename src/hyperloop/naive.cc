@@ -68,7 +68,7 @@ using detail::post_recv_slot;
 using detail::run_event_replica;
 using detail::serve;
 using detail::Worker;
-using Replica = detail::NaiveNode;
+using Node = detail::NaiveNode;  // one replica (naive_node.h)
 
 struct Pending {
   uint64_t seq = 0;
@@ -115,7 +115,7 @@ struct Group {
   std::deque<Pending> pending;  // submission order == completion order
   Status failure;               // ok until the group fails
 
-  std::vector<std::unique_ptr<Replica>> replicas;
+  std::vector<std::unique_ptr<Node>> replicas;
 
   ~Group() {
     unserve();
@@ -156,7 +156,7 @@ struct NaiveClient::Impl {
   // kPoll: the replicas the polling thread serves. It copies the list when
   // `generation` moves (group creation), so the hot loop takes no lock.
   std::mutex poll_mu;
-  std::vector<Replica*> poll_list;
+  std::vector<Node*> poll_list;
   std::atomic<uint64_t> poll_generation{0};
 
   Group* find(GroupId gid) const { return gid < groups.size() ? groups[gid].get() : nullptr; }
@@ -175,7 +175,7 @@ struct NaiveClient::Impl {
 void NaiveClient::Impl::run_poller(Worker& w) {
   if (options.replica_cpu >= 0) (void)pin_current_thread(options.replica_cpu);
   name_thread("naive-poll");
-  std::vector<Replica*> list;
+  std::vector<Node*> list;
   uint64_t seen = UINT64_MAX;
   while (!stop.load(std::memory_order_acquire)) {
     const uint64_t generation = poll_generation.load(std::memory_order_acquire);
@@ -185,7 +185,7 @@ void NaiveClient::Impl::run_poller(Worker& w) {
       seen = generation;
     }
     bool busy = false;
-    for (Replica* r : list) busy |= serve(*r, stop);
+    for (Node* r : list) busy |= serve(*r, stop);
     // A busy poller never gives its core away (as a DPDK/RDMA poll-mode
     // thread): under load the scheduler time-slices it, which is the cost
     // the paper measures.
@@ -281,7 +281,7 @@ Status NaiveClient::Impl::build_group(Group& g) {
   g.client_mem = std::span<uint8_t>(g.client->base(), g.client->region->size());
   g.client_mr = g.client->mr.get();
   for (uint32_t i = 0; i < o.replicas; ++i) {
-    auto r = std::make_unique<Replica>();
+    auto r = std::make_unique<Node>();
     r->index = i;
     r->replicas = o.replicas;
     r->ring_ops = o.ring_ops;
@@ -306,13 +306,13 @@ Status NaiveClient::Impl::build_group(Group& g) {
   // The chain: client head -> R0 up, R_i down -> R_{i+1} up, tail down -> client ack.
   FERRY_RETURN_IF_ERROR(nic::connect_qps(*g.head, cnic, *g.replicas[0]->up, *g.replicas[0]->nic));
   for (uint32_t i = 0; i < o.replicas; ++i) {
-    Replica& r = *g.replicas[i];
+    Node& r = *g.replicas[i];
     if (r.tail) {
       FERRY_RETURN_IF_ERROR(nic::connect_qps(*r.down, *r.nic, *g.ack, cnic));
       r.next_iova = g.rings_mr->iova() + size_t{o.ring_ops} * kHeaderSlotBytes;
       r.next_rkey = g.rings_mr->rkey();
     } else {
-      Replica& next = *g.replicas[i + 1];
+      Node& next = *g.replicas[i + 1];
       FERRY_RETURN_IF_ERROR(nic::connect_qps(*r.down, *r.nic, *next.up, *next.nic));
       r.next_iova = next.region_mr->iova();
       r.next_rkey = next.region_mr->rkey();
@@ -398,18 +398,9 @@ Result<std::unique_ptr<NaiveClient>> NaiveClient::create(nic::Nic& nic, const Na
 }
 
 Result<GroupId> NaiveClient::connect_group(const RemoteGroupOptions& options) {
-  if (impl_->nic == nullptr) {
-    return failed_precondition("connect_group: this client was created on an Engine; create it on a NIC");
-  }
-  if (options.listener == nullptr) return invalid_argument("connect_group: a listener is needed for the tail");
-  if (options.head.empty()) return invalid_argument("connect_group: no address for replica 0 (head)");
-  FERRY_RETURN_IF_ERROR(validate_group_options(options.options));
-  FERRY_RETURN_IF_ERROR(detail::check_group_name(options.group));
-  for (const auto& g : impl_->groups) {
-    if (g != nullptr && g->remote_name == options.group) {
-      return already_exists("connect_group: group " + options.group + " is already connected");
-    }
-  }
+  bool taken = false;
+  for (const auto& g : impl_->groups) taken = taken || (g != nullptr && g->remote_name == options.group);
+  FERRY_RETURN_IF_ERROR(detail::check_connect_args(impl_->nic != nullptr, options, taken));
   auto g = std::make_unique<Group>();
   g->id = static_cast<GroupId>(impl_->groups.size());
   g->options = options.options;
@@ -438,7 +429,7 @@ Result<GroupId> NaiveClient::create_group(const GroupOptions& options) {
     for (auto& r : group.replicas) {
       auto w = std::make_unique<Worker>();
       Worker* wp = w.get();
-      Replica* rp = r.get();
+      Node* rp = r.get();
       const int cpu = impl_->options.replica_cpu;
       const int stop_fd = impl_->stop_fd;
       w->thread = std::thread([rp, wp, cpu, stop_fd, this] { run_event_replica(*rp, impl_->stop, stop_fd, cpu, *wp); });

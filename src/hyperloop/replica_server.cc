@@ -89,17 +89,8 @@ Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Replica::~Replica() = default;
 
 Result<std::unique_ptr<Replica>> Replica::create(nic::Nic& nic, std::span<uint8_t> region, const ReplicaSpec& spec) {
-  FERRY_RETURN_IF_ERROR(validate_group_options(spec.options));
-  FERRY_RETURN_IF_ERROR(detail::check_group_name(spec.group));
+  FERRY_RETURN_IF_ERROR(detail::check_replica_args(spec, region.size()));
   const GroupOptions& o = spec.options;
-  if (spec.index >= o.replicas) {
-    return invalid_argument("replica index " + std::to_string(spec.index) + " is not in a chain of " +
-                            std::to_string(o.replicas));
-  }
-  if (region.size() < o.region_bytes) {
-    return invalid_argument("replica region is " + std::to_string(region.size()) + " bytes, the group needs " +
-                            std::to_string(o.region_bytes));
-  }
   auto impl = std::make_unique<Impl>();
   Impl& r = *impl;
   r.spec = spec;

@@ -26,6 +26,30 @@ Status check_group_name(std::string_view group) {
   return ok_status();
 }
 
+Status check_connect_args(bool has_nic, const RemoteGroupOptions& options, bool taken) {
+  if (!has_nic) return failed_precondition("connect_group: this client was created on an Engine; create it on a NIC");
+  if (options.listener == nullptr) return invalid_argument("connect_group: a listener is needed for the tail");
+  if (options.head.empty()) return invalid_argument("connect_group: no address for replica 0 (head)");
+  FERRY_RETURN_IF_ERROR(validate_group_options(options.options));
+  FERRY_RETURN_IF_ERROR(check_group_name(options.group));
+  if (taken) return already_exists("connect_group: group " + options.group + " is already connected");
+  return ok_status();
+}
+
+Status check_replica_args(const ReplicaSpec& spec, size_t region_bytes) {
+  FERRY_RETURN_IF_ERROR(validate_group_options(spec.options));
+  FERRY_RETURN_IF_ERROR(check_group_name(spec.group));
+  if (spec.index >= spec.options.replicas) {
+    return invalid_argument("replica index " + std::to_string(spec.index) + " is not in a chain of " +
+                            std::to_string(spec.options.replicas));
+  }
+  if (region_bytes < spec.options.region_bytes) {
+    return invalid_argument("replica region is " + std::to_string(region_bytes) + " bytes, the group needs " +
+                            std::to_string(spec.options.region_bytes));
+  }
+  return ok_status();
+}
+
 ChainHello hello_of(const GroupOptions& options, uint32_t sender) {
   ChainHello h;
   h.sender = sender;

@@ -23,6 +23,8 @@
 #include "ferry/cm/cm.h"
 #include "ferry/common/status.h"
 #include "ferry/hyperloop/group.h"
+#include "ferry/hyperloop/hyperloop.h"
+#include "ferry/hyperloop/replica.h"
 #include "layout.h"
 
 namespace ferry::hyperloop::detail {
@@ -78,6 +80,13 @@ std::string naive_up_service(std::string_view group);
 std::string naive_ack_service(std::string_view group);
 // kInvalidArgument unless the group name makes valid service names.
 Status check_group_name(std::string_view group);
+
+// The argument checks of connect_group (both systems): a NIC-created
+// client, a listener, a head address, valid options and group name, and no
+// group of that name yet (`taken`).
+Status check_connect_args(bool has_nic, const RemoteGroupOptions& options, bool taken);
+// The argument checks of Replica::create / NaiveReplica::create.
+Status check_replica_args(const ReplicaSpec& spec, size_t region_bytes);
 
 ChainHello hello_of(const GroupOptions& options, uint32_t sender);
 // kInvalidArgument naming the first option the two sides disagree on, or an
