@@ -15,11 +15,13 @@
 #include "demo.h"
 #include "ferry/common/status.h"
 #include "group_bench.h"
+#include "group_udp_bench.h"
 #include "hyperloop_cmd.h"
 #include "nicd_cmd.h"
 #include "nic_bench.h"
 #include "oq_bench.h"
 #include "pm_bench.h"
+#include "udp_pingpong.h"
 
 namespace {
 
@@ -234,6 +236,39 @@ int main(int argc, char** argv) {
   nic->add_flag("--json", nic_opts.json, "print one JSON object per (op, size, outstanding)");
   nic->add_flag("--inline", nic_opts.inline_engine,
                 "run the engine on the measuring thread: the NIC's processing cost per op, no cross-core traffic");
+  nic->add_option("--transport", nic_opts.transport,
+                  "inproc: both NICs on one in-process engine; udp: two NIC daemons (`ferry nicd`, separate "
+                  "processes) over loopback UDP, with the in-process figure and a plain UDP ping-pong measured "
+                  "in the same run")
+      ->check(CLI::IsMember({"inproc", "udp"}))
+      ->capture_default_str();
+  nic->add_option("--daemon-engine-cpus", nic_opts.daemon_engine_cpus,
+                  "udp: engine CPUs of daemon A (client side) and daemon B (server side); -1: not pinned")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
+  nic->add_option("--daemon-spin-us", nic_opts.daemon_spin_us,
+                  "udp: how long daemon A's and B's engines poll after their last work before sleeping")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
+
+  nic->add_option("--client-wait", nic_opts.client_wait,
+                  "udp: the measuring thread polls its CQ, or blocks on a completion channel")
+      ->check(CLI::IsMember({"poll", "block"}))
+      ->capture_default_str();
+
+  CLI::App* udp_echo = bench->add_subcommand(
+      "udp-echo",
+      "Helper of `bench nic --transport udp` (started by it): echo every UDP datagram to its sender, for the "
+      "plain UDP ping-pong reference. Prints `event=ready udp=IP:PORT` when bound; stops on SIGINT/SIGTERM or "
+      "when its parent exits");
+  ferry::bench::UdpEchoOptions echo_opts;
+  udp_echo->add_option("--bind", echo_opts.bind, "IPv4 address and UDP port (port 0: ephemeral)")
+      ->capture_default_str();
+  udp_echo->add_option("--port-file", echo_opts.port_file, "write the bound port to this file");
+  udp_echo->add_option("--cpu", echo_opts.cpu, "pin the echo process to this CPU (-1: no pinning)")
+      ->capture_default_str();
 
   CLI::App* pm = bench->add_subcommand(
       "pm", "remote writes to persistent memory (ATC'21 §3-4): hints H3-H9, modeled media counters, H9 latency");
@@ -305,6 +340,14 @@ int main(int argc, char** argv) {
   group->add_option("--pm-dir", group_opts.pm_dir, "directory for PM files (default /dev/shm)");
   group->add_flag("--flush", group_opts.flush, "interleave gFLUSH with every gWRITE and gMEMCPY");
   group->add_flag("--json", group_opts.json, "print one JSON object per run");
+  std::string group_transport = "inproc";
+  group->add_option("--transport", group_transport,
+                    "inproc: every host a NIC of this process; udp: four `ferry nicd` daemons and three `ferry "
+                    "hyperloop replica` processes over loopback UDP, this process the client (gWRITE latency, replica "
+                    "processes' CPU per op, HyperLoop again with the replicas SIGSTOPped, the in-process point as "
+                    "reference; default sizes 64,1024, systems hyperloop,naive-event, max-seconds 30)")
+      ->check(CLI::IsMember({"inproc", "udp"}))
+      ->capture_default_str();
 
   CLI::App* oq = bench->add_subcommand(
       "oq",
@@ -441,6 +484,7 @@ int main(int argc, char** argv) {
     }
     return exit_code("ferry bench nic", ferry::bench::run_nic_bench(nic_opts, std::cout, std::cerr));
   }
+  if (udp_echo->parsed()) return ferry::bench::run_udp_echo(echo_opts, std::cout, std::cerr);
   if (pm->parsed()) {
     if (!parse_list_option("ferry bench pm", "--sizes", pm_sizes, &pm_opts.sizes)) return 2;
     pm_opts.region_bytes = region_mib << 20;
@@ -453,6 +497,16 @@ int main(int argc, char** argv) {
     }
     group_opts.region_bytes = group_region_mib << 20;
     group_opts.media = group_media == "dram" ? ferry::pm::Media::kDram : ferry::pm::Media::kPm;
+    if (group_transport == "udp") {
+      ferry::bench::GroupUdpBenchOptions u;
+      u.json = group_opts.json;
+      u.iters = group_opts.iters;
+      if (group->count("--max-seconds") > 0) u.max_seconds = group_opts.max_seconds;
+      if (group->count("--sizes") > 0) u.sizes = group_opts.sizes;
+      if (group->count("--systems") > 0) u.systems = group_opts.systems;
+      if (group->count("--group-sizes") > 0) u.replicas = group_opts.group_sizes.front();
+      return exit_code("ferry bench group", ferry::bench::run_group_udp_bench(u, std::cout, std::cerr));
+    }
     return exit_code("ferry bench group", ferry::bench::run_group_bench(group_opts, std::cout, std::cerr));
   }
   if (oq->parsed()) {

@@ -1,0 +1,381 @@
+#include "group_udp_bench.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "child_process.h"
+#include "ferry/cm/cm.h"
+#include "ferry/common/histogram.h"
+#include "ferry/hyperloop/hyperloop.h"
+#include "ferry/hyperloop/naive.h"
+#include "ferry/nic/engine.h"
+#include "ferry/nicd/nicd.h"
+#include "report.h"
+
+namespace ferry::bench {
+namespace {
+
+constexpr size_t kRegionBytes = 1 << 20;
+constexpr int kHosts = 4;  // the client's and three replicas' (at most)
+
+struct Point {
+  std::string system;
+  uint32_t size = 0;
+  bool stopped = false;  // replica processes SIGSTOPped for the whole point
+  Histogram latency;
+  uint64_t ops = 0;
+  uint64_t failed = 0;
+  double seconds = 0;
+  uint64_t replica_cpu_ns = 0;  // all replica processes, during the point
+  bool verified = false;        // every replica's region file holds the client's bytes
+  std::string first_error;
+};
+
+// A TCP port free right now on 127.0.0.1 (bound, read, closed: another
+// process could take it before the replica does, which then fails clearly).
+Result<uint16_t> free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return unavailable(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  if (!ok) return unavailable(std::string("bind: ") + std::strerror(errno));
+  return ntohs(a.sin_port);
+}
+
+char thread_state(const std::string& stat_path) {
+  std::ifstream f(stat_path);
+  std::string line;
+  std::getline(f, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
+// Whether every thread of `pid` is stopped (SIGSTOP stops them one by one:
+// the main thread may show 'T' while another still runs for a moment).
+bool all_threads_stopped(pid_t pid) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(task.c_str());
+  if (d == nullptr) return false;
+  bool stopped = true;
+  int threads = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    ++threads;
+    const char st = thread_state(task + "/" + e->d_name + "/stat");
+    stopped = stopped && (st == 'T' || st == 't');
+  }
+  ::closedir(d);
+  return stopped && threads > 0;
+}
+
+// Synchronous gWRITEs of `size` bytes at rotating offsets, timed one by one.
+void run_point(hyperloop::GroupClient& client, hyperloop::GroupId gid, Point& p, uint64_t iters, double max_seconds) {
+  std::span<uint8_t> mem = client.client_memory(gid).value();
+  const uint64_t slots = kRegionBytes / p.size;
+  const Clock& clock = timing_clock();
+  const uint64_t start = clock.now_ns();
+  const uint64_t cap = static_cast<uint64_t>(max_seconds * 1e9);
+  for (uint64_t k = 0; k < iters; ++k) {
+    const uint64_t off = (k % slots) * p.size;
+    std::memset(mem.data() + off, static_cast<int>((k * 131 + p.size) & 0xFF), p.size);
+    const uint64_t t0 = clock.now_ns();
+    Status st = client.gwrite(gid, off, p.size);
+    const uint64_t t1 = clock.now_ns();
+    ++p.ops;
+    if (!st.ok()) {
+      if (p.failed++ == 0) p.first_error = st.to_string();
+      if (st.code() == Code::kFailedPrecondition || st.code() == Code::kTimedOut) break;  // the group is gone
+      continue;
+    }
+    p.latency.record(t1 - t0);
+    if (t1 - start > cap) break;
+  }
+  p.seconds = static_cast<double>(clock.now_ns() - start) / 1e9;
+}
+
+bool regions_match(const std::string& dir, uint32_t replicas, std::span<const uint8_t> client) {
+  std::vector<uint8_t> buf(client.size());
+  for (uint32_t i = 0; i < replicas; ++i) {
+    const int fd = ::open((dir + "/r" + std::to_string(i) + ".pm").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+    ::close(fd);
+    if (n != static_cast<ssize_t>(buf.size()) || std::memcmp(buf.data(), client.data(), buf.size()) != 0) return false;
+  }
+  return true;
+}
+
+// The in-process reference: the same group and operations with every host a
+// NIC of one threaded Engine in this process.
+Result<Histogram> inproc_reference(const std::string& system, uint32_t replicas, uint32_t size, uint64_t iters,
+                                   double max_seconds) {
+  nic::EngineOptions eo;
+  eo.threaded = true;
+  nic::Engine engine(eo);
+  hyperloop::GroupOptions go;
+  go.replicas = replicas;
+  go.region_bytes = kRegionBytes;
+  go.media = pm::Media::kDram;
+  std::unique_ptr<hyperloop::GroupClient> client;
+  if (system == "hyperloop") {
+    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(engine));
+    client = std::move(c);
+  } else {
+    hyperloop::NaiveOptions no;
+    no.mode = system == "naive-poll" ? hyperloop::NaiveMode::kPoll : hyperloop::NaiveMode::kEvent;
+    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::NaiveClient::create(engine, no));
+    client = std::move(c);
+  }
+  FERRY_ASSIGN_OR_RETURN(hyperloop::GroupId gid, client->create_group(go));
+  Point p;
+  p.size = size;
+  run_point(*client, gid, p, iters, max_seconds);
+  if (p.failed != 0) return internal_error("in-process reference: " + p.first_error);
+  return p.latency;
+}
+
+nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replicas) {
+  nlohmann::json j;
+  j["experiment"] = "latency";
+  j["transport"] = "udp";
+  j["system"] = p.system;
+  j["primitive"] = "gwrite";
+  j["size"] = p.size;
+  j["group"] = replicas;
+  j["load"] = false;
+  j["replicas_stopped"] = p.stopped;
+  j["ops"] = p.ops;
+  j["failed"] = p.failed;
+  j["samples"] = p.latency.count();
+  j["avg_us"] = p.latency.mean() / 1000.0;
+  j["p50_us"] = percentile_json(p.latency, 0.50, 1e-3);
+  j["p95_us"] = percentile_json(p.latency, 0.95, 1e-3);
+  j["p99_us"] = percentile_json(p.latency, 0.99, 1e-3);
+  j["p999_us"] = percentile_json(p.latency, 0.999, 1e-3);
+  j["max_us"] = static_cast<double>(p.latency.max()) / 1000.0;
+  j["seconds"] = p.seconds;
+  j["ops_per_s"] = p.seconds > 0 ? static_cast<double>(p.latency.count()) / p.seconds : 0.0;
+  j["replica_cpu_ns_per_op"] = p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0;
+  j["replica_cpu_source"] = "/proc/PID/task/*/schedstat of the replica processes";
+  j["regions_verified"] = p.verified;
+  if (!p.first_error.empty()) j["first_error"] = p.first_error;
+  if (ref != nullptr) {
+    nlohmann::json r;
+    r["samples"] = ref->count();
+    r["p50_us"] = percentile_json(*ref, 0.50, 1e-3);
+    r["p99_us"] = percentile_json(*ref, 0.99, 1e-3);
+    j["inproc"] = r;
+    if (ref->count() > 0 && p.latency.count() > 0) {
+      j["p50_over_inproc"] = static_cast<double>(p.latency.percentile(0.5)) / static_cast<double>(ref->percentile(0.5));
+    }
+  }
+  j["placement"] = {{"client", "this process (polling)"},
+                    {"nic_engines", "four ferry nicd processes, not pinned"},
+                    {"replicas", "three ferry hyperloop replica processes, not pinned"},
+                    {"cpu_load", "none"}};
+  add_provenance(j);
+  return j;
+}
+
+}  // namespace
+
+Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std::ostream& log) {
+  if (o.replicas < 1 || o.replicas > kHosts - 1) return invalid_argument("--group-sizes: 1..3 replicas with --transport udp");
+  for (const std::string& s : o.systems) {
+    if (s != "hyperloop" && s != "naive-event" && s != "naive-poll") return invalid_argument("unknown system '" + s + "'");
+  }
+  for (uint32_t size : o.sizes) {
+    if (size == 0 || size > kRegionBytes) return invalid_argument("size " + std::to_string(size) + " outside 1..1 MiB");
+  }
+  char tmpl[] = "/dev/shm/ferry-bench-group-XXXXXX";
+  char tmpl2[] = "/tmp/ferry-bench-group-XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  if (d == nullptr) d = ::mkdtemp(tmpl2);
+  if (d == nullptr) return unavailable(std::string("mkdtemp: ") + std::strerror(errno));
+  const std::string dir = d;
+  set_cleanup_dir(dir);
+  auto cleanup = [&] {
+    for (int h = 0; h < kHosts; ++h) ::unlink((dir + "/n" + std::to_string(h) + ".sock").c_str());
+    for (uint32_t i = 0; i < o.replicas; ++i) ::unlink((dir + "/r" + std::to_string(i) + ".pm").c_str());
+    ::unlink((dir + "/chain.toml").c_str());
+    ::rmdir(dir.c_str());
+    set_cleanup_dir("");
+  };
+
+  std::vector<nlohmann::json> rows;
+  Status result = [&]() -> Status {
+    // The reference first, before any helper process exists.
+    std::map<std::pair<std::string, uint32_t>, Histogram> refs;
+    for (const std::string& system : o.systems) {
+      for (uint32_t size : o.sizes) {
+        log << fmt::format("in-process reference: {} gwrite {} B ...\n", system, size) << std::flush;
+        FERRY_ASSIGN_OR_RETURN(Histogram h, inproc_reference(system, o.replicas, size, o.iters, o.max_seconds));
+        refs[std::make_pair(system, size)] = h;
+      }
+    }
+    std::vector<std::unique_ptr<ChildProcess>> daemons;
+    for (int h = 0; h < kHosts; ++h) {
+      FERRY_ASSIGN_OR_RETURN(auto c, ChildProcess::spawn_self(
+                                         "nicd host" + std::to_string(h),
+                                         {"nicd", "--socket", dir + "/n" + std::to_string(h) + ".sock", "--bind",
+                                          "127.0.0.1:0", "--name", "host" + std::to_string(h), "--spin-us",
+                                          std::to_string(o.daemon_spin_us)}));
+      FERRY_RETURN_IF_ERROR(c->wait_for_line("event=ready", 10000).status());
+      daemons.push_back(std::move(c));
+    }
+    nicd::OpenOptions oo;
+    oo.socket_path = dir + "/n0.sock";
+    oo.client_name = "bench-group";
+    FERRY_ASSIGN_OR_RETURN(auto device, nicd::Device::open(oo));
+
+    for (const std::string& system : o.systems) {
+      std::vector<uint16_t> ports;
+      for (uint32_t i = 0; i <= o.replicas; ++i) {
+        FERRY_ASSIGN_OR_RETURN(uint16_t port, free_port());
+        ports.push_back(port);
+      }
+      {
+        std::ofstream cfg(dir + "/chain.toml", std::ios::trunc);
+        cfg << fmt::format("[group]\nsystem = \"{}\"\nname = \"bench\"\nreplicas = {}\nregion_bytes = {}\n"
+                           "ring_ops = 128\nwindow = 16\nconnect_timeout_ms = 20000\n\n[client]\nnicd = \"{}\"\n"
+                           "listen = \"127.0.0.1:{}\"\n",
+                           system, o.replicas, kRegionBytes, dir + "/n0.sock", ports[0]);
+        for (uint32_t i = 0; i < o.replicas; ++i) {
+          cfg << fmt::format("\n[[replica]]\nnicd = \"{}/n{}.sock\"\nlisten = \"127.0.0.1:{}\"\nregion = \"{}/r{}.pm\"\n",
+                             dir, 1 + i, ports[1 + i], dir, i);
+        }
+        if (!cfg) return unavailable("cannot write " + dir + "/chain.toml");
+      }
+      std::vector<std::unique_ptr<ChildProcess>> replicas;
+      for (uint32_t i = 0; i < o.replicas; ++i) {
+        FERRY_ASSIGN_OR_RETURN(auto c, ChildProcess::spawn_self(
+                                           system + " replica " + std::to_string(i),
+                                           {"hyperloop", "replica", "--config", dir + "/chain.toml", "--index",
+                                            std::to_string(i)}));
+        FERRY_RETURN_IF_ERROR(c->wait_for_line("event=listening", 10000).status());
+        replicas.push_back(std::move(c));
+      }
+      FERRY_ASSIGN_OR_RETURN(auto listener, cm::Listener::start("127.0.0.1:" + std::to_string(ports[0])));
+      hyperloop::RemoteGroupOptions ro;
+      ro.group = "bench";
+      ro.options.replicas = o.replicas;
+      ro.options.region_bytes = kRegionBytes;
+      ro.head = "127.0.0.1:" + std::to_string(ports[1]);
+      ro.listener = listener.get();
+      ro.timeout_ms = 20000;
+      hyperloop::ClientOptions co;
+      co.op_timeout_ns = 10'000'000'000ULL;
+      std::unique_ptr<hyperloop::GroupClient> client;
+      Result<hyperloop::GroupId> gid = invalid_argument("unset");
+      if (system == "hyperloop") {
+        FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(device->nic(), co));
+        gid = c->connect_group(ro);
+        client = std::move(c);
+      } else {
+        hyperloop::NaiveOptions no;
+        no.client = co;
+        FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::NaiveClient::create(device->nic(), no));
+        gid = c->connect_group(ro);
+        client = std::move(c);
+      }
+      FERRY_RETURN_IF_ERROR(gid.status());
+      for (auto& r : replicas) FERRY_RETURN_IF_ERROR(r->wait_for_line("event=serving", 10000).status());
+      log << fmt::format("{}: chain of {} replica processes connected over UDP\n", system, o.replicas) << std::flush;
+
+      for (uint32_t size : o.sizes) {
+        for (bool stopped : {false, true}) {
+          if (stopped && (system != "hyperloop" || !o.stop_replicas)) continue;
+          Point p;
+          p.system = system;
+          p.size = size;
+          p.stopped = stopped;
+          if (stopped) {
+            for (auto& r : replicas) ::kill(r->pid(), SIGSTOP);
+            for (auto& r : replicas) {
+              for (int t = 0; t < 1000 && !all_threads_stopped(r->pid()); ++t) usleep(1000);
+              if (!all_threads_stopped(r->pid())) return internal_error(r->name() + " did not stop");
+            }
+          }
+          uint64_t cpu0 = 0, cpu1 = 0;
+          for (auto& r : replicas) cpu0 += r->cpu_time_ns();
+          log << fmt::format("{} gwrite {} B{}: {} operations ...\n", system, size,
+                             stopped ? " (replica processes stopped)" : "", o.iters)
+              << std::flush;
+          run_point(*client, gid.value(), p, o.iters, o.max_seconds);
+          for (auto& r : replicas) cpu1 += r->cpu_time_ns();
+          p.replica_cpu_ns = cpu1 - cpu0;
+          const uint64_t written = std::min<uint64_t>(p.ops, kRegionBytes / size) * size;
+          p.verified = p.failed == 0 &&
+                       regions_match(dir, o.replicas, client->client_memory(gid.value()).value().first(written));
+          if (stopped) {
+            for (auto& r : replicas) {
+              if (!all_threads_stopped(r->pid())) p.first_error = r->name() + " was not stopped throughout";
+              ::kill(r->pid(), SIGCONT);
+            }
+          }
+          auto it = refs.find(std::make_pair(system, size));
+          rows.push_back(point_json(p, it == refs.end() ? nullptr : &it->second, o.replicas));
+        }
+      }
+      client.reset();
+      listener.reset();
+      for (auto& r : replicas) FERRY_RETURN_IF_ERROR(r->stop());
+    }
+    device.reset();
+    for (auto& dmn : daemons) FERRY_RETURN_IF_ERROR(dmn->stop());
+    return ok_status();
+  }();
+  cleanup();
+  FERRY_RETURN_IF_ERROR(result);
+
+  // The issue's target: HyperLoop with the replica processes stopped, 0 failed.
+  for (auto& j : rows) {
+    if (j["system"] == "hyperloop" && j["replicas_stopped"] == true) {
+      j["targets"] = {{{"name", "0 failed operations with the replica processes SIGSTOPped"},
+                       {"met", j["failed"] == 0 && j["ops"] == o.iters && j["regions_verified"] == true},
+                       {"measured_failed", j["failed"]},
+                       {"ops", j["ops"]}}};
+    }
+  }
+  if (o.json) {
+    for (const auto& j : rows) out << j.dump() << "\n";
+  } else {
+    out << fmt::format("{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10}\n", "system", "size",
+                       "stopped", "ops", "failed", "p50_us", "p99_us", "inproc50", "p50/inproc", "replica_ns/op",
+                       "verified");
+    for (const auto& j : rows) {
+      auto num = [](const nlohmann::json& v) { return v.is_null() ? std::string("n/a") : fmt::format("{:.1f}", v.get<double>()); };
+      out << fmt::format("{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12.0f} {:>10}\n",
+                         j["system"].get<std::string>(), j["size"].get<uint32_t>(),
+                         j["replicas_stopped"].get<bool>() ? "yes" : "no", j["ops"].get<uint64_t>(),
+                         j["failed"].get<uint64_t>(), num(j["p50_us"]), num(j["p99_us"]),
+                         j.contains("inproc") ? num(j["inproc"]["p50_us"]) : "-",
+                         j.contains("p50_over_inproc") ? fmt::format("{:.2f}", j["p50_over_inproc"].get<double>()) : "-",
+                         j["replica_cpu_ns_per_op"].get<double>(), j["regions_verified"].get<bool>() ? "yes" : "NO");
+    }
+    out << "NIC engines: four `ferry nicd` processes on loopback UDP, not pinned; replicas: separate processes; "
+           "no CPU load. Latencies are the software RNIC's, not RNIC hardware's.\n";
+  }
+  return ok_status();
+}
+
+}  // namespace ferry::bench
