@@ -1,11 +1,14 @@
 # Ferry: `make demo` runs the main job, `make test` passes the tests.
 # Both install missing Debian packages (scripts/install-deps.sh), configure
-# and build. Build trees: build/ (release with assertions), build-asan/,
-# build-tsan/, build-fuzz/. `make test` reads JOBS, FUZZ_SECONDS (default 20),
-# SKIP_SANITIZERS and SKIP_FUZZ from the environment or the command line
-# (see scripts/run-tests.sh).
+# and build. Build trees: build/ (release with assertions), build-asan/
+# (clang ASan+UBSan, and the libFuzzer targets), build-tsan/. `make test`
+# reads JOBS, FUZZ_SECONDS (default 10), SKIP_SANITIZERS and SKIP_FUZZ from
+# the environment or the command line (see scripts/run-tests.sh). New build
+# trees use Ninja (CMAKE_GENERATOR); an existing tree keeps its generator.
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
+CMAKE_GENERATOR ?= Ninja
+export CMAKE_GENERATOR
 
 .PHONY: all build deps demo test test-unit clean
 
@@ -28,4 +31,4 @@ test-unit: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz  # build-fuzz: older trees

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   clang libclang-rt-14-dev          # libFuzzer and sanitizer runtimes for clang builds
   libgtest-dev libgmock-dev         # GoogleTest under ctest
   libcli11-dev                      # CLI parsing for the ferry tool

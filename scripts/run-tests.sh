@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The body of `make test`: configure, build and run every suite.
 #   1. release build (assertions on): all tests, plus CLI smoke tests
-#   2. ASan + UBSan build: all tests
+#   2. ASan + UBSan build (clang): all tests
 #   3. TSan build: the tests where application and engine threads share state
-#   4. clang + libFuzzer: each fuzz target for FUZZ_SECONDS (default 20)
+#   4. libFuzzer (built in the ASan tree): each fuzz target for FUZZ_SECONDS
+#      (default 10), JOBS targets at a time
 # Environment: JOBS (parallelism, default nproc), FUZZ_SECONDS, FUZZ_SEED, SKIP_SANITIZERS=1,
-# SKIP_FUZZ=1 (for quick local runs; CI runs everything).
+# SKIP_FUZZ=1 (for quick local runs; CI runs everything), CMAKE_GENERATOR
+# (default Ninja, for new build trees; an existing tree keeps its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+# Ninja starts a target's compiles before the libraries it links are built,
+# which keeps both cores busy across the few large unity batches.
+export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 start=$(date +%s)
 step() { printf '\n==== %s (%ds)\n' "$*" "$(( $(date +%s) - start ))"; }
 
@@ -28,12 +33,26 @@ cmake --build build -j "$JOBS"
 step "release tests"
 ctest --test-dir build --output-on-failure --no-tests=error -j "$JOBS" --timeout 300
 
-if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
-  step "ASan+UBSan build"
+# The ASan+UBSan tree, built with clang, holds the sanitizer test executables
+# and the libFuzzer targets (FERRY_FUZZ=ON): the libraries are compiled once
+# for both. clang compiles it faster than gcc did and runs its tests faster.
+asan_targets=()
+[[ "${SKIP_SANITIZERS:-0}" != 1 ]] && asan_targets+=(ferry_test_binaries)
+[[ "${SKIP_FUZZ:-0}" != 1 ]] && asan_targets+=(ferry_fuzz_targets)
+if [[ ${#asan_targets[@]} -gt 0 ]]; then
+  step "ASan+UBSan build (clang; tests and fuzz targets)"
+  # A tree configured with another compiler (gcc, before) starts afresh.
+  if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang++' build-asan/CMakeCache.txt; then
+    rm -rf build-asan
+  fi
   # -O1 -g1: the sanitizer builds are compile-bound on 2 cores; line tables
-  # are enough for their reports.
-  configure build-asan -DFERRY_SANITIZE=address -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
-  cmake --build build-asan -j "$JOBS" --target ferry_test_binaries
+  # are enough for their reports (and libFuzzer's).
+  configure build-asan -DFERRY_SANITIZE=address -DFERRY_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+  cmake --build build-asan -j "$JOBS" --target "${asan_targets[@]}"
+fi
+
+if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "ASan+UBSan tests"
   # Every test suite (the CLI tests need the tool, which this build skips).
   # Seed campaigns run at full default size in the release step; here they
@@ -54,36 +73,43 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
 fi
 
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
-  step "fuzz build (clang, libFuzzer)"
-  # -g1 as in the release build (libFuzzer/ASan reports need line tables
-  # only); -O2 as before. Only the fuzz targets and the libraries they link
-  # are built (not ferry_store / ferry_workload).
-  cmake -S . -B build-fuzz -DFERRY_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   fuzz_targets=(packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz udp_rx_fuzz naive_header_fuzz rpc_request_fuzz
                 rpc_recovery_scan_fuzz etcd_response_fuzz cm_message_fuzz nicd_request_fuzz)
-  cmake --build build-fuzz -j "$JOBS" --target "${fuzz_targets[@]}"
   # One seed for every target, printed, so that a failing run can be replayed.
   FUZZ_SEED=${FUZZ_SEED:-$(( $(date +%s) % 1000000000 + 1 ))}
   echo "fuzz seed $FUZZ_SEED (replay: FUZZ_SEED=$FUZZ_SEED make test)"
-  for target in "${fuzz_targets[@]}"; do
-    step "fuzz $target for ${FUZZ_SECONDS}s"
-    corpus=$(mktemp -d)
-    log=$(mktemp)
-    cp tests/fuzz/corpus/"$target"/* "$corpus"/ 2>/dev/null || true
-    # libFuzzer exits non-zero on any finding (crash, leak, timeout, OOM) or
-    # if the target cannot start; its artifact lands in build-fuzz/.
-    rc=0
-    (cd build-fuzz && ./"$target" -seed="$FUZZ_SEED" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
-      "$corpus" >"$log" 2>&1) || rc=$?
-    grep -E "stat::number_of_executed_units" "$log" || true
-    if [[ $rc != 0 ]]; then
-      echo "fuzzer $target failed (exit $rc, seed $FUZZ_SEED):"
-      tail -n 60 "$log"
-      exit 1
-    fi
-    rm -rf "$corpus" "$log"
+  # Each target fuzzes a scratch copy of its seed corpus; libFuzzer exits
+  # non-zero on any finding (crash, leak, timeout, OOM) or if the target
+  # cannot start; its artifact lands in build-asan/.
+  fuzz_one() {  # target corpus log
+    cp tests/fuzz/corpus/"$1"/* "$2"/ 2>/dev/null || true
+    (cd build-asan && ./"$1" -seed="$FUZZ_SEED" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+      "$2" >"$3" 2>&1)
+  }
+  # A libFuzzer process uses one core: JOBS targets run side by side, each
+  # for the full FUZZ_SECONDS.
+  for ((i = 0; i < ${#fuzz_targets[@]}; i += JOBS)); do
+    batch=("${fuzz_targets[@]:i:JOBS}")
+    step "fuzz ${batch[*]} for ${FUZZ_SECONDS}s"
+    pids=() corpora=() logs=()
+    for target in "${batch[@]}"; do
+      corpora+=("$(mktemp -d)")
+      logs+=("$(mktemp)")
+      fuzz_one "$target" "${corpora[-1]}" "${logs[-1]}" &
+      pids+=($!)
+    done
+    for j in "${!batch[@]}"; do
+      rc=0
+      wait "${pids[j]}" || rc=$?
+      echo "${batch[j]}: $(grep -E "stat::number_of_executed_units" "${logs[j]}" || true)"
+      if [[ $rc != 0 ]]; then
+        echo "fuzzer ${batch[j]} failed (exit $rc, seed $FUZZ_SEED):"
+        tail -n 60 "${logs[j]}"
+        wait || true
+        exit 1
+      fi
+      rm -rf "${corpora[j]}" "${logs[j]}"
+    done
   done
 fi
 
