@@ -125,11 +125,13 @@ bool regions_match(const std::string& dir, uint32_t replicas, std::span<const ui
 }
 
 // The in-process reference: the same group and operations with every host a
-// NIC of one threaded Engine in this process.
+// NIC of one Engine in this process, stepped by the client thread as in
+// `bench group` (a threaded engine sharing two cores with a spinning client
+// parks and waits for the scheduler: a bimodal, ~200 us reference).
 Result<Histogram> inproc_reference(const std::string& system, uint32_t replicas, uint32_t size, uint64_t iters,
                                    double max_seconds) {
   nic::EngineOptions eo;
-  eo.threaded = true;
+  eo.threaded = false;
   nic::Engine engine(eo);
   hyperloop::GroupOptions go;
   go.replicas = replicas;
@@ -189,6 +191,7 @@ nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replica
     }
   }
   j["placement"] = {{"client", "this process (polling)"},
+                    {"inproc_reference", "every host a NIC of one engine stepped by the client thread"},
                     {"nic_engines", "four ferry nicd processes, not pinned"},
                     {"replicas", "three ferry hyperloop replica processes, not pinned"},
                     {"cpu_load", "none"}};
