@@ -142,7 +142,6 @@ void Server::release(Client* c) {
     if (it == clients_.end()) return;
     owned = std::move(*it);
     clients_.erase(it);
-    ++released_;
   }
   // As a hardware device does when its process dies: its QPs stop (to
   // ERROR, flushing, so a peer sees no more answers), then every object it
@@ -172,6 +171,10 @@ void Server::release(Client* c) {
   }
   owned->arena.reset();
   if (c->sock >= 0) close(c->sock);
+  // Counted only now: a caller that waits for the count (tests, status) must
+  // find the client's QPs gone from the engine, not just from the list.
+  std::lock_guard<std::mutex> lock(mu_);
+  ++released_;
 }
 
 Result<uint8_t*> Server::translate(const Client& c, uint64_t addr, uint64_t length) const {
