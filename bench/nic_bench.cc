@@ -477,6 +477,24 @@ nlohmann::json percentiles_json(const Histogram& h) {
 
 double ratio(uint64_t num, uint64_t den) { return static_cast<double>(num) / static_cast<double>(std::max<uint64_t>(den, 1)); }
 
+// The fields every row has, whatever the transport: the point, its latency
+// distribution and rate, and its cross-thread ping-pong / memcpy reference.
+nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, const Point& p, double mops,
+                        double gbps, uint64_t ref_p50, double ref_gbps) {
+  nlohmann::json j;
+  j["op"] = op;
+  j["size"] = size;
+  j["iters"] = p.iters;
+  j["outstanding"] = window;
+  add_percentiles_ns(j, p.latency);
+  j["mops"] = mops;
+  j["gbps"] = gbps;
+  j["reference"] = {{"p50_ns", ref_p50}, {"gbps", ref_gbps}};
+  j["p50_over_ref"] = ratio(p.latency.percentile(0.5), ref_p50);
+  j["gbps_over_ref"] = ref_gbps > 0 ? gbps / ref_gbps : 0.0;
+  return j;
+}
+
 // The issue's target for this transport (issue 11, item 8).
 constexpr double kUdpTargetRatio = 2.0;
 constexpr uint32_t kUdpTargetSize = 64;
@@ -603,17 +621,7 @@ Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostre
           targets.push_back(target);
         }
         if (o.json) {
-          nlohmann::json j;
-          j["op"] = op;
-          j["size"] = size;
-          j["iters"] = p.iters;
-          j["outstanding"] = window;
-          add_percentiles_ns(j, p.latency);
-          j["mops"] = mops;
-          j["gbps"] = gbps;
-          j["reference"] = {{"p50_ns", ref_p50}, {"gbps", ref_gbps}};
-          j["p50_over_ref"] = ratio(p50, ref_p50);
-          j["gbps_over_ref"] = ref_gbps > 0 ? gbps / ref_gbps : 0.0;
+          nlohmann::json j = row_json(op, size, window, p, mops, gbps, ref_p50, ref_gbps);
           j["transport"] = "udp";
           j["path_mtu"] = udp->path_mtu();
           auto pp_json = [&](const UdpPingPong& r, UdpWait w, int sender_cpu, int echo_cpu) {
@@ -764,17 +772,7 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
             static_cast<double>(p.latency.percentile(0.5)) / static_cast<double>(std::max<uint64_t>(ref_p50, 1));
         const double gbps_over_ref = ref_gbps > 0 ? gbps / ref_gbps : 0.0;
         if (o.json) {
-          nlohmann::json j;
-          j["op"] = op;
-          j["size"] = size;
-          j["iters"] = p.iters;
-          j["outstanding"] = window;
-          add_percentiles_ns(j, p.latency);
-          j["mops"] = mops;
-          j["gbps"] = gbps;
-          j["reference"] = {{"p50_ns", ref_p50}, {"gbps", ref_gbps}};
-          j["p50_over_ref"] = p50_over_ref;
-          j["gbps_over_ref"] = gbps_over_ref;
+          nlohmann::json j = row_json(op, size, window, p, mops, gbps, ref_p50, ref_gbps);
           j["engine"] = placement_json(placement);
           j["engine"]["mode"] = o.inline_engine ? "inline" : "thread";
           j["engine"]["cpu_busy_fraction"] = p.engine_cpu_fraction;

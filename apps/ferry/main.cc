@@ -168,21 +168,26 @@ int main(int argc, char** argv) {
       "A HyperLoop chain as processes: replicas and a client, each attached to its host's NIC daemon "
       "(docs/deployment.md)");
   hl_cmd->require_subcommand(1);
+  // What every member reads the same way: the chain file and its overrides.
+  auto add_member_options = [](CLI::App* member, std::string& config, std::string& nicd, std::string& listen,
+                               std::string& system, const char* who) {
+    member->add_option("--config", config, "the chain's TOML file (docs/deployment.md)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    member->add_option("--nicd", nicd, "the NIC daemon's socket (overrides the file)");
+    member->add_option("--listen", listen, std::string("this ") + who + "'s CM address (overrides the file)");
+    member->add_option("--system", system, "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
+        ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
+  };
   CLI::App* hl_replica = hl_cmd->add_subcommand(
       "replica",
       "Serve as one replica of the chain described by --config: pre-post its chains, then sleep while its NIC "
       "serves the group. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
   ferry::apps::ReplicaCmdOptions hl_replica_opts;
-  hl_replica->add_option("--config", hl_replica_opts.config, "the chain's TOML file (docs/deployment.md)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  add_member_options(hl_replica, hl_replica_opts.config, hl_replica_opts.nicd, hl_replica_opts.listen,
+                     hl_replica_opts.system, "replica");
   hl_replica->add_option("--index", hl_replica_opts.index, "which [[replica]] of the file this process is (0: head)")
       ->required();
-  hl_replica->add_option("--nicd", hl_replica_opts.nicd, "the NIC daemon's socket (overrides the file)");
-  hl_replica->add_option("--listen", hl_replica_opts.listen, "this replica's CM address (overrides the file)");
-  hl_replica->add_option("--system", hl_replica_opts.system,
-                         "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
-      ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
   hl_replica->add_option("--cpu", hl_replica_opts.cpu, "naive-*: pin the thread that serves the chain (-1: no)")
       ->capture_default_str();
   hl_replica->add_option("--region", hl_replica_opts.region,
@@ -192,14 +197,8 @@ int main(int argc, char** argv) {
       "Connect to the chain described by --config and run --ops operations (gWRITEs and gCAS counter increments), "
       "checking that every one was acknowledged and applied once, in order. Exit 0 only if all were");
   ferry::apps::ClientCmdOptions hl_client_opts;
-  hl_client->add_option("--config", hl_client_opts.config, "the chain's TOML file (docs/deployment.md)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  hl_client->add_option("--nicd", hl_client_opts.nicd, "the NIC daemon's socket (overrides the file)");
-  hl_client->add_option("--listen", hl_client_opts.listen, "the client's CM address (overrides the file)");
-  hl_client->add_option("--system", hl_client_opts.system,
-                        "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
-      ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
+  add_member_options(hl_client, hl_client_opts.config, hl_client_opts.nicd, hl_client_opts.listen,
+                     hl_client_opts.system, "client");
   hl_client->add_option("--ops", hl_client_opts.ops, "operations to run")->capture_default_str();
   hl_client->add_option("--size", hl_client_opts.size, "bytes per gWRITE")->capture_default_str();
   hl_client->add_option("--outstanding", hl_client_opts.outstanding, "operations in flight (at most the window)")

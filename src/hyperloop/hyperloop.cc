@@ -11,10 +11,6 @@
 #include <string_view>
 #include <vector>
 
-#include <chrono>
-#include <mutex>
-#include <thread>
-
 #include "ferry/cm/cm.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/wqe.h"
@@ -73,14 +69,6 @@ struct ClientChain {
 
 }  // namespace
 
-// The tail's acknowledgement handshakes of a group connected across
-// processes, shared with the listener thread's callbacks.
-struct AckWiring {
-  std::mutex mu;
-  std::array<int, kChainCount> state{};  // 0 free, 1 handshaking, 2 connected, 3 failed
-  std::string error;
-};
-
 struct Group {
   GroupId id = 0;
   GroupOptions options;
@@ -107,8 +95,7 @@ struct Group {
   std::array<uint64_t, kMaxReplicas> replica_iova{};
   uint32_t head_rkey = 0;
   std::string remote_name;             // across processes: the group's name
-  cm::Listener* listener = nullptr;    // serving the ack services until connected
-  std::shared_ptr<AckWiring> wiring;
+  std::unique_ptr<detail::LinkSet> acks;  // the tail's ack services, served until connected
   std::array<ClientChain, kChainCount> chains;
   std::vector<FlushJoin> joins;
   Status failed;
@@ -132,9 +119,7 @@ struct Group {
     client.reset();
   }
   void unserve() {
-    if (listener == nullptr) return;
-    for (int c = 0; c < kChainCount; ++c) (void)listener->unserve(detail::ack_service(remote_name, Chain(c)));
-    listener = nullptr;
+    if (acks) acks->unserve();
   }
   bool remote() const { return !remote_name.empty(); }
   uint64_t buf_iova(const void* p) const { return reinterpret_cast<uint64_t>(p); }
@@ -341,36 +326,17 @@ Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions&
     for (uint32_t s = 0; s < d; ++s) recvs[s].wr_id = s;
     FERRY_RETURN_IF_ERROR(ch.ack->post_recv(recvs));
   }
-  g.wiring = std::make_shared<AckWiring>();
-  g.listener = ro.listener;
-  for (int c = 0; c < kChainCount; ++c) {
-    ClientChain& ch = g.chains[c];
+  g.acks = std::make_unique<detail::LinkSet>("client of group " + ro.group, o, o.replicas - 1);
+  std::vector<std::vector<uint8_t>> replies;
+  for (ClientChain& ch : g.chains) {
+    FERRY_RETURN_IF_ERROR(g.acks->serve(*ro.listener, detail::ack_service(ro.group, ch.chain), cnic, *ch.ack));
     detail::AckReply reply;
     reply.slots = g.buf_iova(ch.acks);
     reply.rkey = g.buf_mr->rkey();
     reply.stride = ch.ack_stride;
-    const std::string who = "client of group " + ro.group + " (" + detail::chain_name(ch.chain) + " chain)";
-    cm::Service s;
-    s.nic = &cnic;
-    s.qp = link;
-    s.accept = [w = g.wiring, c, qp = ch.ack.get(), reply, o, who](const cm::Request& req) -> Result<cm::Accepted> {
-      FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello, cm::private_data_as<detail::ChainHello>(req.private_data));
-      FERRY_RETURN_IF_ERROR(detail::check_hello(hello, o, o.replicas - 1, who));
-      std::lock_guard<std::mutex> lock(w->mu);
-      if (w->state[c] != 0) return failed_precondition(who + ": the tail is already connected");
-      w->state[c] = 1;
-      cm::Accepted a;
-      a.qp = qp;
-      a.private_data = cm::private_data_of(reply);
-      return a;
-    };
-    s.done = [w = g.wiring, c, who](nic::QueuePair&, const cm::Connection&, const Status& st) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->state[c] = st.ok() ? 2 : 3;
-      if (!st.ok()) w->error = who + ": the tail's handshake failed: " + st.message();
-    };
-    FERRY_RETURN_IF_ERROR(ro.listener->serve(detail::ack_service(ro.group, ch.chain), std::move(s)));
+    replies.push_back(cm::private_data_of(reply));
   }
+  g.acks->open(std::move(replies));
 
   // The head: replica 0 accepts once the whole chain behind it is armed.
   const std::vector<uint8_t> hello = cm::private_data_of(detail::hello_of(o, detail::kClientSender));
@@ -378,31 +344,15 @@ Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions&
     FERRY_ASSIGN_OR_RETURN(cm::Connection conn,
                            detail::connect_retrying(ro.head, detail::up_service(ro.group, ch.chain), cnic, *ch.head,
                                                     hello, ro.timeout_ms));
-    FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(conn.private_data));
-    if (up.magic != detail::kWiringMagic || up.count != n) {
-      return invalid_argument("replica 0 at " + ro.head + " reported a chain of " + std::to_string(up.count) +
-                              " replicas; this client expects " + std::to_string(n));
-    }
+    FERRY_ASSIGN_OR_RETURN(const detail::UpReply up,
+                           detail::parse_up_reply(conn.private_data, n, "client of group " + ro.group));
     g.replica_iova = up.region_iova;
     g.head_rkey = up.rkey;
   }
 
   // The tail connected before replica 0 became ready; its RTU may still be
   // on its way to the listener.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ro.timeout_ms);
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(g.wiring->mu);
-      if (!g.wiring->error.empty()) return unavailable(g.wiring->error);
-      bool all = true;
-      for (int st : g.wiring->state) all = all && st == 2;
-      if (all) break;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      return timed_out("the tail of group " + ro.group + " never completed its connection to this client");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  FERRY_RETURN_IF_ERROR(g.acks->wait_connected(ro.timeout_ms));
   g.unserve();
   return ok_status();
 }

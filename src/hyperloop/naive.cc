@@ -104,8 +104,7 @@ struct Group {
   uint64_t head_iova = 0;
   uint32_t head_rkey = 0;
   std::string remote_name;           // across processes: the group's name
-  cm::Listener* listener = nullptr;  // serving the tail's ack service until connected
-  std::shared_ptr<std::atomic<int>> ack_state;  // 0 free, 1 handshaking, 2 connected, 3 failed
+  std::unique_ptr<detail::LinkSet> acks;  // the tail's ack service, served until connected
   std::unique_ptr<nic::CompletionQueue> send_cq;  // head's signaled SENDs (errors surface here)
   std::unique_ptr<nic::CompletionQueue> ack_cq;   // the tail's WRITE_WITH_IMM acknowledgments
   std::unique_ptr<nic::QueuePair> head;
@@ -129,8 +128,7 @@ struct Group {
     remote_pd.reset();
   }
   void unserve() {
-    if (listener != nullptr) (void)listener->unserve(detail::naive_ack_service(remote_name));
-    listener = nullptr;
+    if (acks) acks->unserve();
   }
 
   size_t header_offset(uint64_t seq) const { return (seq % options.ring_ops) * kHeaderSlotBytes; }
@@ -348,45 +346,18 @@ Status NaiveClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro)
   reply.slots = g.rings_mr->iova() + size_t{o.ring_ops} * kHeaderSlotBytes;
   reply.rkey = g.rings_mr->rkey();
   reply.stride = kAckSlotBytes;
-  g.ack_state = std::make_shared<std::atomic<int>>(0);
-  const std::string who = "naive client of group " + ro.group;
-  cm::Service s;
-  s.nic = &cnic;
-  s.qp = link;
-  s.accept = [state = g.ack_state, qp = g.ack.get(), reply, o, who](const cm::Request& req) -> Result<cm::Accepted> {
-    FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello, cm::private_data_as<detail::ChainHello>(req.private_data));
-    FERRY_RETURN_IF_ERROR(detail::check_hello(hello, o, o.replicas - 1, who));
-    int expected = 0;
-    if (!state->compare_exchange_strong(expected, 1)) return failed_precondition(who + ": the tail is already connected");
-    cm::Accepted a;
-    a.qp = qp;
-    a.private_data = cm::private_data_of(reply);
-    return a;
-  };
-  s.done = [state = g.ack_state](nic::QueuePair&, const cm::Connection&, const Status& st) {
-    state->store(st.ok() ? 2 : 3);
-  };
-  FERRY_RETURN_IF_ERROR(ro.listener->serve(detail::naive_ack_service(ro.group), std::move(s)));
-  g.listener = ro.listener;
+  g.acks = std::make_unique<detail::LinkSet>("naive client of group " + ro.group, o, o.replicas - 1);
+  FERRY_RETURN_IF_ERROR(g.acks->serve(*ro.listener, detail::naive_ack_service(ro.group), cnic, *g.ack));
+  g.acks->open({cm::private_data_of(reply)});
 
   const std::vector<uint8_t> hello = cm::private_data_of(detail::hello_of(o, detail::kClientSender));
   FERRY_ASSIGN_OR_RETURN(cm::Connection conn, detail::connect_retrying(ro.head, detail::naive_up_service(ro.group),
                                                                         cnic, *g.head, hello, ro.timeout_ms));
-  FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(conn.private_data));
-  if (up.magic != detail::kWiringMagic || up.count != o.replicas) {
-    return invalid_argument("replica 0 at " + ro.head + " reported a chain of " + std::to_string(up.count) +
-                            " replicas; this client expects " + std::to_string(o.replicas));
-  }
+  FERRY_ASSIGN_OR_RETURN(const detail::UpReply up,
+                         detail::parse_up_reply(conn.private_data, o.replicas, "naive client of group " + ro.group));
   g.head_iova = up.region_iova[0];
   g.head_rkey = up.rkey;
-  const uint64_t deadline = SteadyClock::instance().now_ns() + uint64_t{ro.timeout_ms} * 1'000'000;
-  while (g.ack_state->load() != 2) {
-    if (g.ack_state->load() == 3) return unavailable(who + ": the tail's handshake failed");
-    if (SteadyClock::instance().now_ns() > deadline) {
-      return timed_out("the tail of group " + ro.group + " never completed its connection to this client");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  FERRY_RETURN_IF_ERROR(g.acks->wait_connected(ro.timeout_ms));
   g.unserve();
   return ok_status();
 }

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 #include <thread>
 
 #include "ferry/common/cpu.h"
@@ -23,18 +22,14 @@ struct NaiveReplica::Impl {
   std::unique_ptr<nic::ProtectionDomain> pd;
   std::unique_ptr<nic::MemoryRegion> region_mr;
   std::unique_ptr<detail::NaiveNode> node;
-  cm::Listener* listener = nullptr;
-  bool downstream_done = false;
+  std::atomic<bool> downstream_done{false};  // status() may ask from another thread
+  std::unique_ptr<detail::LinkSet> up;        // the up service, open once downstream is done
 
   std::atomic<bool> stop{false};
   int stop_fd = -1;
   detail::Worker worker;
 
-  std::atomic<bool> ready{false};
   detail::UpReply up_reply;
-  mutable std::mutex mu;
-  int up_state = 0;  // 0 free, 1 handshaking, 2 connected, 3 failed
-  std::string last_error;
 
   ~Impl() {
     stop.store(true, std::memory_order_release);
@@ -43,7 +38,7 @@ struct NaiveReplica::Impl {
       (void)!::write(stop_fd, &one, sizeof one);
     }
     if (worker.thread.joinable()) worker.thread.join();
-    if (listener != nullptr) (void)listener->unserve(detail::naive_up_service(spec.group));
+    if (up) up->unserve();
     node.reset();
     region_mr.reset();
     pd.reset();
@@ -99,46 +94,13 @@ Result<std::unique_ptr<NaiveReplica>> NaiveReplica::create(nic::Nic& nic, std::s
   r.up_reply.rkey = r.region_mr->rkey();
   r.up_reply.count = 1;
   r.up_reply.region_iova[0] = r.region_mr->iova();
+  r.up = std::make_unique<detail::LinkSet>(r.who(), o, spec.index == 0 ? detail::kClientSender : spec.index - 1);
   return std::unique_ptr<NaiveReplica>(new NaiveReplica(std::move(impl)));
 }
 
 Status NaiveReplica::serve(cm::Listener& listener) {
   Impl& r = *impl_;
-  if (r.listener != nullptr) return failed_precondition(r.who() + " already serves a listener");
-  cm::Service s;
-  s.nic = r.nic;
-  s.qp.access_flags = detail::kLinkAccess;
-  s.accept = [&r](const cm::Request& request) -> Result<cm::Accepted> {
-    FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello,
-                           cm::private_data_as<detail::ChainHello>(request.private_data));
-    const uint32_t expected = r.spec.index == 0 ? detail::kClientSender : r.spec.index - 1;
-    if (Status st = detail::check_hello(hello, r.spec.options, expected, r.who()); !st.ok()) {
-      std::lock_guard<std::mutex> lock(r.mu);
-      r.last_error = st.message();
-      return st;
-    }
-    if (!r.ready.load(std::memory_order_acquire)) {
-      return unavailable(r.who() + " is not ready yet: its downstream is still connecting");
-    }
-    std::lock_guard<std::mutex> lock(r.mu);
-    if (r.up_state != 0) {
-      r.last_error = r.who() + ": refused " + request.peer_address + ": its upstream is already connected";
-      return failed_precondition(r.last_error);
-    }
-    r.up_state = 1;
-    cm::Accepted a;
-    a.qp = r.node->up.get();
-    a.private_data = cm::private_data_of(r.up_reply);
-    return a;
-  };
-  s.done = [&r](nic::QueuePair&, const cm::Connection&, const Status& st) {
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.up_state = st.ok() ? 2 : 3;
-    if (!st.ok()) r.last_error = r.who() + ": upstream handshake failed: " + st.message();
-  };
-  FERRY_RETURN_IF_ERROR(listener.serve(detail::naive_up_service(r.spec.group), std::move(s)));
-  r.listener = &listener;
-  return ok_status();
+  return r.up->serve(listener, detail::naive_up_service(r.spec.group), *r.nic, *r.node->up);
 }
 
 Status NaiveReplica::connect_downstream(std::string_view address) {
@@ -156,19 +118,12 @@ Status NaiveReplica::connect_downstream(std::string_view address) {
   const std::span<const uint8_t> pd(conn.value().private_data);
   detail::UpReply reply = r.up_reply;
   if (n.tail) {
-    FERRY_ASSIGN_OR_RETURN(const detail::AckReply ack, cm::private_data_as<detail::AckReply>(pd));
-    if (ack.magic != detail::kWiringMagic || ack.stride != detail::kAckSlotBytes) {
-      return invalid_argument(r.who() + ": the client's acknowledgement ring is not the Naive baseline's");
-    }
+    FERRY_ASSIGN_OR_RETURN(const detail::AckReply ack, detail::parse_ack_reply(pd, detail::kAckSlotBytes, r.who()));
     n.next_iova = ack.slots;
     n.next_rkey = ack.rkey;
   } else {
-    FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(pd));
-    const uint32_t expect = r.spec.options.replicas - r.spec.index - 1;
-    if (up.magic != detail::kWiringMagic || up.count != expect) {
-      return invalid_argument(r.who() + ": the next replica reported " + std::to_string(up.count) +
-                              " replicas after it, expected " + std::to_string(expect));
-    }
+    FERRY_ASSIGN_OR_RETURN(const detail::UpReply up,
+                           detail::parse_up_reply(pd, r.spec.options.replicas - r.spec.index - 1, r.who()));
     n.next_iova = up.region_iova[0];
     n.next_rkey = up.rkey;
     reply.count = 1 + up.count;
@@ -181,16 +136,15 @@ Status NaiveReplica::connect_downstream(std::string_view address) {
   } else {
     r.worker.thread = std::thread([&r] { detail::run_event_replica(*r.node, r.stop, r.stop_fd, r.cpu, r.worker); });
   }
-  r.ready.store(true, std::memory_order_release);
+  r.up->open({cm::private_data_of(reply)});
   return ok_status();
 }
 
 ReplicaStatus NaiveReplica::status() const {
   ReplicaStatus s;
-  s.ready = impl_->ready.load(std::memory_order_acquire);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  s.upstream_links = impl_->up_state == 2 ? 1 : 0;
-  s.last_error = impl_->last_error;
+  s.ready = impl_->downstream_done;
+  s.upstream_links = impl_->up->connected();
+  s.last_error = impl_->up->last_error();
   return s;
 }
 

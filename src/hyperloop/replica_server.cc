@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <mutex>
 
 #include "ferry/nic/connect.h"
 #include "ferry/nicd/nicd.h"
@@ -28,20 +27,12 @@ struct Replica::Impl {
   std::unique_ptr<nic::ProtectionDomain> pd;
   std::unique_ptr<nic::MemoryRegion> region_mr;
   std::unique_ptr<detail::ReplicaNode> node;
-  cm::Listener* listener = nullptr;
-  bool downstream_done = false;
-
-  // Shared with the listener thread's callbacks.
-  std::atomic<bool> ready{false};
-  detail::UpReply up_reply;  // written before `ready` is released
-  mutable std::mutex mu;
-  std::array<int, kChainCount> up_state{};  // 0 free, 1 handshaking, 2 connected, 3 failed
-  std::string last_error;
+  std::atomic<bool> downstream_done{false};  // status() may ask from another thread
+  std::unique_ptr<detail::LinkSet> up;  // the up services (upstream connects), open once downstream is done
+  detail::UpReply up_reply;
 
   ~Impl() {
-    if (listener != nullptr) {
-      for (int c = 0; c < kChainCount; ++c) (void)listener->unserve(detail::up_service(spec.group, Chain(c)));
-    }
+    if (up) up->unserve();
     node.reset();
     region_mr.reset();
     pd.reset();
@@ -49,39 +40,6 @@ struct Replica::Impl {
 
   std::string who() const {
     return "replica " + std::to_string(spec.index) + " of group " + spec.group;
-  }
-
-  Result<cm::Accepted> accept(Chain c, const cm::Request& request) {
-    const std::string name = who() + " (" + detail::chain_name(c) + " chain)";
-    auto refuse = [&](Status s) -> Result<cm::Accepted> {
-      std::lock_guard<std::mutex> lock(mu);
-      last_error = s.message();
-      return s;
-    };
-    FERRY_ASSIGN_OR_RETURN(const detail::ChainHello hello,
-                           cm::private_data_as<detail::ChainHello>(request.private_data));
-    const uint32_t expected = spec.index == 0 ? detail::kClientSender : spec.index - 1;
-    if (Status s = detail::check_hello(hello, spec.options, expected, name); !s.ok()) return refuse(s);
-    if (!ready.load(std::memory_order_acquire)) {
-      return unavailable(name + " is not ready yet: its downstream is still connecting");
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    int& state = up_state[static_cast<int>(c)];
-    if (state != 0) {
-      last_error = name + ": refused " + request.peer_address + ": its upstream is already connected";
-      return failed_precondition(last_error + " (a replica serves one group session; restart it for another)");
-    }
-    state = 1;
-    cm::Accepted a;
-    a.qp = node->chains[static_cast<int>(c)].up.get();
-    a.private_data = cm::private_data_of(up_reply);
-    return a;
-  }
-
-  void done(Chain c, const Status& status) {
-    std::lock_guard<std::mutex> lock(mu);
-    up_state[static_cast<int>(c)] = status.ok() ? 2 : 3;
-    if (!status.ok()) last_error = who() + ": upstream handshake failed: " + status.message();
   }
 };
 
@@ -129,26 +87,19 @@ Result<std::unique_ptr<Replica>> Replica::create(nic::Nic& nic, std::span<uint8_
   r.up_reply.rkey = r.region_mr->rkey();
   r.up_reply.count = 1;
   r.up_reply.region_iova[0] = r.region_mr->iova();
+  r.up = std::make_unique<detail::LinkSet>(r.who(), o, spec.index == 0 ? detail::kClientSender : spec.index - 1);
   return std::unique_ptr<Replica>(new Replica(std::move(impl)));
 }
 
 Status Replica::serve(cm::Listener& listener) {
   Impl& r = *impl_;
-  if (r.listener != nullptr) return failed_precondition(r.who() + " already serves a listener");
   for (int c = 0; c < kChainCount; ++c) {
-    const Chain chain = static_cast<Chain>(c);
-    cm::Service s;
-    s.nic = r.nic;
-    s.qp.access_flags = detail::kLinkAccess;
-    s.accept = [&r, chain](const cm::Request& request) { return r.accept(chain, request); };
-    s.done = [&r, chain](nic::QueuePair&, const cm::Connection&, const Status& status) { r.done(chain, status); };
-    Status st = listener.serve(detail::up_service(r.spec.group, chain), std::move(s));
+    Status st = r.up->serve(listener, detail::up_service(r.spec.group, Chain(c)), *r.nic, *r.node->chains[c].up);
     if (!st.ok()) {
-      for (int u = 0; u < c; ++u) (void)listener.unserve(detail::up_service(r.spec.group, Chain(u)));
+      r.up->unserve();
       return st;
     }
   }
-  r.listener = &listener;
   return ok_status();
 }
 
@@ -172,18 +123,13 @@ Status Replica::connect_downstream(std::string_view address) {
     }
     const std::span<const uint8_t> pd(conn.value().private_data);
     if (tail) {
-      FERRY_ASSIGN_OR_RETURN(const detail::AckReply ack, cm::private_data_as<detail::AckReply>(pd));
-      if (ack.magic != detail::kWiringMagic) return invalid_argument(r.who() + ": the client's reply is not HyperLoop's");
+      FERRY_ASSIGN_OR_RETURN(const detail::AckReply ack, detail::parse_ack_reply(pd, 0, r.who()));
       ds.ack_slots[c] = ack.slots;
       ds.ack_rkey = ack.rkey;
       ds.ack_stride = ack.stride;
     } else {
-      FERRY_ASSIGN_OR_RETURN(const detail::UpReply up, cm::private_data_as<detail::UpReply>(pd));
-      const uint32_t expect = r.spec.options.replicas - r.spec.index - 1;
-      if (up.magic != detail::kWiringMagic || up.count != expect) {
-        return invalid_argument(r.who() + ": the next replica reported " + std::to_string(up.count) +
-                                " replicas after it, expected " + std::to_string(expect));
-      }
+      FERRY_ASSIGN_OR_RETURN(const detail::UpReply up,
+                             detail::parse_up_reply(pd, r.spec.options.replicas - r.spec.index - 1, r.who()));
       ds.region_iova = up.region_iova[0];
       ds.region_rkey = up.rkey;
       reply.count = 1 + up.count;
@@ -193,16 +139,15 @@ Status Replica::connect_downstream(std::string_view address) {
   FERRY_RETURN_IF_ERROR(detail::post_replica_chains(node, ds));
   r.downstream_done = true;
   r.up_reply = reply;
-  r.ready.store(true, std::memory_order_release);
+  r.up->open(std::vector<std::vector<uint8_t>>(kChainCount, cm::private_data_of(reply)));
   return ok_status();
 }
 
 ReplicaStatus Replica::status() const {
   ReplicaStatus s;
-  s.ready = impl_->ready.load(std::memory_order_acquire);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  for (int st : impl_->up_state) s.upstream_links += st == 2 ? 1 : 0;
-  s.last_error = impl_->last_error;
+  s.ready = impl_->downstream_done;
+  s.upstream_links = impl_->up->connected();
+  s.last_error = impl_->up->last_error();
   return s;
 }
 

@@ -81,6 +81,130 @@ Status check_hello(const ChainHello& h, const GroupOptions& own, uint32_t expect
   return ok_status();
 }
 
+Result<UpReply> parse_up_reply(std::span<const uint8_t> bytes, uint32_t expected, std::string_view who) {
+  FERRY_ASSIGN_OR_RETURN(const UpReply up, cm::private_data_as<UpReply>(bytes));
+  if (up.magic != kWiringMagic || up.count != expected || up.count > kMaxReplicas) {
+    return invalid_argument(std::string(who) + ": the peer reported a chain of " + std::to_string(up.count) +
+                            " replicas from there on, expected " + std::to_string(expected));
+  }
+  return up;
+}
+
+Result<AckReply> parse_ack_reply(std::span<const uint8_t> bytes, uint32_t stride, std::string_view who) {
+  FERRY_ASSIGN_OR_RETURN(const AckReply ack, cm::private_data_as<AckReply>(bytes));
+  if (ack.magic != kWiringMagic || (stride != 0 && ack.stride != stride)) {
+    return invalid_argument(std::string(who) + ": the client's acknowledgement ring is not of this system");
+  }
+  return ack;
+}
+
+LinkSet::LinkSet(std::string who, const GroupOptions& options, uint32_t expected_sender)
+    : who_(std::move(who)), options_(options), expected_sender_(expected_sender) {}
+
+LinkSet::~LinkSet() { unserve(); }
+
+Status LinkSet::serve(cm::Listener& listener, const std::string& service, nic::Nic& nic, nic::QueuePair& qp) {
+  size_t index = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (listener_ != nullptr && listener_ != &listener) return failed_precondition(who_ + " already serves a listener");
+    index = links_.size();
+    links_.push_back(Link{service, &qp, {}, 0});
+  }
+  cm::Service s;
+  s.nic = &nic;
+  s.qp.access_flags = kLinkAccess;
+  s.accept = [this, index](const cm::Request& request) { return accept(index, request); };
+  s.done = [this, index](nic::QueuePair&, const cm::Connection&, const Status& status) { done(index, status); };
+  Status st = listener.serve(service, std::move(s));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!st.ok()) {
+    links_.pop_back();
+    return st;
+  }
+  listener_ = &listener;
+  return ok_status();
+}
+
+void LinkSet::open(std::vector<std::vector<uint8_t>> replies) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < links_.size() && i < replies.size(); ++i) links_[i].reply = std::move(replies[i]);
+  open_ = true;
+}
+
+void LinkSet::unserve() {
+  std::vector<std::string> services;
+  cm::Listener* listener = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener = listener_;
+    listener_ = nullptr;
+    for (const Link& l : links_) services.push_back(l.service);
+  }
+  // Outside the lock: unserve waits for a callback in progress, which takes it.
+  if (listener != nullptr) {
+    for (const std::string& s : services) (void)listener->unserve(s);
+  }
+}
+
+Result<cm::Accepted> LinkSet::accept(size_t link, const cm::Request& request) {
+  FERRY_ASSIGN_OR_RETURN(const ChainHello hello, cm::private_data_as<ChainHello>(request.private_data));
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string name = who_ + " (" + links_[link].service + ")";
+  if (Status s = check_hello(hello, options_, expected_sender_, name); !s.ok()) {
+    last_error_ = s.message();
+    return s;
+  }
+  if (!open_) return unavailable(name + " is not ready yet: its downstream is still connecting");
+  Link& l = links_[link];
+  if (l.state != 0) {
+    last_error_ = name + ": refused " + request.peer_address + ": already connected";
+    return failed_precondition(last_error_ + " (a member serves one group session; restart it for another)");
+  }
+  l.state = 1;
+  cm::Accepted a;
+  a.qp = l.qp;
+  a.private_data = l.reply;
+  return a;
+}
+
+void LinkSet::done(size_t link, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  links_[link].state = status.ok() ? 2 : 3;
+  if (!status.ok()) last_error_ = who_ + " (" + links_[link].service + "): handshake failed: " + status.message();
+}
+
+uint32_t LinkSet::connected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t n = 0;
+  for (const Link& l : links_) n += l.state == 2 ? 1 : 0;
+  return n;
+}
+
+std::string LinkSet::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
+Status LinkSet::wait_connected(uint32_t timeout_ms) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool all = true;
+      for (const Link& l : links_) {
+        if (l.state == 3) return unavailable(last_error_);
+        all = all && l.state == 2;
+      }
+      if (all) return ok_status();
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return timed_out(who_ + ": the peer never completed its connection");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 Result<cm::Connection> connect_retrying(std::string_view address, std::string_view service, nic::Nic& nic,
                                         nic::QueuePair& qp, std::span<const uint8_t> private_data,
                                         uint32_t timeout_ms) {

@@ -16,6 +16,8 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 #include <span>
 #include <string>
 #include <string_view>
@@ -92,6 +94,57 @@ ChainHello hello_of(const GroupOptions& options, uint32_t sender);
 // kInvalidArgument naming the first option the two sides disagree on, or an
 // unexpected sender ("replica 2 asked replica 0 ...").
 Status check_hello(const ChainHello& hello, const GroupOptions& own, uint32_t expected_sender, std::string_view who);
+
+// The reply a downstream member sent, checked: an UpReply naming `expected`
+// replicas after the connecting one, or an AckReply (of `stride` bytes per
+// slot when stride is not 0). kInvalidArgument naming `who` otherwise.
+Result<UpReply> parse_up_reply(std::span<const uint8_t> bytes, uint32_t expected, std::string_view who);
+Result<AckReply> parse_ack_reply(std::span<const uint8_t> bytes, uint32_t stride, std::string_view who);
+
+// The passive side of a member's links -- a replica's up QPs, a client's
+// acknowledgement QPs: one CM service per link, each accepting one
+// connection from the expected sender (its ChainHello checked against the
+// member's options) to a QP already in INIT with its receives posted.
+// Requests are refused with kUnavailable ("not ready") until open().
+// Callbacks run on the listener's thread; the owner calls unserve() (or
+// destroys the LinkSet) before its QPs go.
+class LinkSet {
+ public:
+  LinkSet(std::string who, const GroupOptions& options, uint32_t expected_sender);
+  ~LinkSet();
+  LinkSet(const LinkSet&) = delete;
+  LinkSet& operator=(const LinkSet&) = delete;
+
+  // One more link: `service` on `listener` (the same listener for every link).
+  Status serve(cm::Listener& listener, const std::string& service, nic::Nic& nic, nic::QueuePair& qp);
+  // Each link's REP private data (in serve order); requests are accepted from now on.
+  void open(std::vector<std::vector<uint8_t>> replies);
+  void unserve();
+  uint32_t connected() const;
+  std::string last_error() const;
+  // Waits until every link completed its handshake: kUnavailable when one
+  // failed, kTimedOut after timeout_ms.
+  Status wait_connected(uint32_t timeout_ms) const;
+
+ private:
+  struct Link {
+    std::string service;
+    nic::QueuePair* qp = nullptr;
+    std::vector<uint8_t> reply;
+    int state = 0;  // 0 free, 1 handshaking, 2 connected, 3 failed
+  };
+  Result<cm::Accepted> accept(size_t link, const cm::Request& request);
+  void done(size_t link, const Status& status);
+
+  const std::string who_;
+  const GroupOptions options_;
+  const uint32_t expected_sender_;
+  cm::Listener* listener_ = nullptr;
+  mutable std::mutex mu_;
+  bool open_ = false;
+  std::vector<Link> links_;
+  std::string last_error_;
+};
 
 // cm::connect, retried every few milliseconds while the peer is not there
 // yet (kUnavailable: refused, not ready; kNotFound: service not served yet)
