@@ -63,7 +63,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
 
   step "TSan build (threads)"
   configure build-tsan -DFERRY_SANITIZE=thread -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
-  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests hyperloop_thread_tests rpc_thread_tests membership_thread_tests cm_tests nicd_tests hyperloop_remote_tests
+  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests hyperloop_thread_tests rpc_thread_tests membership_thread_tests cm_tests nicd_tests hyperloop_remote_tests tailwind_thread_tests
   step "TSan tests"
   # The engine-thread suite, and the multi-producer queue tests.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
@@ -74,7 +74,7 @@ fi
 
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   fuzz_targets=(packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz udp_rx_fuzz naive_header_fuzz rpc_request_fuzz
-                rpc_recovery_scan_fuzz etcd_response_fuzz cm_message_fuzz nicd_request_fuzz)
+                rpc_recovery_scan_fuzz etcd_response_fuzz cm_message_fuzz nicd_request_fuzz tailwind_scan_fuzz)
   # One seed for every target, printed, so that a failing run can be replayed.
   FUZZ_SEED=${FUZZ_SEED:-$(( $(date +%s) % 1000000000 + 1 ))}
   echo "fuzz seed $FUZZ_SEED (replay: FUZZ_SEED=$FUZZ_SEED make test)"

@@ -1,8 +1,6 @@
 // PmKv's format helpers: checksums, the key hash, record header checks.
 #include "pmkv_format.h"
 
-#include <isa-l/crc.h>
-
 #include <algorithm>
 
 #include "ferry/common/rng.h"
@@ -32,21 +30,6 @@ std::string_view crash_point_name(CrashPoint point) {
 }  // namespace ferry::store
 
 namespace ferry::store::detail {
-
-uint32_t crc32c(uint32_t crc, const void* data, size_t len) {
-  // ISA-L's crc32_iscsi carries the register as is (no pre/post inversion);
-  // the conventional CRC32C inverts on entry and exit, which also makes
-  // chaining work: crc32c(crc32c(0, a), b) == crc32c(0, a || b).
-  uint32_t reg = ~crc;
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (len != 0) {  // crc32_iscsi takes an int length
-    const size_t n = std::min<size_t>(len, size_t{1} << 30);
-    reg = crc32_iscsi(const_cast<unsigned char*>(p), static_cast<int>(n), reg);
-    p += n;
-    len -= n;
-  }
-  return ~reg;
-}
 
 uint64_t key_hash(std::string_view key, uint32_t seed) {
   // Word-at-a-time through splitmix64's bijective finalizer; the length is

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/common/checksum.h"
 #include "ferry/pm/hints.h"
 #include "ferry/store/pmkv.h"
 
@@ -100,8 +101,7 @@ inline size_t record_bytes(size_t key_bytes, size_t value_bytes) {
 inline size_t block_bytes(size_t record) { return pm::padded_size(record); }
 inline size_t block_alignment(size_t record) { return pm::write_granularity(record); }
 
-// CRC32C (Castagnoli), reflected, as in iSCSI/ext4: crc32c(0, "123456789") = 0xE3069283.
-uint32_t crc32c(uint32_t crc, const void* data, size_t len);
+using ferry::crc32c;  // common/checksum.h
 // The key hash that places a key in a bucket (hash % bucket_count) and tags
 // links to it (top 16 bits). Part of the format.
 uint64_t key_hash(std::string_view key, uint32_t seed);

@@ -1,0 +1,180 @@
+// A Tailwind backup (ATC'18 §3.2-3.3): a pool of pre-zeroed I/O buffers that
+// primaries fill with one-sided RDMA WRITEs while the backup's CPU does
+// nothing, and the control operations around them, served by the RPC layer:
+//
+//   open      reserve a buffer for (log, segment); register it for that
+//             primary's QPs only; reply with its address and rkey
+//   close     the buffer is full: write its valid bytes to storage (a real
+//             file, write + fdatasync or O_DIRECT), re-zero it, free it
+//   version   a backup elsewhere failed and the primary re-created its
+//             replica: the replica version of an open buffer moves on
+//   replicate the RPC baseline (RAMCloud): the backup's worker copies the
+//             bytes into the buffer and replies
+//   find      a primary failed: fence its QPs (§3.3.4), run Algorithm 1 over
+//             its open buffers, verify its closed ones on storage, report
+//   read      bytes of a replica, for the recovering server
+//   free      the replica is no longer needed (segment cleaned, log recovered)
+//
+// Buffers live in one memory region: persistent memory of the host's
+// persistence domain (pm/: RDMA WRITEs reach it through the NIC's volatile
+// buffer and are durable after a FLUSH), or DRAM, which stands for the
+// paper's battery-backed buffers -- the model does not simulate the
+// battery, so a DRAM backup loses its open buffers at a power failure and
+// says so. A directory at the start of the region records, per buffer,
+// which (log, segment, version) it holds; the backup's CPU persists it at
+// open, version and close (the control path), so a restarted backup finds
+// its open buffers again.
+//
+// The number of open (unflushed) buffers is limited to what the storage can
+// absorb on backup power: storage_write_mb_per_s * power_holdup_ms /
+// buffer_bytes (at least 1, at most `buffers`); open is refused beyond it.
+//
+// Threads: every method is thread-safe (one mutex; the data path never
+// takes it -- it is the NIC's). The RPC handlers run on the server's
+// workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/nic/connect.h"
+#include "ferry/nic/verbs.h"
+#include "ferry/pm/domain.h"
+#include "ferry/rpc/server.h"
+#include "ferry/tailwind/format.h"
+#include "ferry/tailwind/storage.h"
+
+namespace ferry::tailwind {
+
+enum class BufferMedia : uint8_t { kPm = 0, kDram };
+std::string_view buffer_media_name(BufferMedia media);
+
+// RPC request types of the backup service (on any rpc::Server).
+enum BackupRequestType : uint16_t {
+  kTwOpen = 60,
+  kTwClose = 61,
+  kTwVersion = 62,
+  kTwReplicate = 63,
+  kTwFind = 64,
+  kTwRead = 65,
+  kTwFree = 66,
+};
+
+struct BackupOptions {
+  std::string name = "backup";
+  size_t buffer_bytes = 8 << 20;  // the paper's 8 MB (= the primaries' segment size)
+  uint32_t buffers = 8;           // the pool
+  BufferMedia media = BufferMedia::kPm;
+  // kPm: the file holding the directory and the buffers (created if
+  // missing). Ignored for kDram.
+  std::string pm_path;
+  std::string storage_dir;  // closed buffers are written here
+  StorageMode storage_mode = StorageMode::kFdatasync;
+  uint64_t storage_write_mb_per_s = 500;  // the configured speed of that storage
+  uint32_t power_holdup_ms = 100;         // how long backup power lasts after a failure
+  // Start from what pm_path holds (a restart after a crash or power
+  // failure): open buffers are kept for recovery, free ones re-zeroed.
+  bool recover = false;
+};
+
+// What open() gives the primary: where to WRITE.
+struct OpenedBuffer {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+  uint32_t bytes = 0;
+};
+
+// One replica a backup holds for a log, as find() reports it.
+struct ReplicaInfo {
+  uint64_t segment_id = 0;
+  uint64_t replica_version = 0;
+  bool closed = false;     // on storage (its close recorded offset and checksum)
+  bool corrupted = false;  // closed: it does not verify against its close record
+  uint64_t valid_bytes = 0;  // open: Algorithm 1's offset; closed: the close's offset
+  uint32_t checksum = 0;     // the last valid checksum
+  ScanStop stop = ScanStop::kEndOfData;  // open: why the scan stopped
+  bool zero_after_valid = true;          // open: nothing (torn or corrupt) after the valid prefix
+};
+
+struct BackupCounters {
+  uint64_t opens = 0;
+  uint64_t opens_refused = 0;   // no free buffer, or the unflushed limit
+  uint64_t closes = 0;
+  uint64_t version_changes = 0;
+  uint64_t replicated_rpcs = 0; // RPC baseline: objects copied by the backup's CPU
+  uint64_t replicated_bytes = 0;
+  uint64_t finds = 0;
+  uint64_t reads = 0;
+  uint64_t frees = 0;
+  uint32_t open_buffers = 0;    // now
+  uint32_t max_open_buffers = 0;  // the unflushed limit
+};
+
+class Backup {
+ public:
+  // `nic` is this host's NIC; `domain` is its persistence domain (the
+  // NIC's NicOptions::memory) and is required for kPm, optional for kDram
+  // (DRAM from the domain, so a power failure loses it; else plain memory).
+  // Both must outlive the Backup. kInvalidArgument names a bad option;
+  // storage and PM errors are passed on.
+  static Result<std::unique_ptr<Backup>> create(nic::Nic& nic, pm::PersistenceDomain* domain,
+                                                const BackupOptions& options);
+  ~Backup();
+  Backup(const Backup&) = delete;
+  Backup& operator=(const Backup&) = delete;
+
+  // Registers the backup service's handlers (BackupRequestType) on `server`
+  // (before it starts). The server's max_request_bytes bounds what one
+  // kTwReplicate carries and its max_response_bytes what one kTwRead returns.
+  Status register_rpcs(rpc::Server& server);
+
+  // The data path of primary `log_id`: a QP of this backup's NIC, connected
+  // to `primary_qp` (RESET, on `primary_nic` of the same Engine), allowed to
+  // WRITE and FLUSH only the buffers open for that log. Replaces (and
+  // fences) an earlier connection of the same log.
+  Status connect(uint64_t log_id, nic::QueuePair& primary_qp, const nic::Nic& primary_nic,
+                 const nic::ConnectOptions& options = {});
+  // §3.3.4: moves the log's QPs to ERROR, so a primary that others consider
+  // failed can no longer write here.
+  void fence(uint64_t log_id);
+
+  // The control operations (what the RPCs call).
+  // kResourceExhausted: no free buffer, or the unflushed limit; the message
+  // says which. kAlreadyExists: (log, segment) already open here.
+  Result<OpenedBuffer> open(uint64_t log_id, uint64_t segment_id, uint64_t replica_version);
+  // kNotFound if not open here; kInvalidArgument if offset is past the
+  // buffer. Storage errors are passed on (the buffer then stays open).
+  Status close(uint64_t log_id, uint64_t segment_id, uint64_t offset, uint32_t checksum);
+  Status set_version(uint64_t log_id, uint64_t segment_id, uint64_t replica_version);
+  // RPC baseline: copies `bytes` at `offset` into the open buffer (and
+  // persists them on PM) on the calling thread.
+  Status replicate(uint64_t log_id, uint64_t segment_id, uint64_t offset, std::span<const uint8_t> bytes);
+  // Fences the log, scans its open buffers, verifies its closed ones;
+  // ascending segment_id (an open and a closed replica of the same segment
+  // may both appear after a crash during close).
+  std::vector<ReplicaInfo> find(uint64_t log_id);
+  // Up to max_bytes of a replica from `offset` (open: the buffer, closed:
+  // storage). kNotFound if absent.
+  Result<std::vector<uint8_t>> read(uint64_t log_id, uint64_t segment_id, bool closed, uint64_t offset,
+                                    uint32_t max_bytes);
+  // Drops the open buffer (re-zeroed, back to the pool) and the stored copy.
+  Status free(uint64_t log_id, uint64_t segment_id);
+
+  const BackupOptions& options() const;
+  BackupCounters counters() const;
+  // The buffer memory of the replica open for (log, segment), for tests.
+  std::span<const uint8_t> buffer(uint64_t log_id, uint64_t segment_id) const;
+  pm::Region* region() const;
+
+  struct Impl;
+
+ private:
+  explicit Backup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::tailwind

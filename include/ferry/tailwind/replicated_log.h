@@ -1,0 +1,197 @@
+// A Tailwind primary (ATC'18 §3.2): a log in the primary's memory, sliced
+// into fixed segments (Figure 5), whose one open segment is replicated to r
+// backups. Every append writes its entry and a checksum entry into the
+// segment and replicates exactly those bytes:
+//
+//   kTailwind  one RDMA WRITE per backup, gathered straight from the
+//              segment (zero-copy), followed on PM backups by a FLUSH on the
+//              same QP; the append returns when every backup's completion
+//              is in. The backups' CPUs do nothing.
+//   kRpc       RAMCloud's baseline: one RPC per backup carrying the bytes;
+//              the backup's worker copies them into the buffer and replies.
+//
+// open and close go over the RPC layer in both modes (open carries logID,
+// segmentID and the replica version; close the last offset and checksum).
+//
+// A backup that fails (a completion in error, or backup_failed() from the
+// coordinator) is replaced (§3.3.3): appends are suspended (the log's lock
+// is held), a new replica of every segment it held is created on another
+// backup -- the segment's bytes so far written to it and flushed --, and
+// then the replica version of the open segment moves on at the primary and
+// every live replica by RPC, so a stale replica that comes back is ignored
+// by recovery. Appends then resume.
+//
+// Threads: every method is thread-safe; appends from many threads are
+// serialized on the log's lock for their placement and wait for their
+// completions without it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/nic/engine.h"
+#include "ferry/nic/verbs.h"
+#include "ferry/rpc/client.h"
+#include "ferry/rpc/server.h"
+#include "ferry/tailwind/backup.h"
+#include "ferry/tailwind/format.h"
+
+namespace ferry::tailwind {
+
+enum class Replication : uint8_t { kTailwind = 0, kRpc };
+std::string_view replication_name(Replication r);
+Result<Replication> parse_replication(std::string_view name);  // "tailwind", "rpc"
+
+// The primary's (or a recovering server's) connection to one backup: an RPC
+// client of one session to the backup's server, and with `data_path` a QP
+// connected to the backup for the log's WRITEs. Used under the owning log's
+// lock (one thread at a time).
+class BackupLink {
+ public:
+  // In process: `backup` serves on `server` (started) through a NIC of
+  // `engine`, as does `nic`. All must outlive the link.
+  static Result<std::unique_ptr<BackupLink>> connect(nic::Engine& engine, nic::Nic& nic, Backup& backup,
+                                                     rpc::Server& server, uint64_t log_id, bool data_path);
+  ~BackupLink();
+  BackupLink(const BackupLink&) = delete;
+  BackupLink& operator=(const BackupLink&) = delete;
+
+  const std::string& name() const;
+  uint64_t log_id() const;
+  bool has_data_path() const;
+
+  // Synchronous control RPCs; a reply's error status comes back as that Status.
+  Result<OpenedBuffer> open(uint64_t segment_id, uint64_t replica_version);
+  Status close(uint64_t segment_id, uint64_t offset, uint32_t checksum);
+  Status set_version(uint64_t segment_id, uint64_t replica_version);
+  Status free(uint64_t segment_id);
+  Result<std::vector<ReplicaInfo>> find();
+  // Reads [0, bytes) of a replica in chunks of what one reply carries.
+  Result<std::vector<uint8_t>> read_all(uint64_t segment_id, bool closed, uint64_t bytes);
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit BackupLink(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct LogOptions {
+  uint64_t log_id = 1;
+  size_t segment_bytes = 8 << 20;  // = the backups' buffer_bytes
+  uint32_t replicas = 3;           // r
+  Replication replication = Replication::kTailwind;
+  // kTailwind: follow each WRITE with a FLUSH (persistence) so the append
+  // returns only once the bytes are durable on PM backups. Off for backups
+  // with battery-backed DRAM buffers (the WRITE's ACK is then enough).
+  bool flush = true;
+  uint32_t max_inflight_per_backup = 64;  // WRITEs or RPCs posted to one backup and not yet completed
+  // kRpc: bytes per replicate RPC (an append or a re-replication larger than
+  // this is split); at most the backups' max_request_bytes - 56.
+  uint32_t rpc_chunk_bytes = 4096 - 64;
+  uint64_t seed = 1;  // backup placement
+  // Called (under the log's lock) when a segment's replica version moves
+  // on: a coordinator records it, so recovery can tell stale replicas.
+  std::function<void(uint64_t segment_id, uint64_t replica_version)> on_version;
+};
+
+// Where an appended entry lives in the log.
+struct LogPosition {
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;  // of the entry's header in the segment
+  uint64_t bytes = 0;   // entry + checksum entry
+};
+
+struct LogCounters {
+  uint64_t appends = 0;
+  uint64_t bytes = 0;           // appended (entries and checksums)
+  uint64_t segments_opened = 0;
+  uint64_t segments_closed = 0;
+  uint64_t backup_failures = 0;
+  uint64_t replicas_recreated = 0;
+  uint64_t version_changes = 0;
+  uint64_t writes_posted = 0;   // RDMA WRITEs (kTailwind)
+  uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc)
+};
+
+class ReplicatedLog {
+ public:
+  // `nic` is the primary's NIC; `backups` the candidates for replicas (at
+  // least `replicas` of them, each linked with a data path for kTailwind).
+  // The links must outlive the log. kInvalidArgument names a bad option.
+  static Result<std::unique_ptr<ReplicatedLog>> create(nic::Nic& nic, std::vector<BackupLink*> backups,
+                                                       const LogOptions& options);
+  ~ReplicatedLog();
+  ReplicatedLog(const ReplicatedLog&) = delete;
+  ReplicatedLog& operator=(const ReplicatedLog&) = delete;
+
+  // Appends an object (or tombstone) and returns once every replica has it.
+  // kInvalidArgument: it cannot fit in a segment. kUnavailable: too few
+  // live backups to keep r replicas (the entry is then in the primary's log
+  // but not acknowledged).
+  Result<LogPosition> append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
+                                    std::span<const uint8_t> value);
+  Result<LogPosition> append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
+                                       std::span<const uint8_t> key);
+
+  // Closes the open segment on its backups (the next append opens another).
+  Status close_open_segment();
+  // The coordinator says backup `index` (of the create() list) failed:
+  // every segment it held gets a new replica elsewhere.
+  Status backup_failed(size_t index);
+  // Frees a closed segment on its backups and in the log (the cleaner).
+  Status free_segment(uint64_t segment_id);
+
+  // The bytes of a segment as the primary holds them (valid while the
+  // segment is not freed), and the ids of the live segments.
+  std::span<const uint8_t> segment(uint64_t segment_id) const;
+  std::vector<uint64_t> segment_ids() const;
+  uint64_t open_segment_id() const;  // 0: none
+  // Backups (indices into the create() list) holding replicas of a segment.
+  std::vector<size_t> replicas_of(uint64_t segment_id) const;
+  uint64_t replica_version(uint64_t segment_id) const;
+  LogCounters counters() const;
+  const LogOptions& options() const;
+
+  struct Impl;
+
+ private:
+  explicit ReplicatedLog(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Recovery of a failed primary's log from its backups (§3.3.1): every
+// backup fences the log and reports its replicas (Algorithm 1 over open
+// buffers, closed ones verified on storage); per segment the recovery takes
+// a closed replica that verifies, else the open replica with the longest
+// valid prefix, among those whose replica version is at least what
+// `min_versions` (from the coordinator; absent: 0) requires. Reads go over
+// the backups' RPCs and are scanned again on arrival.
+struct RecoveredSegment {
+  uint64_t segment_id = 0;
+  bool closed = false;
+  uint64_t replica_version = 0;
+  std::string from;            // the backup it was read from
+  std::vector<uint8_t> bytes;  // the valid prefix
+};
+struct RecoveryReport {
+  uint64_t replicas_seen = 0;
+  uint64_t stale_ignored = 0;      // below the required version
+  uint64_t corrupted_ignored = 0;  // closed replicas that failed verification
+  uint64_t torn_open = 0;          // open replicas with bytes after their valid prefix
+  uint64_t segments = 0;
+  uint64_t bytes = 0;
+  uint64_t backups_unreachable = 0;
+};
+Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
+                                                  const std::map<uint64_t, uint64_t>& min_versions,
+                                                  RecoveryReport* report = nullptr);
+
+}  // namespace ferry::tailwind

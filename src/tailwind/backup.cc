@@ -1,0 +1,552 @@
+// A Tailwind backup: the buffer pool, its directory, and the control
+// operations. The data path (RDMA WRITE and FLUSH into open buffers) never
+// reaches this file: it is the NIC's.
+#include "ferry/tailwind/backup.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "ferry/common/checksum.h"
+#include "messages.h"
+
+namespace ferry::tailwind {
+namespace {
+
+// Directory slot, one per buffer, at the start of the region (64 B each).
+// Written only by the backup's CPU under its mutex, persisted before the
+// operation that changed it returns.
+constexpr uint32_t kSlotMagic = 0x53425754;  // "TWBS"
+constexpr size_t kSlotBytes = 64;
+enum SlotState : uint8_t { kSlotFree = 0, kSlotOpen = 1 };
+struct SlotRecord {
+  uint32_t magic;
+  uint8_t state;
+  uint8_t reserved[3];
+  uint64_t log_id;
+  uint64_t segment_id;
+  uint64_t replica_version;
+  uint64_t buffer_bytes;
+  uint32_t crc;  // CRC32C of the bytes before it
+  uint32_t reserved2;
+};
+static_assert(sizeof(SlotRecord) <= kSlotBytes);
+
+uint32_t slot_crc(const SlotRecord& r) { return crc32c(0, &r, offsetof(SlotRecord, crc)); }
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+std::string_view buffer_media_name(BufferMedia media) { return media == BufferMedia::kPm ? "pm" : "dram"; }
+
+struct Backup::Impl {
+  nic::Nic* nic = nullptr;
+  pm::PersistenceDomain* domain = nullptr;
+  BackupOptions options;
+  pm::Region* region = nullptr;  // kPm, or kDram from the domain
+  uint8_t* own_memory = nullptr;   // kDram without a domain
+  uint8_t* base = nullptr;
+  size_t directory_bytes = 0;
+  uint32_t max_open = 1;
+  std::unique_ptr<SegmentStore> store;
+
+  struct Link {  // the data path of one primary (its log)
+    std::unique_ptr<nic::ProtectionDomain> pd;
+    std::unique_ptr<nic::CompletionQueue> cq;
+    std::unique_ptr<nic::QueuePair> qp;
+  };
+  struct Slot {
+    bool open = false;
+    uint64_t log_id = 0;
+    uint64_t segment_id = 0;
+    uint64_t replica_version = 0;
+    std::unique_ptr<nic::MemoryRegion> mr;  // in the log's link's PD, while open
+  };
+
+  mutable std::mutex mu;
+  std::vector<Slot> slots;
+  std::map<uint64_t, Link> links;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> loaded;  // closed replicas read by find()
+  BackupCounters counters;
+
+  ~Impl() {
+    for (auto& s : slots) s.mr.reset();
+    links.clear();
+    if (region != nullptr && domain != nullptr) domain->release(region);
+    std::free(own_memory);
+  }
+
+  uint8_t* buffer_at(size_t i) const { return base + directory_bytes + i * options.buffer_bytes; }
+
+  void persist(void* p, size_t n) {
+    if (region != nullptr && region->media() == pm::Media::kPm) region->persist(p, n);
+  }
+
+  void write_slot(size_t i) {
+    const Slot& s = slots[i];
+    SlotRecord r{};
+    r.magic = kSlotMagic;
+    r.state = s.open ? kSlotOpen : kSlotFree;
+    r.log_id = s.log_id;
+    r.segment_id = s.segment_id;
+    r.replica_version = s.replica_version;
+    r.buffer_bytes = options.buffer_bytes;
+    r.crc = slot_crc(r);
+    uint8_t* dst = base + i * kSlotBytes;
+    std::memcpy(dst, &r, sizeof r);
+    persist(dst, sizeof r);
+  }
+
+  void zero_buffer(size_t i) {
+    std::memset(buffer_at(i), 0, options.buffer_bytes);
+    persist(buffer_at(i), options.buffer_bytes);
+  }
+
+  int find_open(uint64_t log_id, uint64_t segment_id) const {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].open && slots[i].log_id == log_id && slots[i].segment_id == segment_id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  uint32_t open_count() const {
+    return static_cast<uint32_t>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.open; }));
+  }
+
+  void fence_locked(uint64_t log_id) {
+    auto it = links.find(log_id);
+    if (it == links.end()) return;
+    for (auto& s : slots) {
+      if (s.open && s.log_id == log_id) s.mr.reset();
+    }
+    nic::QpAttr attr;
+    attr.state = nic::QpState::kError;
+    (void)it->second.qp->modify(attr, nic::kQpState);
+  }
+
+  Status init() {
+    directory_bytes = round_up(size_t{options.buffers} * kSlotBytes, 4096);
+    const size_t total = directory_bytes + size_t{options.buffers} * options.buffer_bytes;
+    if (options.media == BufferMedia::kPm) {
+      FERRY_ASSIGN_OR_RETURN(region, domain->map_pm(options.pm_path, total, /*create=*/true));
+      base = region->data();
+    } else if (domain != nullptr) {
+      FERRY_ASSIGN_OR_RETURN(region, domain->alloc_dram(total));
+      base = region->data();
+    } else {
+      own_memory = static_cast<uint8_t*>(std::aligned_alloc(4096, round_up(total, 4096)));
+      if (own_memory == nullptr) return resource_exhausted("no memory for " + std::to_string(total) + " bytes of buffers");
+      std::memset(own_memory, 0, total);
+      base = own_memory;
+    }
+    slots.resize(options.buffers);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      SlotRecord r{};
+      std::memcpy(&r, base + i * kSlotBytes, sizeof r);
+      const bool valid = r.magic == kSlotMagic && r.crc == slot_crc(r) && r.buffer_bytes == options.buffer_bytes;
+      if (options.recover && valid && r.state == kSlotOpen) {
+        slots[i].open = true;
+        slots[i].log_id = r.log_id;
+        slots[i].segment_id = r.segment_id;
+        slots[i].replica_version = r.replica_version;
+        continue;
+      }
+      // A fresh pool, or a free slot after a restart: pre-zeroed (§3.2).
+      zero_buffer(i);
+      write_slot(i);
+    }
+    const uint64_t flushable = options.storage_write_mb_per_s * 1'000'000ULL * options.power_holdup_ms / 1000;
+    max_open = static_cast<uint32_t>(std::clamp<uint64_t>(flushable / options.buffer_bytes, 1, options.buffers));
+    counters.max_open_buffers = max_open;
+    counters.open_buffers = open_count();
+    return ok_status();
+  }
+};
+
+Backup::Backup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Backup::~Backup() = default;
+
+Result<std::unique_ptr<Backup>> Backup::create(nic::Nic& nic, pm::PersistenceDomain* domain,
+                                               const BackupOptions& options) {
+  if (options.buffers == 0) return invalid_argument("backup: buffers must be at least 1");
+  if (options.buffer_bytes < kSegmentHeaderAppendBytes * 2 || options.buffer_bytes > UINT32_MAX ||
+      options.buffer_bytes % 64 != 0) {
+    return invalid_argument("backup: buffer_bytes must be a multiple of 64 between 128 B and 4 GiB");
+  }
+  if (options.media == BufferMedia::kPm && (domain == nullptr || options.pm_path.empty())) {
+    return invalid_argument("backup: PM buffers need the host's persistence domain and a pm_path");
+  }
+  if (options.storage_dir.empty()) return invalid_argument("backup: storage_dir is required");
+  if (options.storage_write_mb_per_s == 0 || options.power_holdup_ms == 0) {
+    return invalid_argument("backup: storage_write_mb_per_s and power_holdup_ms must be positive");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->nic = &nic;
+  impl->domain = domain;
+  impl->options = options;
+  FERRY_ASSIGN_OR_RETURN(impl->store, SegmentStore::open(options.storage_dir, options.storage_mode));
+  FERRY_RETURN_IF_ERROR(impl->init());
+  return std::unique_ptr<Backup>(new Backup(std::move(impl)));
+}
+
+Status Backup::connect(uint64_t log_id, nic::QueuePair& primary_qp, const nic::Nic& primary_nic,
+                       const nic::ConnectOptions& options) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  for (const auto& s : m.slots) {
+    if (s.open && s.log_id == log_id && s.mr != nullptr) {
+      return failed_precondition("log " + std::to_string(log_id) + " has buffers open on " + m.options.name +
+                                 " through its current connection");
+    }
+  }
+  m.fence_locked(log_id);
+  m.links.erase(log_id);
+  Impl::Link link;
+  FERRY_ASSIGN_OR_RETURN(link.pd, m.nic->alloc_pd());
+  nic::CqInitAttr cq_attr;
+  cq_attr.cqe = 16;
+  FERRY_ASSIGN_OR_RETURN(link.cq, m.nic->create_cq(cq_attr));
+  nic::QpInitAttr qp_attr;
+  qp_attr.send_cq = link.cq.get();
+  qp_attr.recv_cq = link.cq.get();
+  qp_attr.cap.max_send_wr = 1;
+  qp_attr.cap.max_recv_wr = 1;
+  FERRY_ASSIGN_OR_RETURN(link.qp, m.nic->create_qp(*link.pd, qp_attr));
+  nic::ConnectOptions o = options;
+  o.access_flags = nic::kAccessRemoteWrite | nic::kAccessFlushGlobal | nic::kAccessFlushPersistent;
+  FERRY_RETURN_IF_ERROR(nic::connect_qps(primary_qp, primary_nic, *link.qp, *m.nic, o));
+  m.links.emplace(log_id, std::move(link));
+  return ok_status();
+}
+
+void Backup::fence(uint64_t log_id) {
+  std::lock_guard lock(impl_->mu);
+  impl_->fence_locked(log_id);
+}
+
+Result<OpenedBuffer> Backup::open(uint64_t log_id, uint64_t segment_id, uint64_t replica_version) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  if (m.find_open(log_id, segment_id) >= 0) {
+    return already_exists("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
+                          " is already open on " + m.options.name);
+  }
+  if (m.open_count() >= m.max_open) {
+    ++m.counters.opens_refused;
+    return resource_exhausted(m.options.name + " refuses to open a buffer: " + std::to_string(m.max_open) +
+                              " unflushed buffers is what its storage can absorb on backup power");
+  }
+  auto free_slot = std::find_if(m.slots.begin(), m.slots.end(), [](const Impl::Slot& s) { return !s.open; });
+  if (free_slot == m.slots.end()) {
+    ++m.counters.opens_refused;
+    return resource_exhausted(m.options.name + " has no free buffer");
+  }
+  const size_t i = static_cast<size_t>(free_slot - m.slots.begin());
+  Impl::Slot& s = *free_slot;
+  OpenedBuffer opened;
+  opened.addr = reinterpret_cast<uint64_t>(m.buffer_at(i));
+  opened.bytes = static_cast<uint32_t>(m.options.buffer_bytes);
+  auto link = m.links.find(log_id);
+  if (link != m.links.end()) {
+    // Only this primary's QP (its PD) can reach the buffer, and only while it is open.
+    FERRY_ASSIGN_OR_RETURN(s.mr, m.nic->reg_mr(*link->second.pd, m.buffer_at(i), m.options.buffer_bytes,
+                                               nic::kAccessLocalWrite | nic::kAccessRemoteWrite |
+                                                   nic::kAccessFlushGlobal | nic::kAccessFlushPersistent));
+    opened.rkey = s.mr->rkey();
+  }
+  s.open = true;
+  s.log_id = log_id;
+  s.segment_id = segment_id;
+  s.replica_version = replica_version;
+  m.write_slot(i);
+  ++m.counters.opens;
+  m.counters.open_buffers = m.open_count();
+  return opened;
+}
+
+Status Backup::close(uint64_t log_id, uint64_t segment_id, uint64_t offset, uint32_t checksum) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  const int i = m.find_open(log_id, segment_id);
+  if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
+                              " is not open on " + m.options.name);
+  if (offset > m.options.buffer_bytes) return invalid_argument("close offset past the buffer");
+  Impl::Slot& s = m.slots[static_cast<size_t>(i)];
+  s.mr.reset();  // no more remote writes into it
+  StoredSegment meta;
+  meta.log_id = log_id;
+  meta.segment_id = segment_id;
+  meta.replica_version = s.replica_version;
+  meta.bytes = offset;
+  meta.checksum = checksum;
+  FERRY_RETURN_IF_ERROR(m.store->write(meta, {m.buffer_at(static_cast<size_t>(i)), offset}));
+  // Durable on storage: re-zero the buffer before it can be handed out
+  // again, then free its slot (a crash in between leaves it open, and the
+  // stored copy is the one recovery trusts).
+  m.zero_buffer(static_cast<size_t>(i));
+  s.open = false;
+  m.write_slot(static_cast<size_t>(i));
+  ++m.counters.closes;
+  m.counters.open_buffers = m.open_count();
+  return ok_status();
+}
+
+Status Backup::set_version(uint64_t log_id, uint64_t segment_id, uint64_t replica_version) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  const int i = m.find_open(log_id, segment_id);
+  if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
+                              " is not open on " + m.options.name);
+  m.slots[static_cast<size_t>(i)].replica_version = replica_version;
+  m.write_slot(static_cast<size_t>(i));
+  ++m.counters.version_changes;
+  return ok_status();
+}
+
+Status Backup::replicate(uint64_t log_id, uint64_t segment_id, uint64_t offset, std::span<const uint8_t> bytes) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  const int i = m.find_open(log_id, segment_id);
+  if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
+                              " is not open on " + m.options.name);
+  if (offset > m.options.buffer_bytes || bytes.size() > m.options.buffer_bytes - offset) {
+    return invalid_argument("replicate past the end of the buffer");
+  }
+  uint8_t* dst = m.buffer_at(static_cast<size_t>(i)) + offset;
+  if (m.region != nullptr) {
+    m.region->store_persist(dst, bytes.data(), bytes.size());
+  } else {
+    std::memcpy(dst, bytes.data(), bytes.size());
+  }
+  ++m.counters.replicated_rpcs;
+  m.counters.replicated_bytes += bytes.size();
+  return ok_status();
+}
+
+std::vector<ReplicaInfo> Backup::find(uint64_t log_id) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  ++m.counters.finds;
+  m.fence_locked(log_id);
+  std::vector<ReplicaInfo> out;
+  for (size_t i = 0; i < m.slots.size(); ++i) {
+    const Impl::Slot& s = m.slots[i];
+    if (!s.open || s.log_id != log_id) continue;
+    const ScanResult scan = scan_buffer({m.buffer_at(i), m.options.buffer_bytes});
+    ReplicaInfo r;
+    r.segment_id = s.segment_id;
+    r.replica_version = s.replica_version;
+    r.valid_bytes = scan.valid_bytes;
+    r.checksum = scan.checksum;
+    r.stop = scan.stop;
+    r.zero_after_valid = scan.zero_after_valid;
+    out.push_back(r);
+  }
+  for (const StoredSegment& meta : m.store->list(log_id)) {
+    ReplicaInfo r;
+    r.segment_id = meta.segment_id;
+    r.replica_version = meta.replica_version;
+    r.closed = true;
+    r.valid_bytes = meta.bytes;
+    r.checksum = meta.checksum;
+    auto loaded = m.store->read(log_id, meta.segment_id);
+    if (!loaded.ok() ||
+        !verify_closed(loaded->bytes, log_id, meta.segment_id, meta.bytes, meta.checksum).ok()) {
+      r.corrupted = true;  // §3.3.2: recovery must use another replica
+    } else {
+      m.loaded[{log_id, meta.segment_id}] = std::move(loaded->bytes);
+    }
+    out.push_back(r);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ReplicaInfo& a, const ReplicaInfo& b) { return a.segment_id < b.segment_id; });
+  return out;
+}
+
+Result<std::vector<uint8_t>> Backup::read(uint64_t log_id, uint64_t segment_id, bool closed, uint64_t offset,
+                                          uint32_t max_bytes) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  ++m.counters.reads;
+  std::span<const uint8_t> source;
+  if (closed) {
+    auto it = m.loaded.find({log_id, segment_id});
+    if (it == m.loaded.end()) {
+      FERRY_ASSIGN_OR_RETURN(auto loaded, m.store->read(log_id, segment_id));
+      it = m.loaded.emplace(std::make_pair(log_id, segment_id), std::move(loaded.bytes)).first;
+    }
+    source = it->second;
+  } else {
+    const int i = m.find_open(log_id, segment_id);
+    if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
+                                " is not open on " + m.options.name);
+    source = {m.buffer_at(static_cast<size_t>(i)), m.options.buffer_bytes};
+  }
+  if (offset > source.size()) return invalid_argument("read offset past the replica");
+  const size_t n = std::min<size_t>(max_bytes, source.size() - offset);
+  return std::vector<uint8_t>(source.begin() + static_cast<ptrdiff_t>(offset),
+                              source.begin() + static_cast<ptrdiff_t>(offset + n));
+}
+
+Status Backup::free(uint64_t log_id, uint64_t segment_id) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  bool found = false;
+  const int i = m.find_open(log_id, segment_id);
+  if (i >= 0) {
+    Impl::Slot& s = m.slots[static_cast<size_t>(i)];
+    s.mr.reset();
+    m.zero_buffer(static_cast<size_t>(i));
+    s.open = false;
+    m.write_slot(static_cast<size_t>(i));
+    found = true;
+  }
+  m.loaded.erase({log_id, segment_id});
+  const Status removed = m.store->remove(log_id, segment_id);
+  if (removed.ok()) {
+    found = true;
+  } else if (removed.code() != Code::kNotFound) {
+    return removed;
+  }
+  if (!found) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
+                               " is not on " + m.options.name);
+  ++m.counters.frees;
+  m.counters.open_buffers = m.open_count();
+  return ok_status();
+}
+
+const BackupOptions& Backup::options() const { return impl_->options; }
+
+BackupCounters Backup::counters() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->counters;
+}
+
+std::span<const uint8_t> Backup::buffer(uint64_t log_id, uint64_t segment_id) const {
+  std::lock_guard lock(impl_->mu);
+  const int i = impl_->find_open(log_id, segment_id);
+  if (i < 0) return {};
+  return {impl_->buffer_at(static_cast<size_t>(i)), impl_->options.buffer_bytes};
+}
+
+pm::Region* Backup::region() const { return impl_->region; }
+
+// ---- the RPC service ----
+
+namespace {
+
+void reply_status(rpc::Reply& reply, const Status& status) {
+  if (status.ok()) return;
+  reply.set_status(static_cast<uint8_t>(status.code()));
+  const std::string& msg = status.message();
+  reply.append({reinterpret_cast<const uint8_t*>(msg.data()), std::min(msg.size(), reply.capacity())});
+}
+
+}  // namespace
+
+Status Backup::register_rpcs(rpc::Server& server) {
+  using detail::decode;
+  Backup* self = this;
+  FERRY_RETURN_IF_ERROR(server.register_handler(kTwOpen, {"tailwind.open", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::OpenRequest>(q.payload);
+    if (!req.ok()) return reply_status(reply, req.status());
+    auto opened = self->open(req->log_id, req->segment_id, req->replica_version);
+    if (!opened.ok()) return reply_status(reply, opened.status());
+    const detail::OpenReply out{opened->addr, opened->rkey, opened->bytes};
+    reply.append(detail::encode(out));
+  }));
+  FERRY_RETURN_IF_ERROR(server.register_handler(kTwClose, {"tailwind.close", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::CloseRequest>(q.payload);
+    if (!req.ok()) return reply_status(reply, req.status());
+    reply_status(reply, self->close(req->log_id, req->segment_id, req->offset, req->checksum));
+  }));
+  FERRY_RETURN_IF_ERROR(server.register_handler(kTwVersion, {"tailwind.version", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::VersionRequest>(q.payload);
+    if (!req.ok()) return reply_status(reply, req.status());
+    reply_status(reply, self->set_version(req->log_id, req->segment_id, req->replica_version));
+  }));
+  FERRY_RETURN_IF_ERROR(server.register_handler(kTwReplicate, {"tailwind.replicate", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::ReplicateHeader>(q.payload, /*prefix=*/true);
+    if (!req.ok()) return reply_status(reply, req.status());
+    reply_status(reply, self->replicate(req->log_id, req->segment_id, req->offset,
+                                        q.payload.subspan(sizeof(detail::ReplicateHeader))));
+  }));
+  FERRY_RETURN_IF_ERROR(server.register_handler(kTwFind, {"tailwind.find", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::FindRequest>(q.payload);
+    if (!req.ok()) return reply_status(reply, req.status());
+    const auto encoded = detail::encode_find_reply(self->find(req->log_id));
+    if (encoded.size() > reply.capacity()) return reply_status(reply, resource_exhausted("find reply too large"));
+    reply.append(encoded);
+  }));
+  FERRY_RETURN_IF_ERROR(server.register_handler(kTwRead, {"tailwind.read", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::ReadRequest>(q.payload);
+    if (!req.ok()) return reply_status(reply, req.status());
+    const uint32_t max = static_cast<uint32_t>(std::min<size_t>(req->max_bytes, reply.capacity()));
+    auto bytes = self->read(req->log_id, req->segment_id, req->closed != 0, req->offset, max);
+    if (!bytes.ok()) return reply_status(reply, bytes.status());
+    reply.append(*bytes);
+  }));
+  return server.register_handler(kTwFree, {"tailwind.free", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
+    auto req = decode<detail::SegmentRef>(q.payload);
+    if (!req.ok()) return reply_status(reply, req.status());
+    reply_status(reply, self->free(req->log_id, req->segment_id));
+  });
+}
+
+// ---- message codecs ----
+
+namespace detail {
+
+std::vector<uint8_t> encode_find_reply(const std::vector<ReplicaInfo>& replicas) {
+  std::vector<uint8_t> out(8 + replicas.size() * sizeof(WireReplica));
+  const uint32_t count = static_cast<uint32_t>(replicas.size());
+  std::memcpy(out.data(), &count, 4);
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const ReplicaInfo& r = replicas[i];
+    WireReplica w;
+    w.segment_id = r.segment_id;
+    w.replica_version = r.replica_version;
+    w.valid_bytes = r.valid_bytes;
+    w.checksum = r.checksum;
+    w.closed = r.closed;
+    w.corrupted = r.corrupted;
+    w.stop = static_cast<uint8_t>(r.stop);
+    w.zero_after_valid = r.zero_after_valid;
+    std::memcpy(out.data() + 8 + i * sizeof w, &w, sizeof w);
+  }
+  return out;
+}
+
+Result<std::vector<ReplicaInfo>> decode_find_reply(std::span<const uint8_t> bytes) {
+  if (bytes.size() < 8) return invalid_argument("malformed find reply");
+  uint32_t count = 0;
+  std::memcpy(&count, bytes.data(), 4);
+  if ((bytes.size() - 8) / sizeof(WireReplica) != count || (bytes.size() - 8) % sizeof(WireReplica) != 0) {
+    return invalid_argument("malformed find reply: " + std::to_string(count) + " replicas in " +
+                            std::to_string(bytes.size()) + " bytes");
+  }
+  std::vector<ReplicaInfo> out(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    WireReplica w;
+    std::memcpy(&w, bytes.data() + 8 + size_t{i} * sizeof w, sizeof w);
+    if (w.stop > static_cast<uint8_t>(ScanStop::kTruncated) || w.closed > 1 || w.corrupted > 1 ||
+        w.zero_after_valid > 1) {
+      return invalid_argument("malformed find reply: bad replica flags");
+    }
+    out[i].segment_id = w.segment_id;
+    out[i].replica_version = w.replica_version;
+    out[i].valid_bytes = w.valid_bytes;
+    out[i].checksum = w.checksum;
+    out[i].closed = w.closed != 0;
+    out[i].corrupted = w.corrupted != 0;
+    out[i].stop = static_cast<ScanStop>(w.stop);
+    out[i].zero_after_valid = w.zero_after_valid != 0;
+  }
+  return out;
+}
+
+}  // namespace detail
+}  // namespace ferry::tailwind

@@ -1,0 +1,89 @@
+// Recovery of a failed primary's log from its backups (§3.3.1-3.3.2).
+#include <algorithm>
+#include <map>
+
+#include "ferry/tailwind/replicated_log.h"
+
+namespace ferry::tailwind {
+
+Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
+                                                  const std::map<uint64_t, uint64_t>& min_versions,
+                                                  RecoveryReport* report) {
+  RecoveryReport local;
+  RecoveryReport& rep = report != nullptr ? *report : local;
+  rep = {};
+  struct Candidate {
+    size_t backup;
+    ReplicaInfo info;
+  };
+  // Locating the replicas: every backup fences the log and scans its buffers.
+  std::map<uint64_t, std::vector<Candidate>> by_segment;
+  for (size_t b = 0; b < backups.size(); ++b) {
+    if (backups[b]->log_id() != log_id) return invalid_argument("backup link " + backups[b]->name() + " is for another log");
+    auto found = backups[b]->find();
+    if (!found.ok()) {
+      ++rep.backups_unreachable;
+      continue;
+    }
+    for (const ReplicaInfo& r : *found) {
+      ++rep.replicas_seen;
+      by_segment[r.segment_id].push_back({b, r});
+    }
+  }
+  std::vector<RecoveredSegment> out;
+  for (auto& [segment_id, candidates] : by_segment) {
+    auto required = min_versions.find(segment_id);
+    uint64_t need = required == min_versions.end() ? 0 : required->second;
+    // A replica below the newest version any backup reports for this
+    // segment was left behind by a re-replication (§3.3.3).
+    for (const Candidate& c : candidates) {
+      if (!c.info.closed) need = std::max(need, c.info.replica_version);
+    }
+    std::vector<Candidate> usable;
+    for (const Candidate& c : candidates) {
+      if (c.info.corrupted) {
+        ++rep.corrupted_ignored;
+      } else if (!c.info.closed && c.info.replica_version < need) {
+        ++rep.stale_ignored;
+      } else {
+        if (!c.info.closed && !c.info.zero_after_valid) ++rep.torn_open;
+        usable.push_back(c);
+      }
+    }
+    // A closed replica is complete; else the longest valid prefix (every
+    // valid prefix is a prefix of the same segment, and an acknowledged
+    // append is in all of them).
+    std::stable_sort(usable.begin(), usable.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.info.closed != b.info.closed) return a.info.closed;
+      return a.info.valid_bytes > b.info.valid_bytes;
+    });
+    bool recovered = false;
+    for (const Candidate& c : usable) {
+      auto bytes = backups[c.backup]->read_all(segment_id, c.info.closed, c.info.valid_bytes);
+      if (!bytes.ok()) continue;
+      // The bytes crossed the network: they must still be the valid prefix
+      // the backup reported.
+      const ScanResult scan = scan_buffer(*bytes);
+      if (scan.valid_bytes != bytes->size() || scan.checksum != c.info.checksum) continue;
+      RecoveredSegment seg;
+      seg.segment_id = segment_id;
+      seg.closed = c.info.closed;
+      seg.replica_version = c.info.replica_version;
+      seg.from = backups[c.backup]->name();
+      seg.bytes = std::move(*bytes);
+      rep.bytes += seg.bytes.size();
+      ++rep.segments;
+      out.push_back(std::move(seg));
+      recovered = true;
+      break;
+    }
+    if (!recovered) {
+      return data_loss("no usable replica of segment " + std::to_string(segment_id) + " of log " +
+                       std::to_string(log_id) + " (" + std::to_string(candidates.size()) + " found, " +
+                       std::to_string(usable.size()) + " usable)");
+    }
+  }
+  return out;
+}
+
+}  // namespace ferry::tailwind

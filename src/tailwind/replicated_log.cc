@@ -1,0 +1,496 @@
+// A Tailwind primary's log: placement of appends, their replication (RDMA
+// WRITE + FLUSH, or the RPC baseline), segment open/close, and replacing
+// the replicas of a failed backup.
+#include "ferry/tailwind/replicated_log.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "backup_link_impl.h"
+#include "ferry/common/rng.h"
+#include "messages.h"
+
+namespace ferry::tailwind {
+namespace {
+
+constexpr size_t kCopyChunkBytes = 1 << 20;  // re-replication WRITEs
+
+uint64_t wr_id_of(uint64_t segment_id, uint64_t end) { return segment_id << 32 | end; }
+
+}  // namespace
+
+struct ReplicatedLog::Impl {
+  struct Replica {
+    size_t backup = 0;         // index into links
+    OpenedBuffer buffer;
+    uint64_t completed = 0;    // bytes [0, completed) acknowledged by this backup
+    uint32_t inflight = 0;     // signaled WRs / RPCs not yet completed
+  };
+  struct Segment {
+    uint64_t id = 0;
+    uint8_t* memory = nullptr;
+    std::vector<std::unique_ptr<nic::MemoryRegion>> mrs;  // per link (its PD), kTailwind
+    std::optional<SegmentWriter> writer;
+    bool closed = false;
+    uint64_t version = 1;
+    std::vector<Replica> replicas;
+    ~Segment() {
+      mrs.clear();
+      std::free(memory);
+    }
+    uint64_t written() const { return writer->offset(); }
+  };
+
+  nic::Nic* nic = nullptr;
+  std::vector<BackupLink*> links;
+  LogOptions options;
+  Rng rng{1};
+
+  mutable std::mutex mu;  // everything below, and every link's session, QP and CQ
+  std::map<uint64_t, std::unique_ptr<Segment>> segments;
+  Segment* open = nullptr;
+  uint64_t next_segment_id = 1;
+  std::vector<bool> dead;  // per link
+  LogCounters counters;
+
+  Segment* segment_of(uint64_t id) {
+    auto it = segments.find(id);
+    return it == segments.end() ? nullptr : it->second.get();
+  }
+
+  Replica* replica_on(Segment& s, size_t backup) {
+    for (auto& r : s.replicas) {
+      if (r.backup == backup) return &r;
+    }
+    return nullptr;
+  }
+
+  void mark_dead(size_t backup) {
+    if (!dead[backup]) {
+      dead[backup] = true;
+      ++counters.backup_failures;
+    }
+  }
+
+  bool needs_repair() const {
+    for (const auto& [id, s] : segments) {
+      for (const auto& r : s->replicas) {
+        if (dead[r.backup]) return true;
+      }
+    }
+    return false;
+  }
+
+  // Drains every link's completions (kTailwind) and RPC replies (kRpc).
+  // Callbacks run here, under mu.
+  void poll_locked() {
+    nic::WorkCompletion wc[32];
+    for (size_t b = 0; b < links.size(); ++b) {
+      BackupLink::Impl& link = links[b]->impl();
+      if (link.cq != nullptr) {
+        while (true) {
+          auto n = link.cq->poll(wc);
+          if (!n.ok()) {
+            mark_dead(b);
+            break;
+          }
+          if (*n == 0) break;
+          for (uint32_t i = 0; i < *n; ++i) {
+            Segment* s = segment_of(wc[i].wr_id >> 32);
+            Replica* r = s != nullptr ? replica_on(*s, b) : nullptr;
+            if (r != nullptr && r->inflight > 0) --r->inflight;
+            if (wc[i].status != nic::WcStatus::kSuccess) {
+              mark_dead(b);
+            } else if (r != nullptr) {
+              r->completed = std::max<uint64_t>(r->completed, wc[i].wr_id & 0xFFFFFFFFu);
+            }
+          }
+        }
+      }
+      if (options.replication == Replication::kRpc && !dead[b]) link.session().poll();
+    }
+  }
+
+  // Posts bytes [offset, offset+len) of segment s to replica r.
+  // kResourceExhausted: its queue is full (poll and retry).
+  Status post(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
+    if (r.inflight >= options.max_inflight_per_backup) return resource_exhausted("backup queue full");
+    BackupLink::Impl& link = links[r.backup]->impl();
+    const uint64_t end = offset + len;
+    if (options.replication == Replication::kTailwind) {
+      const nic::Sge sge = s.mrs[r.backup]->sge(offset, static_cast<uint32_t>(len));
+      nic::SendWr wrs[2];
+      wrs[0].opcode = nic::WrOpcode::kRdmaWrite;
+      wrs[0].sg_list = {&sge, 1};
+      wrs[0].remote_addr = r.buffer.addr + offset;
+      wrs[0].rkey = r.buffer.rkey;
+      wrs[0].wr_id = wr_id_of(s.id, end);
+      size_t n = 1;
+      if (options.flush) {
+        wrs[1].opcode = nic::WrOpcode::kFlush;
+        wrs[1].remote_addr = r.buffer.addr + offset;
+        wrs[1].rkey = r.buffer.rkey;
+        wrs[1].flush_length = static_cast<uint32_t>(len);
+        wrs[1].flush_persistent = true;
+        wrs[1].wr_id = wr_id_of(s.id, end);
+        n = 2;
+      }
+      wrs[n - 1].flags = nic::kSendSignaled;
+      const Status posted = link.qp->post_send(std::span<const nic::SendWr>(wrs, n));
+      if (posted.code() == Code::kResourceExhausted) return posted;
+      if (!posted.ok()) {
+        mark_dead(r.backup);
+        return ok_status();  // the repair re-replicates these bytes
+      }
+      ++counters.writes_posted;
+      ++r.inflight;
+      return ok_status();
+    }
+    // kRpc: the bytes travel in the request (copied out of the segment:
+    // that copy, and the backup's into its buffer, are the baseline's).
+    const uint64_t chunks = (len + options.rpc_chunk_bytes - 1) / options.rpc_chunk_bytes;
+    if (r.inflight + chunks > options.max_inflight_per_backup) return resource_exhausted("backup queue full");
+    for (uint64_t at = offset; at < end; at += options.rpc_chunk_bytes) {
+      const uint64_t n = std::min<uint64_t>(options.rpc_chunk_bytes, end - at);
+      std::vector<uint8_t> payload(sizeof(detail::ReplicateHeader) + n);
+      const detail::ReplicateHeader h{options.log_id, s.id, at};
+      std::memcpy(payload.data(), &h, sizeof h);
+      std::memcpy(payload.data() + sizeof h, s.memory + at, n);
+      const uint64_t segment_id = s.id;
+      const size_t backup = r.backup;
+      const uint64_t chunk_end = at + n;
+      const Status sent = link.session().call_async(
+          kTwReplicate, options.log_id, payload, false,
+          [this, segment_id, backup, chunk_end](const rpc::CallResult& res) {
+            Segment* seg = segment_of(segment_id);
+            Replica* rep = seg != nullptr ? replica_on(*seg, backup) : nullptr;
+            if (rep != nullptr && rep->inflight > 0) --rep->inflight;
+            if (!res.status.ok() || res.app_status != 0) {
+              mark_dead(backup);
+            } else if (rep != nullptr) {
+              rep->completed = std::max(rep->completed, chunk_end);
+            }
+          });
+      if (sent.code() == Code::kResourceExhausted) return sent;  // the session's window: poll and retry
+      if (!sent.ok()) {
+        mark_dead(r.backup);
+        return ok_status();
+      }
+      ++r.inflight;
+      ++counters.rpcs_sent;
+    }
+    return ok_status();
+  }
+
+  // post(), polling while the backup's queue is full.
+  void post_blocking(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
+    while (post(s, r, offset, len).code() == Code::kResourceExhausted) {
+      poll_locked();
+      if (dead[r.backup]) return;
+    }
+  }
+
+  bool replicated(const Segment& s, uint64_t end) const {
+    return std::all_of(s.replicas.begin(), s.replicas.end(),
+                       [&](const Replica& r) { return !dead[r.backup] && r.completed >= end; });
+  }
+
+  // Candidates for a new replica of `s`: live, not already holding it.
+  std::vector<size_t> candidates(const Segment& s) {
+    std::vector<size_t> out;
+    for (size_t b = 0; b < links.size(); ++b) {
+      if (dead[b]) continue;
+      if (std::any_of(s.replicas.begin(), s.replicas.end(), [&](const Replica& r) { return r.backup == b; })) continue;
+      out.push_back(b);
+    }
+    for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[rng.below(i)]);
+    return out;
+  }
+
+  Status register_segment(Segment& s) {
+    if (options.replication != Replication::kTailwind) return ok_status();
+    s.mrs.resize(links.size());
+    for (size_t b = 0; b < links.size(); ++b) {
+      FERRY_ASSIGN_OR_RETURN(s.mrs[b], nic->reg_mr(*links[b]->impl().pd, s.memory, options.segment_bytes,
+                                                   nic::kAccessLocalWrite));
+    }
+    return ok_status();
+  }
+
+  // Opens a replica of `s` on some live backup and copies [0, written)
+  // into it, waiting until it is acknowledged. Returns the replica's index.
+  Result<size_t> add_replica(Segment& s) {
+    for (size_t b : candidates(s)) {
+      auto opened = links[b]->open(s.id, s.version);
+      if (!opened.ok()) {
+        if (opened.status().code() == Code::kUnavailable || opened.status().code() == Code::kTimedOut) mark_dead(b);
+        continue;
+      }
+      if (options.replication == Replication::kTailwind && opened->rkey == 0) {
+        return failed_precondition(links[b]->name() + " opened a buffer without a data path");
+      }
+      Replica r;
+      r.backup = b;
+      r.buffer = *opened;
+      s.replicas.push_back(r);
+      const size_t index = s.replicas.size() - 1;
+      const uint64_t n = s.written();
+      for (uint64_t off = 0; off < n; off += kCopyChunkBytes) {
+        post_blocking(s, s.replicas[index], off, std::min<uint64_t>(kCopyChunkBytes, n - off));
+      }
+      while (!dead[b] && s.replicas[index].completed < n) {
+        poll_locked();
+        std::this_thread::yield();
+      }
+      if (dead[b]) {
+        s.replicas.erase(s.replicas.begin() + static_cast<ptrdiff_t>(index));
+        continue;
+      }
+      return index;
+    }
+    return unavailable("no live backup can take a replica of segment " + std::to_string(s.id) + " of log " +
+                       std::to_string(options.log_id));
+  }
+
+  // §3.3.3: replaces every replica on a dead backup. Appends are suspended
+  // (mu is held); the new replica holds the segment's bytes before the
+  // version moves on at the primary and every live replica.
+  Status repair_locked() {
+    while (needs_repair()) {
+      for (auto& [id, seg] : segments) {
+        Segment& s = *seg;
+        const size_t before = s.replicas.size();
+        std::erase_if(s.replicas, [&](const Replica& r) { return dead[r.backup]; });
+        const size_t lost = before - s.replicas.size();
+        for (size_t i = 0; i < lost; ++i) {
+          FERRY_ASSIGN_OR_RETURN(size_t index, add_replica(s));
+          ++counters.replicas_recreated;
+          if (s.closed) {
+            const Replica& r = s.replicas[index];
+            const Status closed = links[r.backup]->close(s.id, s.written(), s.writer->checksum());
+            if (!closed.ok()) mark_dead(r.backup);
+          }
+        }
+        if (lost != 0 && !s.closed) {
+          const uint64_t version = s.version + 1;
+          for (const Replica& r : s.replicas) {
+            if (dead[r.backup]) continue;
+            const Status changed = links[r.backup]->set_version(s.id, version);
+            if (!changed.ok()) mark_dead(r.backup);
+          }
+          s.version = version;
+          ++counters.version_changes;
+          if (options.on_version) options.on_version(s.id, version);
+        }
+      }
+    }
+    return ok_status();
+  }
+
+  Status open_segment_locked() {
+    auto s = std::make_unique<Segment>();
+    s->id = next_segment_id++;
+    s->memory = static_cast<uint8_t*>(std::aligned_alloc(4096, options.segment_bytes));
+    if (s->memory == nullptr) return resource_exhausted("no memory for a segment");
+    std::memset(s->memory, 0, options.segment_bytes);
+    FERRY_ASSIGN_OR_RETURN(auto writer, SegmentWriter::start({s->memory, options.segment_bytes}, options.log_id, s->id));
+    s->writer.emplace(writer);
+    FERRY_RETURN_IF_ERROR(register_segment(*s));
+    Segment& seg = *s;
+    segments.emplace(seg.id, std::move(s));
+    for (uint32_t i = 0; i < options.replicas; ++i) {
+      auto added = add_replica(seg);
+      if (!added.ok()) {
+        for (const Replica& r : seg.replicas) (void)links[r.backup]->free(seg.id);
+        segments.erase(seg.id);
+        return added.status();
+      }
+    }
+    open = &seg;
+    ++counters.segments_opened;
+    return ok_status();
+  }
+
+  void wait_replicated_locked(Segment& s, uint64_t end, std::unique_lock<std::mutex>& lock) {
+    while (true) {
+      poll_locked();
+      if (needs_repair()) return;
+      if (replicated(s, end)) return;
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+  }
+
+  Status close_segment_locked(std::unique_lock<std::mutex>& lock) {
+    Segment& s = *open;
+    // The close RPC travels on another queue than the WRITEs: every WRITE
+    // must be acknowledged before the backup writes the buffer to storage.
+    while (true) {
+      wait_replicated_locked(s, s.written(), lock);
+      if (!needs_repair()) break;
+      FERRY_RETURN_IF_ERROR(repair_locked());
+    }
+    for (const Replica& r : s.replicas) {
+      const Status closed = links[r.backup]->close(s.id, s.written(), s.writer->checksum());
+      if (!closed.ok()) mark_dead(r.backup);
+    }
+    s.closed = true;
+    open = nullptr;
+    ++counters.segments_closed;
+    return repair_locked();  // a backup that failed its close gets a closed replica elsewhere
+  }
+
+  using AppendFn = std::function<Result<SegmentWriter::Appended>(SegmentWriter&)>;
+
+  Result<LogPosition> append(const AppendFn& write_entry) {
+    std::unique_lock lock(mu);
+    FERRY_RETURN_IF_ERROR(repair_locked());
+    if (open == nullptr) FERRY_RETURN_IF_ERROR(open_segment_locked());
+    auto appended = write_entry(*open->writer);
+    if (!appended.ok() && appended.status().code() == Code::kResourceExhausted) {
+      FERRY_RETURN_IF_ERROR(close_segment_locked(lock));
+      FERRY_RETURN_IF_ERROR(open_segment_locked());
+      appended = write_entry(*open->writer);
+      if (!appended.ok() && appended.status().code() == Code::kResourceExhausted) {
+        return invalid_argument("entry does not fit in a segment of " + std::to_string(options.segment_bytes) +
+                                " bytes");
+      }
+    }
+    if (!appended.ok()) return appended.status();
+    Segment& s = *open;
+    const uint64_t end = appended->offset + appended->bytes;
+    for (Replica& r : s.replicas) post_blocking(s, r, appended->offset, appended->bytes);
+    ++counters.appends;
+    counters.bytes += appended->bytes;
+    const LogPosition position{s.id, appended->offset, appended->bytes};
+    while (true) {
+      wait_replicated_locked(s, end, lock);
+      if (!needs_repair()) break;
+      FERRY_RETURN_IF_ERROR(repair_locked());  // the new replicas hold [0, written) >= end
+    }
+    return position;
+  }
+};
+
+ReplicatedLog::ReplicatedLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ReplicatedLog::~ReplicatedLog() {
+  // Completions still in flight name segments: drain before freeing them.
+  std::lock_guard lock(impl_->mu);
+  for (auto& [id, s] : impl_->segments) {
+    for (auto& r : s->replicas) {
+      for (int spin = 0; r.inflight > 0 && !impl_->dead[r.backup] && spin < 100000; ++spin) impl_->poll_locked();
+    }
+  }
+}
+
+Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std::vector<BackupLink*> backups,
+                                                             const LogOptions& options) {
+  if (options.replicas == 0) return invalid_argument("log: replicas must be at least 1");
+  if (backups.size() < options.replicas) {
+    return invalid_argument("log: " + std::to_string(options.replicas) + " replicas need at least as many backups (" +
+                            std::to_string(backups.size()) + " given)");
+  }
+  if (options.segment_bytes < 2 * kSegmentHeaderAppendBytes || options.segment_bytes > UINT32_MAX ||
+      options.segment_bytes % 4096 != 0) {
+    return invalid_argument("log: segment_bytes must be a multiple of 4096 below 4 GiB");
+  }
+  if (options.max_inflight_per_backup == 0) return invalid_argument("log: max_inflight_per_backup must be positive");
+  for (BackupLink* b : backups) {
+    if (b->log_id() != options.log_id) return invalid_argument("log: backup link " + b->name() + " is for another log");
+    if (options.replication == Replication::kTailwind && !b->has_data_path()) {
+      return invalid_argument("log: Tailwind replication needs a data path to " + b->name());
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->nic = &nic;
+  impl->links = std::move(backups);
+  impl->options = options;
+  impl->rng = Rng(options.seed);
+  impl->dead.assign(impl->links.size(), false);
+  return std::unique_ptr<ReplicatedLog>(new ReplicatedLog(std::move(impl)));
+}
+
+Result<LogPosition> ReplicatedLog::append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
+                                                 std::span<const uint8_t> value) {
+  return impl_->append([&](SegmentWriter& w) { return w.append_object(table_id, version, key, value); });
+}
+
+Result<LogPosition> ReplicatedLog::append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
+                                                    std::span<const uint8_t> key) {
+  return impl_->append([&](SegmentWriter& w) { return w.append_tombstone(table_id, version, object_segment_id, key); });
+}
+
+Status ReplicatedLog::close_open_segment() {
+  std::unique_lock lock(impl_->mu);
+  if (impl_->open == nullptr) return ok_status();
+  return impl_->close_segment_locked(lock);
+}
+
+Status ReplicatedLog::backup_failed(size_t index) {
+  std::lock_guard lock(impl_->mu);
+  if (index >= impl_->links.size()) return invalid_argument("no backup " + std::to_string(index));
+  impl_->mark_dead(index);
+  return impl_->repair_locked();
+}
+
+Status ReplicatedLog::free_segment(uint64_t segment_id) {
+  std::lock_guard lock(impl_->mu);
+  Impl::Segment* s = impl_->segment_of(segment_id);
+  if (s == nullptr) return not_found("no segment " + std::to_string(segment_id));
+  if (!s->closed) return failed_precondition("segment " + std::to_string(segment_id) + " is open");
+  for (const auto& r : s->replicas) {
+    if (!impl_->dead[r.backup]) (void)impl_->links[r.backup]->free(segment_id);
+  }
+  impl_->segments.erase(segment_id);
+  return ok_status();
+}
+
+std::span<const uint8_t> ReplicatedLog::segment(uint64_t segment_id) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->segments.find(segment_id);
+  if (it == impl_->segments.end()) return {};
+  return {it->second->memory, it->second->written()};
+}
+
+std::vector<uint64_t> ReplicatedLog::segment_ids() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<uint64_t> out;
+  for (const auto& [id, s] : impl_->segments) out.push_back(id);
+  return out;
+}
+
+uint64_t ReplicatedLog::open_segment_id() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->open != nullptr ? impl_->open->id : 0;
+}
+
+std::vector<size_t> ReplicatedLog::replicas_of(uint64_t segment_id) const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<size_t> out;
+  auto it = impl_->segments.find(segment_id);
+  if (it != impl_->segments.end()) {
+    for (const auto& r : it->second->replicas) out.push_back(r.backup);
+  }
+  return out;
+}
+
+uint64_t ReplicatedLog::replica_version(uint64_t segment_id) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->segments.find(segment_id);
+  return it == impl_->segments.end() ? 0 : it->second->version;
+}
+
+LogCounters ReplicatedLog::counters() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->counters;
+}
+
+const LogOptions& ReplicatedLog::options() const { return impl_->options; }
+
+}  // namespace ferry::tailwind
