@@ -87,9 +87,10 @@ class Cluster {
         while (!stop_pump_.load()) {
           if (paused_.load()) {
             std::this_thread::yield();
-            continue;
+          } else {
+            for (auto& h : hosts_) h->server->poll_worker(0);
           }
-          for (auto& h : hosts_) h->server->poll_worker(0);
+          passes_.fetch_add(1);
         }
       });
     }
@@ -119,7 +120,19 @@ class Cluster {
   }
 
   // Pumped workers only: the backups' CPUs stop (or resume) serving RPCs.
-  void pause_backups(bool paused) { paused_ = paused; }
+  // Returns once a pass of the pump that began before the call has ended,
+  // so no RPC is served after pause_backups(true) returns.
+  void pause_backups(bool paused) {
+    if (!pump_.joinable()) {
+      ADD_FAILURE() << "pause_backups needs ClusterOptions::pumped_workers";
+      return;
+    }
+    paused_ = paused;
+    // The pass under way now may have read the old flag; every later one
+    // reads the new one.
+    const uint64_t now = passes_.load();
+    while (passes_.load() == now) std::this_thread::yield();
+  }
 
   nic::Engine& engine() { return *engine_; }
   nic::Nic& primary_nic() { return *primary_nic_; }
@@ -137,6 +150,7 @@ class Cluster {
   std::thread pump_;
   std::atomic<bool> stop_pump_{false};
   std::atomic<bool> paused_{false};
+  std::atomic<uint64_t> passes_{0};  // passes of the pump completed
 };
 
 }  // namespace ferry::tailwind::testing
