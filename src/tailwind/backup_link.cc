@@ -33,10 +33,12 @@ BackupLink::BackupLink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BackupLink::~BackupLink() = default;
 
 Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Engine& engine, nic::Nic& nic, Backup& backup,
-                                                        rpc::Server& server, uint64_t log_id, bool data_path) {
+                                                        rpc::Server& server, uint64_t log_id, bool data_path,
+                                                        std::optional<uint64_t> route) {
   auto impl = std::make_unique<Impl>();
   impl->name = backup.options().name;
   impl->log_id = log_id;
+  impl->route = route.value_or(log_id);
   rpc::ClientOptions co;
   co.sessions = 1;
   co.max_inflight = 128;  // above LogOptions::max_inflight_per_backup: control calls fit beside the data
@@ -62,7 +64,7 @@ uint64_t BackupLink::log_id() const { return impl_->log_id; }
 bool BackupLink::has_data_path() const { return impl_->qp != nullptr; }
 
 Result<rpc::CallReply> BackupLink::Impl::call(uint16_t type, std::span<const uint8_t> payload) {
-  FERRY_ASSIGN_OR_RETURN(auto reply, client->session(0).call(type, log_id, payload, /*nilext=*/false));
+  FERRY_ASSIGN_OR_RETURN(auto reply, client->session(0).call(type, route, payload, /*nilext=*/false));
   FERRY_RETURN_IF_ERROR(reply_error(reply));
   return reply;
 }

@@ -13,7 +13,8 @@ namespace ferry::tailwind {
 struct BackupLink::Impl {
   std::string name;
   uint64_t log_id = 0;
-  std::unique_ptr<rpc::Client> client;  // one session; route = log_id (one worker, in order)
+  uint64_t route = 0;  // of every call: one worker, so calls execute in order
+  std::unique_ptr<rpc::Client> client;  // one session
   // Data path (kTailwind): the log's WRITEs and FLUSHes to the backup. Its
   // own PD: the log registers each segment in every link's PD.
   std::unique_ptr<nic::ProtectionDomain> pd;

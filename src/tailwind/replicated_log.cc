@@ -164,7 +164,7 @@ struct ReplicatedLog::Impl {
       const size_t backup = r.backup;
       const uint64_t chunk_end = at + n;
       const Status sent = link.session().call_async(
-          kTwReplicate, options.log_id, payload, false,
+          kTwReplicate, link.route, payload, false,
           [this, segment_id, backup, chunk_end](const rpc::CallResult& res) {
             Segment* seg = segment_of(segment_id);
             Replica* rep = seg != nullptr ? replica_on(*seg, backup) : nullptr;

@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,9 +56,12 @@ Result<Replication> parse_replication(std::string_view name);  // "tailwind", "r
 class BackupLink {
  public:
   // In process: `backup` serves on `server` (started) through a NIC of
-  // `engine`, as does `nic`. All must outlive the link.
+  // `engine`, as does `nic`. All must outlive the link. Every call goes to
+  // the server worker `route` % workers (default: log_id), so a server can
+  // keep a worker for backup requests apart from its other work.
   static Result<std::unique_ptr<BackupLink>> connect(nic::Engine& engine, nic::Nic& nic, Backup& backup,
-                                                     rpc::Server& server, uint64_t log_id, bool data_path);
+                                                     rpc::Server& server, uint64_t log_id, bool data_path,
+                                                     std::optional<uint64_t> route = std::nullopt);
   ~BackupLink();
   BackupLink(const BackupLink&) = delete;
   BackupLink& operator=(const BackupLink&) = delete;

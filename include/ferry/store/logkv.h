@@ -1,0 +1,264 @@
+// LogKv: a RAMCloud-like key-value store on Tailwind (ATC'18 §4), the
+// storage service Tailwind's replication is measured in.
+//
+//   Tables of keys to values. A table is split into tablets by key hash;
+//   the coordinator assigns each tablet to one storage server (its
+//   primary). A server keeps its objects in log-structured memory (a
+//   tailwind::ReplicatedLog whose segments are replicated to r other
+//   servers' backups) and a hash index from (table, key) to where the
+//   object's newest version lives in the log. Every server is primary for
+//   its own tablets and backup for other servers' logs, on one rpc::Server
+//   whose workers serve both client requests and (RPC baseline) replication
+//   requests, as RAMCloud's cores do.
+//
+//   PUT appends the object to the log (replicated before the reply), then
+//   points the index at it; DELETE appends a tombstone naming the segment
+//   of the object it kills; GET reads the value out of the log. Versions
+//   come from one counter per server, so a key's versions only grow, across
+//   deletes and recoveries too (conditional PUT compares them).
+//
+//   Log cleaning: a closed segment whose live bytes fall below a fraction
+//   of its size is compacted: its live objects (and the tombstones whose
+//   object's segment may still exist on a backup) are appended again, the
+//   index moved to the new copies, and the segment freed on its backups.
+//
+//   Crash recovery: the coordinator fences the crashed server's log on
+//   every backup, recovers the log's segments (Algorithm 1 over open
+//   replicas, verified closed ones, stale versions and freed segments
+//   ignored), and gives each of its tablets to a live server, which replays
+//   the segments (newest version wins, tombstones apply), appends the
+//   surviving objects to its own replicated log and starts serving them.
+//
+// In process (tests, benchmarks, the demo) a Cluster builds the servers on
+// one nic::Engine; each server has its own NIC and persistence domain.
+//
+// Thread rules: Client is used by one thread per session index; Cluster's
+// control methods (crash, recover, clean) from one control thread at a
+// time, concurrently with clients.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/nic/engine.h"
+#include "ferry/rpc/client.h"
+#include "ferry/rpc/server.h"
+#include "ferry/tailwind/backup.h"
+#include "ferry/tailwind/replicated_log.h"
+
+namespace ferry::store::logkv {
+
+// RPC request types (beside the backups' 60-66 on the same server).
+enum RequestType : uint16_t {
+  kLogKvPut = 70,
+  kLogKvGet = 71,
+  kLogKvRemove = 72,
+};
+
+// Reply status bytes.
+inline constexpr uint8_t kOk = 0;
+inline constexpr uint8_t kNotFound = 1;
+inline constexpr uint8_t kVersionMismatch = 2;  // a conditional PUT/DELETE lost
+inline constexpr uint8_t kWrongServer = 3;      // the tablet is not (or no longer) here
+inline constexpr uint8_t kMalformed = 4;
+inline constexpr uint8_t kUnavailable = 5;      // replication failed: not acknowledged
+inline constexpr uint8_t kTooLarge = 6;         // the object does not fit a segment or a request
+
+struct ServerOptions {
+  uint32_t workers = 2;  // rpc workers: client and replication requests
+  tailwind::Replication replication = tailwind::Replication::kTailwind;
+  size_t segment_bytes = 8 << 20;  // = every backup's buffer size
+  uint32_t replicas = 3;
+  // kTailwind: FLUSH after each WRITE (PM backups). Off for DRAM buffers.
+  bool flush = true;
+  tailwind::BufferMedia media = tailwind::BufferMedia::kPm;
+  uint32_t backup_buffers = 8;
+  tailwind::StorageMode storage_mode = tailwind::StorageMode::kFdatasync;
+  uint32_t max_request_bytes = 8192;  // bounds key + value of one PUT
+  // A closed segment is cleaned when live bytes < clean_below * its bytes.
+  double clean_below = 0.5;
+};
+
+struct ClusterOptions {
+  uint32_t servers = 4;
+  ServerOptions server;
+  std::string dir;  // PM files and backup storage; a fresh temp dir if empty
+  uint32_t tablets_per_table = 0;  // 0: one per server
+  nic::EngineOptions engine;
+};
+
+// A table's placement: tablet t (of key hashes [t * 2^64/T, (t+1) * 2^64/T))
+// is served by server owners[t].
+struct TableMap {
+  uint64_t table_id = 0;
+  std::string name;
+  std::vector<uint32_t> owners;
+};
+uint64_t key_hash(uint64_t table_id, std::span<const uint8_t> key);
+uint32_t tablet_of(uint64_t hash, uint32_t tablets);
+
+struct ServerCounters {
+  uint64_t puts = 0;
+  uint64_t gets = 0;
+  uint64_t removes = 0;
+  uint64_t conditional_failures = 0;
+  uint64_t wrong_server = 0;
+  uint64_t replication_failures = 0;
+  uint64_t objects = 0;        // live objects in the index now
+  uint64_t segments_cleaned = 0;
+  uint64_t objects_relocated = 0;    // by the cleaner
+  uint64_t tombstones_relocated = 0;
+  uint64_t tombstones_dropped = 0;   // their object's segment was freed
+  uint64_t objects_recovered = 0;    // replayed into this server by recovery
+};
+
+// What recovery reports as it goes (segments replayed of those found).
+struct RecoveryProgress {
+  uint32_t crashed_server = 0;
+  uint64_t segments_done = 0;
+  uint64_t segments_total = 0;
+  uint64_t objects_replayed = 0;  // entries seen
+  uint64_t objects_restored = 0;  // live objects written to recovery masters
+  uint64_t bytes = 0;
+};
+struct RecoveryResult {
+  tailwind::RecoveryReport log;
+  RecoveryProgress progress;
+  std::vector<std::pair<uint64_t, uint32_t>> tablets_moved;  // (table, tablet) -> new owner below
+  std::vector<uint32_t> new_owners;
+  uint64_t elapsed_ns = 0;
+};
+
+struct CleanResult {
+  uint64_t segments_cleaned = 0;
+  uint64_t objects_relocated = 0;
+  uint64_t tombstones_relocated = 0;
+  uint64_t tombstones_dropped = 0;
+  uint64_t bytes_freed = 0;
+};
+
+class Server;
+
+// The in-process cluster: one engine, `servers` storage servers (each a
+// NIC, a persistence domain, a backup, an rpc::Server and a replicated
+// log) and the coordinator.
+class Cluster {
+ public:
+  static Result<std::unique_ptr<Cluster>> create(const ClusterOptions& options);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Creates a table whose tablets go round-robin over the live servers.
+  // kAlreadyExists for a name in use.
+  Result<uint64_t> create_table(std::string_view name);
+  Result<TableMap> table(uint64_t table_id) const;
+  Result<TableMap> table(std::string_view name) const;
+
+  // Crashes server i: its workers stop, its log (the primary's memory) and
+  // its backup's buffers are gone to the others (its replicas are replaced
+  // on the surviving logs, §3.3.3). Its tablets are unavailable until
+  // recover_server(i).
+  Status crash_server(uint32_t i);
+  // Rebuilds a crashed server's tablets on the live servers from the
+  // backups' replicas. `progress` (optional) is called after each segment.
+  Result<RecoveryResult> recover_server(uint32_t i,
+                                        const std::function<void(const RecoveryProgress&)>& progress = {});
+
+  // Runs the cleaner once on every live server.
+  Result<CleanResult> clean();
+  Result<CleanResult> clean(uint32_t server);
+
+  uint32_t servers() const;
+  bool alive(uint32_t i) const;
+  Server& server(uint32_t i);
+  nic::Engine& engine();
+  const ClusterOptions& options() const;
+  const std::string& dir() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit Cluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One storage server (owned by a Cluster).
+class Server {
+ public:
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint32_t index() const;
+  const std::string& name() const;
+  rpc::Server& rpc();
+  tailwind::Backup& backup();
+  tailwind::ReplicatedLog& log();  // valid while alive
+  ServerCounters counters() const;
+  // Live bytes the index points at in each live segment of the log.
+  std::vector<std::pair<uint64_t, uint64_t>> live_bytes() const;
+  // The current (version, value) of a key, read locally (tests, the demo).
+  Result<std::pair<uint64_t, std::vector<uint8_t>>> lookup(uint64_t table_id, std::span<const uint8_t> key) const;
+  // Every live object of a table here, as (key, version, value).
+  std::vector<std::tuple<std::vector<uint8_t>, uint64_t, std::vector<uint8_t>>> dump(uint64_t table_id) const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  friend class Cluster;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct ClientOptions {
+  uint32_t sessions = 1;  // one per client thread
+  uint64_t timeout_ns = 2'000'000'000ULL;  // per call, then the map is refreshed and the call retried
+  uint32_t max_attempts = 8;
+};
+
+struct GetResult {
+  uint64_t version = 0;
+  std::vector<uint8_t> value;
+};
+
+// A client machine: one NIC, an rpc::Client to every server. It routes by
+// the coordinator's tablet map, refreshing it on kWrongServer or a failed
+// call and retrying (a PUT may then apply twice; its version tells).
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> create(Cluster& cluster, const ClientOptions& options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // PUT: returns the new version. With expected_version, only if the
+  // object's version is that (0: the key must not exist); else
+  // kFailedPrecondition.
+  Result<uint64_t> put(uint32_t session, uint64_t table_id, std::span<const uint8_t> key,
+                       std::span<const uint8_t> value, std::optional<uint64_t> expected_version = std::nullopt);
+  // kNotFound if absent.
+  Result<GetResult> get(uint32_t session, uint64_t table_id, std::span<const uint8_t> key);
+  // kNotFound if absent; expected_version as for put.
+  Status remove(uint32_t session, uint64_t table_id, std::span<const uint8_t> key,
+                std::optional<uint64_t> expected_version = std::nullopt);
+
+  uint64_t map_refreshes() const;
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::store::logkv

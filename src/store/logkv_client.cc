@@ -1,0 +1,149 @@
+// A LogKv client machine: routes each request by the coordinator's tablet
+// map to the owning server and, there, to the worker owning the key's
+// partition; refreshes the map and retries when the server says the tablet
+// is not its own or the call fails.
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+
+#include "logkv_internal.h"
+
+namespace ferry::store::logkv {
+
+struct Client::Impl {
+  Cluster* cluster = nullptr;
+  ClientOptions options;
+  nic::Nic* nic = nullptr;
+  std::vector<std::unique_ptr<rpc::Client>> rpcs;  // per server
+  mutable std::shared_mutex map_mu;
+  std::map<uint64_t, TableMap> maps;
+  std::atomic<uint64_t> refreshes{0};
+
+  Result<uint32_t> owner(uint64_t table_id, uint64_t hash, bool refresh) {
+    if (!refresh) {
+      std::shared_lock lk(map_mu);
+      auto it = maps.find(table_id);
+      if (it != maps.end()) return it->second.owners[tablet_of(hash, static_cast<uint32_t>(it->second.owners.size()))];
+    }
+    FERRY_ASSIGN_OR_RETURN(auto map, cluster->table(table_id));
+    ++refreshes;
+    std::unique_lock lk(map_mu);
+    auto& m = maps[table_id] = std::move(map);
+    return m.owners[tablet_of(hash, static_cast<uint32_t>(m.owners.size()))];
+  }
+
+  // One request, routed and retried. The reply's status byte and payload.
+  Result<rpc::CallReply> call(uint32_t session, uint16_t type, uint64_t table_id, std::span<const uint8_t> key,
+                              std::span<const uint8_t> payload) {
+    if (session >= options.sessions) return invalid_argument("logkv client: no session " + std::to_string(session));
+    const uint64_t hash = key_hash(table_id, key);
+    Status last = unavailable("logkv: no attempt made");
+    bool refresh = false;
+    for (uint32_t attempt = 0; attempt < options.max_attempts; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(attempt * attempt, 50)));
+      FERRY_ASSIGN_OR_RETURN(const uint32_t server, owner(table_id, hash, refresh));
+      refresh = true;
+      if (server >= rpcs.size()) return internal_error("logkv: tablet owner out of range");
+      if (rpcs[server] == nullptr) {
+        last = unavailable("logkv: server " + std::to_string(server) + " was down when this client started");
+        continue;
+      }
+      const uint32_t workers = cluster->server(server).impl().client_workers();
+      auto reply = rpcs[server]->session(session).call(type, hash % workers, payload, /*nilext=*/false);
+      if (!reply.ok()) {
+        last = reply.status();
+        continue;
+      }
+      if (reply->app_status == kWrongServer) {
+        last = unavailable("logkv: server " + std::to_string(server) + " no longer serves the tablet");
+        continue;
+      }
+      return reply;
+    }
+    return Status(last.code(), "logkv: gave up after " + std::to_string(options.max_attempts) +
+                                   " attempts: " + last.message());
+  }
+};
+
+namespace {
+
+uint64_t read_u64(const std::vector<uint8_t>& b) {
+  uint64_t v = 0;
+  if (b.size() >= 8) std::memcpy(&v, b.data(), 8);
+  return v;
+}
+
+Status status_of(uint8_t app, const std::vector<uint8_t>& payload) {
+  switch (app) {
+    case kOk: return ok_status();
+    case kNotFound: return not_found("logkv: no such key");
+    case kVersionMismatch:
+      return failed_precondition("logkv: version mismatch (current " + std::to_string(read_u64(payload)) + ")");
+    case kMalformed: return invalid_argument("logkv: the server found the request malformed");
+    case kTooLarge: return invalid_argument("logkv: the object is too large");
+    case kUnavailable: return unavailable("logkv: replication failed; the write was not acknowledged");
+    default: return internal_error("logkv: unknown reply status " + std::to_string(app));
+  }
+}
+
+}  // namespace
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::create(Cluster& cluster, const ClientOptions& options) {
+  if (options.sessions == 0) return invalid_argument("logkv client: at least one session");
+  if (options.max_attempts == 0) return invalid_argument("logkv client: max_attempts at least 1");
+  auto impl = std::make_unique<Impl>();
+  impl->cluster = &cluster;
+  impl->options = options;
+  static std::atomic<uint32_t> clients{0};
+  FERRY_ASSIGN_OR_RETURN(impl->nic, cluster.engine().add_nic({.name = "logkv-client-" + std::to_string(clients++)}));
+  rpc::ClientOptions co;
+  co.sessions = options.sessions;
+  co.timeout_ns = options.timeout_ns;
+  for (uint32_t i = 0; i < cluster.servers(); ++i) {
+    if (!cluster.alive(i)) {
+      impl->rpcs.push_back(nullptr);
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(auto c, rpc::Client::create(cluster.engine(), *impl->nic, cluster.server(i).rpc(), co));
+    impl->rpcs.push_back(std::move(c));
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<uint64_t> Client::put(uint32_t session, uint64_t table_id, std::span<const uint8_t> key,
+                             std::span<const uint8_t> value, std::optional<uint64_t> expected_version) {
+  if (key.size() > tailwind::kMaxKeyBytes) return invalid_argument("logkv: key longer than 65535 bytes");
+  const auto payload = detail::encode_request(table_id, key, value, expected_version);
+  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvPut, table_id, key, payload));
+  FERRY_RETURN_IF_ERROR(status_of(reply.app_status, reply.payload));
+  return read_u64(reply.payload);
+}
+
+Result<GetResult> Client::get(uint32_t session, uint64_t table_id, std::span<const uint8_t> key) {
+  if (key.size() > tailwind::kMaxKeyBytes) return invalid_argument("logkv: key longer than 65535 bytes");
+  const auto payload = detail::encode_request(table_id, key, {}, std::nullopt);
+  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvGet, table_id, key, payload));
+  FERRY_RETURN_IF_ERROR(status_of(reply.app_status, reply.payload));
+  if (reply.payload.size() < 8) return internal_error("logkv: a GET reply without its version");
+  GetResult out;
+  out.version = read_u64(reply.payload);
+  out.value.assign(reply.payload.begin() + 8, reply.payload.end());
+  return out;
+}
+
+Status Client::remove(uint32_t session, uint64_t table_id, std::span<const uint8_t> key,
+                      std::optional<uint64_t> expected_version) {
+  if (key.size() > tailwind::kMaxKeyBytes) return invalid_argument("logkv: key longer than 65535 bytes");
+  const auto payload = detail::encode_request(table_id, key, {}, expected_version);
+  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvRemove, table_id, key, payload));
+  return status_of(reply.app_status, reply.payload);
+}
+
+uint64_t Client::map_refreshes() const { return impl_->refreshes; }
+
+}  // namespace ferry::store::logkv

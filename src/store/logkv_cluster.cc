@@ -1,0 +1,393 @@
+// A LogKv cluster in one process: building the servers, the coordinator's
+// tablet map and replica versions, a server's crash and the recovery of its
+// tablets on the others.
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+#include "ferry/tailwind/format.h"
+#include "logkv_internal.h"
+
+namespace ferry::store::logkv {
+
+uint32_t Cluster::Impl::tablets_per_table() const {
+  return options.tablets_per_table != 0 ? options.tablets_per_table : options.servers;
+}
+
+namespace {
+
+Result<std::string> make_dir(const std::string& requested, bool* own) {
+  if (!requested.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(requested, ec);
+    if (ec) return unavailable("logkv: cannot create " + requested + ": " + ec.message());
+    *own = false;
+    return requested;
+  }
+  std::string pattern = (std::filesystem::temp_directory_path() / "ferry-logkv-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) return unavailable("logkv: mkdtemp failed in " + pattern);
+  *own = true;
+  return pattern;
+}
+
+Status check_options(const ClusterOptions& o) {
+  if (o.servers < 2) return invalid_argument("logkv: at least 2 servers");
+  if (o.server.replicas == 0 || o.server.replicas >= o.servers) {
+    return invalid_argument("logkv: replicas must be in [1, servers - 1] (" + std::to_string(o.servers) +
+                            " servers): a server's backups are the other servers");
+  }
+  if (o.server.workers == 0) return invalid_argument("logkv: at least one worker");
+  if (o.server.segment_bytes < 4096 || o.server.segment_bytes > (1u << 30)) {
+    return invalid_argument("logkv: segment_bytes in [4 KiB, 1 GiB]");
+  }
+  if (!(o.server.clean_below > 0.0 && o.server.clean_below <= 1.0)) {
+    return invalid_argument("logkv: clean_below in (0, 1]");
+  }
+  if (o.server.max_request_bytes < 256) return invalid_argument("logkv: max_request_bytes at least 256");
+  return ok_status();
+}
+
+}  // namespace
+
+Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Cluster::~Cluster() {
+  Impl& c = *impl_;
+  for (auto& s : c.servers) {
+    if (s->impl().rpc) s->impl().rpc->stop();
+  }
+  // Logs first (they hold links into the other servers), then links, then
+  // the servers' RPC and backups.
+  for (auto& s : c.servers) s->impl().log.reset();
+  for (auto& s : c.servers) s->impl().links.clear();
+  for (auto& s : c.servers) s->impl().rpc.reset();
+  for (auto& s : c.servers) s->impl().backup.reset();
+  c.engine.reset();
+  c.servers.clear();
+  if (c.own_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(c.dir, ec);
+  }
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) {
+  FERRY_RETURN_IF_ERROR(check_options(options));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  FERRY_ASSIGN_OR_RETURN(impl->dir, make_dir(options.dir, &impl->own_dir));
+  std::unique_ptr<Cluster> cluster(new Cluster(std::move(impl)));
+  Impl& c = *cluster->impl_;
+  c.engine = std::make_unique<nic::Engine>(options.engine);
+  FERRY_ASSIGN_OR_RETURN(c.coordinator_nic, c.engine->add_nic({.name = "coordinator"}));
+  const ServerOptions& so = options.server;
+
+  for (uint32_t i = 0; i < options.servers; ++i) {
+    auto si = std::make_unique<Server::Impl>();
+    si->index = i;
+    si->name = "server-" + std::to_string(i);
+    si->options = so;
+    si->log_id = i + 1;
+    si->domain = std::make_unique<pm::PersistenceDomain>();
+    nic::NicOptions no;
+    no.name = si->name;
+    no.memory = si->domain.get();
+    FERRY_ASSIGN_OR_RETURN(si->nic, c.engine->add_nic(no));
+    tailwind::BackupOptions bo;
+    bo.name = si->name;
+    bo.buffer_bytes = so.segment_bytes;
+    bo.buffers = so.backup_buffers;
+    bo.media = so.media;
+    bo.pm_path = c.dir + "/" + si->name + ".pm";
+    bo.storage_dir = c.dir + "/" + si->name + "-storage";
+    bo.storage_mode = so.storage_mode;
+    FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(*si->nic, si->domain.get(), bo));
+    rpc::ServerOptions ro;
+    ro.mode = rpc::Mode::kRawRpc;
+    ro.workers = so.workers + 1;  // the last one serves the backup's requests only
+    ro.max_request_bytes = so.max_request_bytes;
+    ro.max_response_bytes = std::max<uint32_t>(16 << 10, so.max_request_bytes);  // GET values, backup read chunks
+    FERRY_ASSIGN_OR_RETURN(si->rpc, rpc::Server::create(*c.engine, *si->nic, ro));
+    FERRY_RETURN_IF_ERROR(si->backup->register_rpcs(*si->rpc));
+    FERRY_RETURN_IF_ERROR(si->register_handlers());
+    for (uint32_t w = 0; w < so.workers; ++w) si->partitions.push_back(std::make_unique<detail::Partition>());
+    FERRY_RETURN_IF_ERROR(si->rpc->start());
+    c.servers.push_back(std::unique_ptr<Server>(new Server(std::move(si))));
+  }
+
+  for (uint32_t i = 0; i < options.servers; ++i) {
+    Server::Impl& si = c.servers[i]->impl();
+    std::vector<tailwind::BackupLink*> candidates;
+    for (uint32_t j = 0; j < options.servers; ++j) {
+      if (j == i) continue;
+      Server::Impl& sj = c.servers[j]->impl();
+      FERRY_ASSIGN_OR_RETURN(auto link,
+                             tailwind::BackupLink::connect(*c.engine, *si.nic, *sj.backup, *sj.rpc, si.log_id,
+                                                           so.replication == tailwind::Replication::kTailwind,
+                                                           sj.backup_worker()));
+      candidates.push_back(link.get());
+      si.links.push_back(std::move(link));
+      si.link_server.push_back(j);
+    }
+    tailwind::LogOptions lo;
+    lo.log_id = si.log_id;
+    lo.segment_bytes = so.segment_bytes;
+    lo.replicas = so.replicas;
+    lo.replication = so.replication;
+    lo.flush = so.flush && so.media == tailwind::BufferMedia::kPm;
+    lo.rpc_chunk_bytes = so.max_request_bytes - 64;
+    lo.seed = 0x10c4 + i;
+    Coordinator* coord = &c.coordinator;
+    const uint64_t log_id = si.log_id;
+    lo.on_version = [coord, log_id](uint64_t segment_id, uint64_t version) {
+      std::lock_guard lk(coord->mu);
+      uint64_t& v = coord->min_versions[log_id][segment_id];
+      v = std::max(v, version);
+    };
+    si.on_freed = [coord, log_id](uint64_t segment_id) {
+      std::lock_guard lk(coord->mu);
+      coord->min_versions[log_id][segment_id] = std::numeric_limits<uint64_t>::max();
+    };
+    FERRY_ASSIGN_OR_RETURN(si.log, tailwind::ReplicatedLog::create(*si.nic, candidates, lo));
+  }
+  return cluster;
+}
+
+Result<uint64_t> Cluster::create_table(std::string_view name) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  std::vector<uint32_t> live;
+  for (uint32_t i = 0; i < c.servers.size(); ++i) {
+    if (c.servers[i]->impl().alive) live.push_back(i);
+  }
+  if (live.empty()) return unavailable("logkv: no live server");
+  TableMap map;
+  {
+    std::lock_guard lk(c.coordinator.mu);
+    for (const auto& t : c.coordinator.tables) {
+      if (t.name == name) return already_exists("logkv: table " + std::string(name) + " exists");
+    }
+    map.table_id = c.coordinator.tables.size() + 1;
+    map.name = std::string(name);
+    const uint32_t tablets = c.tablets_per_table();
+    for (uint32_t t = 0; t < tablets; ++t) map.owners.push_back(live[(map.table_id + t) % live.size()]);
+  }
+  // Servers learn their tablets before clients can learn the map.
+  for (auto& s : c.servers) {
+    Server::Impl& si = s->impl();
+    std::unique_lock lk(si.own_mu);
+    si.tablets_of[map.table_id] = static_cast<uint32_t>(map.owners.size());
+    for (uint32_t t = 0; t < map.owners.size(); ++t) {
+      if (map.owners[t] == si.index) si.owned.insert({map.table_id, t});
+    }
+  }
+  std::lock_guard lk(c.coordinator.mu);
+  c.coordinator.tables.push_back(map);
+  return map.table_id;
+}
+
+Result<TableMap> Cluster::table(uint64_t table_id) const {
+  std::lock_guard lk(impl_->coordinator.mu);
+  if (table_id == 0 || table_id > impl_->coordinator.tables.size()) {
+    return not_found("logkv: no table " + std::to_string(table_id));
+  }
+  return impl_->coordinator.tables[table_id - 1];
+}
+
+Result<TableMap> Cluster::table(std::string_view name) const {
+  std::lock_guard lk(impl_->coordinator.mu);
+  for (const auto& t : impl_->coordinator.tables) {
+    if (t.name == name) return t;
+  }
+  return not_found("logkv: no table " + std::string(name));
+}
+
+Status Cluster::crash_server(uint32_t i) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  Server::Impl& dead = c.servers[i]->impl();
+  if (!dead.alive) return failed_precondition(dead.name + " has already crashed");
+  // Its CPUs stop: no request is served from now on, as a backup either.
+  dead.alive = false;
+  dead.rpc->stop();
+  {
+    std::unique_lock lk(dead.own_mu);
+    dead.owned.clear();
+  }
+  // Its memory is gone: the primary's log and the index. (The log's QPs go
+  // with it; its replicas on the backups stay for recovery.)
+  dead.log.reset();
+  for (auto& p : dead.partitions) {
+    std::lock_guard lk(p->mu);
+    p->map.clear();
+  }
+  // Every other log replaces the replicas it had there (§3.3.3).
+  for (auto& s : c.servers) {
+    Server::Impl& si = s->impl();
+    if (!si.alive) continue;
+    for (size_t k = 0; k < si.link_server.size(); ++k) {
+      if (si.link_server[k] != i) continue;
+      Status st = si.log->backup_failed(k);
+      if (!st.ok()) return Status(st.code(), si.name + ": replacing the replicas on " + dead.name + ": " + st.message());
+    }
+  }
+  return ok_status();
+}
+
+Result<RecoveryResult> Cluster::recover_server(uint32_t i,
+                                               const std::function<void(const RecoveryProgress&)>& progress) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  Server::Impl& dead = c.servers[i]->impl();
+  if (dead.alive) return failed_precondition(dead.name + " is alive: crash it first");
+  const auto t0 = std::chrono::steady_clock::now();
+  RecoveryResult result;
+  result.progress.crashed_server = i;
+
+  std::vector<uint32_t> live;
+  for (uint32_t j = 0; j < c.servers.size(); ++j) {
+    if (c.servers[j]->impl().alive) live.push_back(j);
+  }
+  if (live.empty()) return unavailable("logkv: no live server to recover " + dead.name + " on");
+
+  // The tablets it served, and who takes each (round-robin over the live).
+  std::map<std::pair<uint64_t, uint32_t>, uint32_t> moves;
+  std::map<uint64_t, uint32_t> tablet_counts;
+  std::map<uint64_t, uint64_t> min_versions;
+  {
+    std::lock_guard lk(c.coordinator.mu);
+    size_t next = 0;
+    for (const auto& t : c.coordinator.tables) {
+      tablet_counts[t.table_id] = static_cast<uint32_t>(t.owners.size());
+      for (uint32_t k = 0; k < t.owners.size(); ++k) {
+        if (t.owners[k] == i) moves[{t.table_id, k}] = live[next++ % live.size()];
+      }
+    }
+    min_versions = c.coordinator.min_versions[dead.log_id];
+  }
+
+  // Read the log back from the surviving backups (they fence it first).
+  std::vector<std::unique_ptr<tailwind::BackupLink>> links;
+  std::vector<tailwind::BackupLink*> raw;
+  for (uint32_t j : live) {
+    Server::Impl& sj = c.servers[j]->impl();
+    FERRY_ASSIGN_OR_RETURN(auto link, tailwind::BackupLink::connect(*c.engine, *c.coordinator_nic, *sj.backup,
+                                                                    *sj.rpc, dead.log_id, false, sj.backup_worker()));
+    raw.push_back(link.get());
+    links.push_back(std::move(link));
+  }
+  FERRY_ASSIGN_OR_RETURN(auto segments, tailwind::recover_log(dead.log_id, raw, min_versions, &result.log));
+  result.progress.segments_total = segments.size();
+
+  // Replay: per key the newest object, unless a tombstone at or above its
+  // version says it was removed.
+  struct Replayed {
+    uint64_t table_id = 0;
+    uint64_t object_version = 0;
+    uint64_t tombstone_version = 0;
+    std::vector<uint8_t> key, value;
+  };
+  std::unordered_map<std::string, Replayed> objects;
+  for (const auto& seg : segments) {
+    Status st = tailwind::for_each_entry(seg.bytes, [&](const tailwind::Entry& e) {
+      if (e.type != tailwind::EntryType::kObject && e.type != tailwind::EntryType::kTombstone) return;
+      ++result.progress.objects_replayed;
+      auto tc = tablet_counts.find(e.table_id);
+      if (tc == tablet_counts.end()) return;
+      if (moves.count({e.table_id, tablet_of(key_hash(e.table_id, e.key), tc->second)}) == 0) return;
+      Replayed& r = objects[detail::index_key(e.table_id, e.key)];
+      r.table_id = e.table_id;
+      if (r.key.empty() && !e.key.empty()) r.key.assign(e.key.begin(), e.key.end());
+      if (e.type == tailwind::EntryType::kTombstone) {
+        r.tombstone_version = std::max(r.tombstone_version, e.version);
+      } else if (e.version > r.object_version) {
+        r.object_version = e.version;
+        r.value.assign(e.value.begin(), e.value.end());
+      }
+    });
+    if (!st.ok()) return Status(st.code(), "logkv: replaying segment " + std::to_string(seg.segment_id) + ": " + st.message());
+    ++result.progress.segments_done;
+    result.progress.bytes += seg.bytes.size();
+    if (progress) progress(result.progress);
+  }
+
+  // The recovery masters append the survivors to their own logs (replicated
+  // before they serve them), then take the tablets.
+  uint64_t max_version = 0;
+  for (const auto& [ikey, r] : objects) max_version = std::max({max_version, r.object_version, r.tombstone_version});
+  for (uint32_t j : live) c.servers[j]->impl().bump_version(max_version);
+  for (const auto& [ikey, r] : objects) {
+    if (r.object_version == 0 || r.object_version <= r.tombstone_version) continue;
+    const uint64_t hash = key_hash(r.table_id, r.key);
+    const uint32_t owner = moves.at({r.table_id, tablet_of(hash, tablet_counts.at(r.table_id))});
+    Server::Impl& m = c.servers[owner]->impl();
+    detail::Partition& p = m.partition(hash);
+    std::lock_guard lk(p.mu);
+    auto e = m.append_and_index(p, ikey, r.table_id, r.object_version, r.key, r.value);
+    if (!e.ok()) return Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
+    ++m.counters.objects_recovered;
+    ++result.progress.objects_restored;
+  }
+  if (progress) progress(result.progress);
+
+  {
+    std::lock_guard lk(c.coordinator.mu);
+    for (const auto& [tablet, owner] : moves) {
+      c.coordinator.tables[tablet.first - 1].owners[tablet.second] = owner;
+      result.tablets_moved.push_back(tablet);
+      result.new_owners.push_back(owner);
+    }
+  }
+  for (const auto& [tablet, owner] : moves) {
+    Server::Impl& m = c.servers[owner]->impl();
+    std::unique_lock lk(m.own_mu);
+    m.owned.insert(tablet);
+  }
+  // The crashed log's replicas are no longer needed.
+  for (const auto& seg : segments) {
+    for (auto* l : raw) (void)l->free(seg.segment_id);
+    std::lock_guard lk(c.coordinator.mu);
+    c.coordinator.min_versions[dead.log_id][seg.segment_id] = std::numeric_limits<uint64_t>::max();
+  }
+  result.elapsed_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return result;
+}
+
+Result<CleanResult> Cluster::clean(uint32_t server) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (server >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(server));
+  Server::Impl& s = c.servers[server]->impl();
+  if (!s.alive) return failed_precondition(s.name + " has crashed");
+  return s.clean();
+}
+
+Result<CleanResult> Cluster::clean() {
+  CleanResult total;
+  for (uint32_t i = 0; i < impl_->servers.size(); ++i) {
+    if (!impl_->servers[i]->impl().alive) continue;
+    FERRY_ASSIGN_OR_RETURN(auto r, clean(i));
+    total.segments_cleaned += r.segments_cleaned;
+    total.objects_relocated += r.objects_relocated;
+    total.tombstones_relocated += r.tombstones_relocated;
+    total.tombstones_dropped += r.tombstones_dropped;
+    total.bytes_freed += r.bytes_freed;
+  }
+  return total;
+}
+
+uint32_t Cluster::servers() const { return static_cast<uint32_t>(impl_->servers.size()); }
+bool Cluster::alive(uint32_t i) const { return i < impl_->servers.size() && impl_->servers[i]->impl().alive; }
+Server& Cluster::server(uint32_t i) { return *impl_->servers.at(i); }
+nic::Engine& Cluster::engine() { return *impl_->engine; }
+const ClusterOptions& Cluster::options() const { return impl_->options; }
+const std::string& Cluster::dir() const { return impl_->dir; }
+
+}  // namespace ferry::store::logkv
