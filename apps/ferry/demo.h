@@ -16,6 +16,10 @@ int run_group_demo(std::ostream& out, int engine_cpu);
 // Part 3: JUNE BERRY -- a set committed by the hardware ACK, a get that sees
 // it, durable puts across a power failure and recovery.
 int run_juneberry_demo(std::ostream& out, int engine_cpu);
+// Part 4: Tailwind in LogKv -- PUTs replicated by RDMA WRITE with the backups'
+// workers idle, a primary crash while a client writes, recovery, the data
+// served again.
+int run_tailwind_demo(std::ostream& out);
 
 // Numbered steps and verified checks, printed to `out` (which must outlive
 // this object); shared by both parts of the demo.

@@ -116,14 +116,16 @@ int main(int argc, char** argv) {
       "demo",
       "Walk through the software RNIC (each verb, WAIT/ENABLE, a remote WQE rewrite), then a 3-replica HyperLoop "
       "group doing each primitive, verified on every replica, then JUNE BERRY: a set committed by the NIC's ACK, "
-      "a get that sees it, durable puts across a power failure");
+      "a get that sees it, durable puts across a power failure; then Tailwind: PUTs replicated by RDMA WRITE with the "
+      "backups idle, a primary crash while a client writes, recovery, the data served again");
   int demo_engine_cpu = 1;
   std::string demo_part = "all";
   demo->add_option("--engine-cpu", demo_engine_cpu, "CPU for the NIC engine thread (-1: no pinning)")
       ->capture_default_str();
   demo->add_option("--part", demo_part,
-                   "nic (the software RNIC), group (HyperLoop primitives), juneberry (the Ordered Queue) or all")
-      ->check(CLI::IsMember({"nic", "group", "juneberry", "all"}))
+                   "nic (the software RNIC), group (HyperLoop primitives), juneberry (the Ordered Queue), "
+                   "tailwind (LogKv with Tailwind replication, a crash and its recovery) or all")
+      ->check(CLI::IsMember({"nic", "group", "juneberry", "tailwind", "all"}))
       ->capture_default_str();
 
   CLI::App* nicd_cmd = app.add_subcommand(
@@ -456,6 +458,7 @@ int main(int argc, char** argv) {
     if (demo_part == "all" || demo_part == "nic") rc |= ferry::apps::run_demo(std::cout, demo_engine_cpu);
     if (demo_part == "all" || demo_part == "group") rc |= ferry::apps::run_group_demo(std::cout, demo_engine_cpu);
     if (demo_part == "all" || demo_part == "juneberry") rc |= ferry::apps::run_juneberry_demo(std::cout, demo_engine_cpu);
+    if (demo_part == "all" || demo_part == "tailwind") rc |= ferry::apps::run_tailwind_demo(std::cout);
     return rc;
   }
   if (nicd_cmd->parsed()) {
