@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <random>
 #include <future>
 #include <map>
 #include <string>
@@ -175,6 +178,59 @@ TEST_P(ReplicationTest, FailedBackupIsReplacedAndItsStaleReplicaIgnored) {
     spans.push_back(s.bytes);
     EXPECT_NE(s.from, cluster.host(failed).backup->options().name);
   }
+  EXPECT_EQ(objects_of(spans), expected);
+}
+
+// Replication over a lossy fabric: packets of the WRITEs, their ACKs and
+// the open/close RPCs are dropped, duplicated and reordered (seeded; the
+// seed is printed, FERRY_SEED=<n> reruns it). RC retransmission must make
+// every acknowledged append reach every replica exactly, through segment
+// closes, and a primary crash must then recover exactly what was acked.
+TEST_P(ReplicationTest, LossyFabricStillReplicatesEveryAppendExactly) {
+  uint64_t seed = std::random_device{}();
+  if (const char* env = std::getenv("FERRY_SEED")) seed = std::strtoull(env, nullptr, 10);
+  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
+  SCOPED_TRACE("FERRY_SEED=" + std::to_string(seed));
+  ClusterOptions co;
+  co.faults.seed = seed;
+  co.faults.drop = 0.02;
+  co.faults.duplicate = 0.01;
+  co.faults.delay = 0.02;
+  co.faults.delay_max_ns = 200'000;
+  Cluster cluster(co);
+  std::map<std::string, std::string> expected;
+  std::vector<std::vector<uint8_t>> primary_copy;  // the primary's segments when it died
+  {
+    auto links = cluster.link_all(7, GetParam() == Replication::kTailwind);
+    auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 8 << 10)).value();
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < 250; ++i) {
+      const int k = static_cast<int>(rng() % 200);
+      const std::string v = value_of(i, 1 + rng() % 300);
+      auto pos = log->append_object(1, static_cast<uint64_t>(i + 1), bytes_of(key_of(k)), bytes_of(v));
+      ASSERT_TRUE(pos.ok()) << "append " << i << ": " << pos.status().to_string();
+      expected[key_of(k)] = v;
+    }
+    ASSERT_GE(log->segment_ids().size(), 4u) << "the test must cross segment closes";
+    const uint64_t open = log->open_segment_id();
+    const auto primary = log->segment(open);
+    for (size_t b : log->replicas_of(open)) {
+      const auto buffer = cluster.host(b).backup->buffer(7, open);
+      ASSERT_GE(buffer.size(), primary.size());
+      EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin()))
+          << "open segment on " << cluster.host(b).backup->options().name;
+    }
+    // The primary dies with its last segment open.
+  }
+  const auto& counters = cluster.engine().fabric().counters();
+  EXPECT_GT(counters.dropped_fault.get(), 0u) << "the fault model dropped nothing: the test proved nothing";
+  EXPECT_GT(counters.duplicated_fault.get(), 0u);
+  auto recovery_links = cluster.link_all(7, /*data_path=*/false);
+  RecoveryReport report;
+  auto segments = recover_log(7, recovery_links, {}, &report);
+  ASSERT_TRUE(segments.ok()) << segments.status().to_string();
+  std::vector<std::span<const uint8_t>> spans;
+  for (const auto& s : *segments) spans.push_back(s.bytes);
   EXPECT_EQ(objects_of(spans), expected);
 }
 

@@ -43,13 +43,17 @@ struct ClusterOptions {
   // RPC workers driven by the test's pump thread (pause_backups()) instead
   // of their own threads.
   bool pumped_workers = false;
+  // Packet faults on the fabric every host shares (drop, duplicate, delay).
+  nic::FaultModel faults;
 };
 
 class Cluster {
  public:
   explicit Cluster(const ClusterOptions& o = {}) : options_(o) {
     dir_ = make_temp_dir("cluster");
-    engine_ = std::make_unique<nic::Engine>();
+    nic::EngineOptions eo;
+    eo.faults = o.faults;
+    engine_ = std::make_unique<nic::Engine>(eo);
     primary_nic_ = engine_->add_nic({.name = "primary"}).value();
     for (uint32_t i = 0; i < o.backups; ++i) {
       auto h = std::make_unique<BackupHost>();
