@@ -111,6 +111,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     ro.workers = so.workers + 1;  // the last one serves the backup's requests only
     ro.max_request_bytes = so.max_request_bytes;
     ro.max_response_bytes = std::max<uint32_t>(16 << 10, so.max_request_bytes);  // GET values, backup read chunks
+    ro.worker_cpus = so.worker_cpus;
     FERRY_ASSIGN_OR_RETURN(si->rpc, rpc::Server::create(*c.engine, *si->nic, ro));
     FERRY_RETURN_IF_ERROR(si->backup->register_rpcs(*si->rpc));
     FERRY_RETURN_IF_ERROR(si->register_handlers());

@@ -73,6 +73,11 @@ struct ClientOptions {
   bool delegation = false;      // §5.2.2: one QP per server worker for the whole machine
   uint32_t max_inflight = 32;   // calls in flight per session (its own)
   uint64_t timeout_ns = 10'000'000'000ULL;  // a synchronous call gives up (kTimedOut)
+  // With a manual engine, whether a synchronous call steps it while it
+  // waits. false: another thread drives the engine (a benchmark's client
+  // thread standing for every NIC) and the call only polls and yields, so
+  // two threads never step one engine.
+  bool step_engine = true;
   nic::ConnectOptions connect;  // transport parameters (MTU, retries, RNR)
 };
 

@@ -84,6 +84,9 @@ struct ServerOptions {
   uint32_t max_request_bytes = 8192;  // bounds key + value of one PUT
   // A closed segment is cleaned when live bytes < clean_below * its bytes.
   double clean_below = 0.5;
+  // Pin worker w (the backup worker is the last) to worker_cpus[w % size];
+  // empty: not pinned. Every server of a cluster gets the same list.
+  std::vector<int> worker_cpus;
 };
 
 struct ClusterOptions {
