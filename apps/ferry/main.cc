@@ -21,6 +21,7 @@
 #include "nic_bench.h"
 #include "oq_bench.h"
 #include "pm_bench.h"
+#include "tailwind_bench.h"
 #include "udp_pingpong.h"
 
 namespace {
@@ -451,6 +452,80 @@ int main(int argc, char** argv) {
                "a small configuration of every experiment and system (seconds, for tests); explicit options win");
   oq->add_flag("--json", oq_opts.json, "print one JSON object per point");
 
+  CLI::App* tw = bench->add_subcommand(
+      "tailwind",
+      "Tailwind §5 (Figs. 7-10, 13) on LogKv: one-sided replication against RAMCloud's RPC replication on the same "
+      "code -- throughput vs clients, PUT latency and server CPU vs load, throughput per active primary, recovery time");
+  ferry::bench::TailwindBenchOptions tw_opts;
+  const ferry::bench::TailwindBenchOptions tw_quick = ferry::bench::tailwind_quick_options();
+  bool tw_quick_flag = false;
+  std::vector<std::pair<CLI::Option*, std::function<void()>>> tw_quick_settings;
+  auto tquick = [&](CLI::Option* opt, std::function<void()> apply) {
+    tw_quick_settings.emplace_back(opt, std::move(apply));
+    return opt;
+  };
+  tw->add_option("--experiments", tw_opts.experiments,
+                 "clients (Fig. 7), latency (Figs. 8, 10), active (Fig. 9), recovery (Fig. 13)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tw->add_option("--systems", tw_opts.systems, "tailwind, rpc (the RPC-replication baseline)")
+      ->delimiter(',')
+      ->capture_default_str();
+  tquick(tw->add_option("--workloads", tw_opts.workloads, "clients: ycsb-b, ycsb-a, ycsb-c, write-only")
+             ->delimiter(',')
+             ->capture_default_str(),
+         [&] { tw_opts.workloads = tw_quick.workloads; });
+  tquick(tw->add_option("--clients", tw_opts.clients, "clients: closed-loop clients (requests in flight), a list")
+             ->delimiter(',')
+             ->capture_default_str(),
+         [&] { tw_opts.clients = tw_quick.clients; });
+  tquick(tw->add_option("--loads", tw_opts.loads, "latency: offered loads as fractions of the RPC baseline's peak")
+             ->delimiter(',')
+             ->capture_default_str(),
+         [&] { tw_opts.loads = tw_quick.loads; });
+  tquick(tw->add_option("--active", tw_opts.active, "active: primaries receiving requests, a list")
+             ->delimiter(',')
+             ->capture_default_str(),
+         [&] { tw_opts.active = tw_quick.active; });
+  tw->add_option("--peak-clients", tw_opts.peak_clients, "closed-loop clients of the peaks and of the active experiment")
+      ->capture_default_str();
+  tw->add_option("--servers", tw_opts.servers, "storage servers (each a primary and a backup)")->capture_default_str();
+  tw->add_option("--replicas", tw_opts.replicas, "backups of each segment (r)")->capture_default_str();
+  tw->add_option("--workers", tw_opts.workers, "client-request workers per server (plus one backup worker)")
+      ->capture_default_str();
+  tquick(tw->add_option("--keys", tw_opts.keys, "key space, prefilled")->capture_default_str(),
+         [&] { tw_opts.keys = tw_quick.keys; });
+  tw->add_option("--key-bytes", tw_opts.key_bytes, "key size")->capture_default_str();
+  tw->add_option("--value-bytes", tw_opts.value_bytes, "value size")->capture_default_str();
+  tw->add_option("--segment-bytes", tw_opts.segment_bytes, "log segment (and backup buffer) size")
+      ->capture_default_str();
+  tquick(tw->add_option("--closed-seconds", tw_opts.closed_seconds, "length of a closed-loop point")
+             ->capture_default_str(),
+         [&] { tw_opts.closed_seconds = tw_quick.closed_seconds; });
+  tquick(tw->add_option("--min-seconds", tw_opts.min_seconds, "an open-loop point runs at least this long")
+             ->capture_default_str(),
+         [&] { tw_opts.min_seconds = tw_quick.min_seconds; });
+  tquick(tw->add_option("--max-seconds", tw_opts.max_seconds, "... and at most this long")->capture_default_str(),
+         [&] { tw_opts.max_seconds = tw_quick.max_seconds; });
+  tquick(tw->add_option("--samples", tw_opts.target_samples,
+                        "measured requests an open-loop point aims for (p99.9 needs 10,000)")
+             ->capture_default_str(),
+         [&] { tw_opts.target_samples = tw_quick.target_samples; });
+  tw->add_option("--warmup-seconds", tw_opts.warmup_seconds, "unmeasured run-in before every point")
+      ->capture_default_str();
+  tquick(tw->add_option("--recovery-objects", tw_opts.recovery_objects, "recovery: objects on the crashed server")
+             ->capture_default_str(),
+         [&] { tw_opts.recovery_objects = tw_quick.recovery_objects; });
+  tw->add_flag("--full", tw_opts.full, "recovery: also 10 M objects (about 2 GB of log; minutes)");
+  tw->add_option("--client-cpu", tw_opts.client_cpu, "CPU of the client thread, which also steps every NIC")
+      ->capture_default_str();
+  tw->add_option("--server-cpu", tw_opts.server_cpu, "CPU of every server's worker threads and the control thread")
+      ->capture_default_str();
+  tw->add_option("--dir", tw_opts.dir, "backups' storage directory (default /dev/shm; removed at the end)");
+  tw->add_flag("--quick", tw_quick_flag,
+               "a small configuration of every experiment (under a minute, for tests); explicit options win");
+  tw->add_flag("--json", tw_opts.json, "print one JSON object per point");
+
   CLI11_PARSE(app, argc, argv);
 
   if (demo->parsed()) {
@@ -510,6 +585,14 @@ int main(int argc, char** argv) {
       return exit_code("ferry bench group", ferry::bench::run_group_udp_bench(u, std::cout, std::cerr));
     }
     return exit_code("ferry bench group", ferry::bench::run_group_bench(group_opts, std::cout, std::cerr));
+  }
+  if (tw->parsed()) {
+    if (tw_quick_flag) {
+      for (auto& [opt, apply] : tw_quick_settings) {
+        if (opt->count() == 0) apply();
+      }
+    }
+    return exit_code("ferry bench tailwind", ferry::bench::run_tailwind_bench(tw_opts, std::cout, std::cerr));
   }
   if (oq->parsed()) {
     if (oq_quick_flag) {
