@@ -105,6 +105,8 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     bo.pm_path = c.dir + "/" + si->name + ".pm";
     bo.storage_dir = c.dir + "/" + si->name + "-storage";
     bo.storage_mode = so.storage_mode;
+    bo.flush_in_background = so.flush_in_background;
+    bo.flusher_cpu = so.worker_cpus.empty() ? -1 : so.worker_cpus.front();
     FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(*si->nic, si->domain.get(), bo));
     rpc::ServerOptions ro;
     ro.mode = rpc::Mode::kRawRpc;

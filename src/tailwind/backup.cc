@@ -4,12 +4,17 @@
 #include "ferry/tailwind/backup.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "ferry/common/checksum.h"
+#include "ferry/common/cpu.h"
 #include "messages.h"
 
 namespace ferry::tailwind {
@@ -20,7 +25,9 @@ namespace {
 // operation that changed it returns.
 constexpr uint32_t kSlotMagic = 0x53425754;  // "TWBS"
 constexpr size_t kSlotBytes = 64;
-enum SlotState : uint8_t { kSlotFree = 0, kSlotOpen = 1 };
+// kSlotClosed: closed (close_bytes, close_checksum recorded), not yet on
+// storage; a restart flushes it.
+enum SlotState : uint8_t { kSlotFree = 0, kSlotOpen = 1, kSlotClosed = 2 };
 struct SlotRecord {
   uint32_t magic;
   uint8_t state;
@@ -29,8 +36,9 @@ struct SlotRecord {
   uint64_t segment_id;
   uint64_t replica_version;
   uint64_t buffer_bytes;
+  uint64_t close_bytes;     // kSlotClosed: the close's offset
+  uint32_t close_checksum;  // ... and checksum
   uint32_t crc;  // CRC32C of the bytes before it
-  uint32_t reserved2;
 };
 static_assert(sizeof(SlotRecord) <= kSlotBytes);
 
@@ -60,19 +68,39 @@ struct Backup::Impl {
   };
   struct Slot {
     bool open = false;
+    bool closed = false;            // closed, not yet on storage (served from the buffer)
+    bool flushing = false;          // closed: its storage write is under way (without mu)
+    bool free_after_flush = false;  // flushing: freed meanwhile; drop the stored copy after
+    bool zeroing = false;           // flushed and free on record, being re-zeroed (not yet reusable)
     uint64_t log_id = 0;
     uint64_t segment_id = 0;
     uint64_t replica_version = 0;
+    uint64_t close_bytes = 0;
+    uint32_t close_checksum = 0;
     std::unique_ptr<nic::MemoryRegion> mr;  // in the log's link's PD, while open
+    bool in_use() const { return open || closed || zeroing; }
   };
 
   mutable std::mutex mu;
+  mutable std::condition_variable flushed_cv;  // a flush finished
+  std::condition_variable flush_cv;            // work for the flusher
+  std::deque<size_t> flush_queue;              // closed slots to flush, in close order
+  bool stop_flusher = false;
+  std::thread flusher;
   std::vector<Slot> slots;
   std::map<uint64_t, Link> links;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> loaded;  // closed replicas read by find()
   BackupCounters counters;
 
   ~Impl() {
+    // Flushes not yet done are abandoned, as at a crash: their slots say
+    // closed in the directory, and a restart (recover) flushes them.
+    {
+      std::lock_guard lock(mu);
+      stop_flusher = true;
+    }
+    flush_cv.notify_all();
+    if (flusher.joinable()) flusher.join();
     for (auto& s : slots) s.mr.reset();
     links.clear();
     if (region != nullptr && domain != nullptr) domain->release(region);
@@ -89,11 +117,13 @@ struct Backup::Impl {
     const Slot& s = slots[i];
     SlotRecord r{};
     r.magic = kSlotMagic;
-    r.state = s.open ? kSlotOpen : kSlotFree;
+    r.state = s.open ? kSlotOpen : s.closed ? kSlotClosed : kSlotFree;
     r.log_id = s.log_id;
     r.segment_id = s.segment_id;
     r.replica_version = s.replica_version;
     r.buffer_bytes = options.buffer_bytes;
+    r.close_bytes = s.closed ? s.close_bytes : 0;
+    r.close_checksum = s.closed ? s.close_checksum : 0;
     r.crc = slot_crc(r);
     uint8_t* dst = base + i * kSlotBytes;
     std::memcpy(dst, &r, sizeof r);
@@ -112,8 +142,96 @@ struct Backup::Impl {
     return -1;
   }
 
+  Status not_open(uint64_t log_id, uint64_t segment_id) const {
+    return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) + " is not open on " +
+                     options.name);
+  }
+
+  int find_closed(uint64_t log_id, uint64_t segment_id) const {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].closed && slots[i].log_id == log_id && slots[i].segment_id == segment_id) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
   uint32_t open_count() const {
     return static_cast<uint32_t>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.open; }));
+  }
+  // Buffers whose contents are not on storage: what backup power must flush.
+  uint32_t unflushed_count() const {
+    return static_cast<uint32_t>(
+        std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.open || s.closed; }));
+  }
+  void update_gauges() {
+    counters.open_buffers = open_count();
+    counters.closed_unflushed = unflushed_count() - counters.open_buffers;
+  }
+
+  // Writes closed slot i to storage, re-zeroes it and frees it. Called with
+  // `lock` held; releases it around the storage write and the re-zeroing
+  // (the slot's flags keep everyone else off the buffer meanwhile).
+  Status flush_slot(size_t i, std::unique_lock<std::mutex>& lock) {
+    Slot& s = slots[i];
+    StoredSegment meta;
+    meta.log_id = s.log_id;
+    meta.segment_id = s.segment_id;
+    meta.replica_version = s.replica_version;
+    meta.bytes = s.close_bytes;
+    meta.checksum = s.close_checksum;
+    s.flushing = true;
+    lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status written = store->write(meta, {buffer_at(i), meta.bytes});
+    const auto write_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    lock.lock();
+    counters.flush_ns += static_cast<uint64_t>(write_ns.count());
+    s.flushing = false;
+    if (!written.ok()) {
+      ++counters.flush_failures;
+      if (s.free_after_flush) {  // nobody needs it any more
+        s.free_after_flush = false;
+        s.closed = false;
+        zero_buffer(i);
+        write_slot(i);
+        update_gauges();
+      }
+      flushed_cv.notify_all();
+      return written;
+    }
+    if (s.free_after_flush) (void)store->remove(meta.log_id, meta.segment_id);
+    s.free_after_flush = false;
+    // On storage now: free on record first (a restart re-zeroes a free
+    // slot), then re-zero it without the mutex before it can be reused.
+    s.closed = false;
+    s.zeroing = true;
+    write_slot(i);
+    ++counters.flushes;
+    update_gauges();
+    flushed_cv.notify_all();
+    lock.unlock();
+    const auto t1 = std::chrono::steady_clock::now();
+    std::memset(buffer_at(i), 0, options.buffer_bytes);
+    persist(buffer_at(i), options.buffer_bytes);
+    const auto zero_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t1);
+    lock.lock();
+    counters.flush_ns += static_cast<uint64_t>(zero_ns.count());
+    s.zeroing = false;
+    flushed_cv.notify_all();
+    return ok_status();
+  }
+
+  void flusher_main() {
+    std::unique_lock lock(mu);
+    while (true) {
+      flush_cv.wait(lock, [&] { return stop_flusher || !flush_queue.empty(); });
+      if (stop_flusher) return;
+      const size_t i = flush_queue.front();
+      flush_queue.pop_front();
+      if (slots[i].closed) (void)flush_slot(i, lock);  // a failure is counted; the buffer stays closed in memory
+      flushed_cv.notify_all();  // also when it was freed before its turn: the queue may be empty now
+    }
   }
 
   void fence_locked(uint64_t log_id) {
@@ -154,6 +272,20 @@ struct Backup::Impl {
         slots[i].replica_version = r.replica_version;
         continue;
       }
+      if (options.recover && valid && r.state == kSlotClosed && r.close_bytes <= options.buffer_bytes) {
+        // Closed before the crash, never flushed: flush it now, before
+        // anything is served (what backup power would have done).
+        Slot& s = slots[i];
+        s.closed = true;
+        s.log_id = r.log_id;
+        s.segment_id = r.segment_id;
+        s.replica_version = r.replica_version;
+        s.close_bytes = r.close_bytes;
+        s.close_checksum = r.close_checksum;
+        std::unique_lock lock(mu);
+        FERRY_RETURN_IF_ERROR(flush_slot(i, lock));
+        continue;
+      }
       // A fresh pool, or a free slot after a restart: pre-zeroed (§3.2).
       zero_buffer(i);
       write_slot(i);
@@ -161,7 +293,13 @@ struct Backup::Impl {
     const uint64_t flushable = options.storage_write_mb_per_s * 1'000'000ULL * options.power_holdup_ms / 1000;
     max_open = static_cast<uint32_t>(std::clamp<uint64_t>(flushable / options.buffer_bytes, 1, options.buffers));
     counters.max_open_buffers = max_open;
-    counters.open_buffers = open_count();
+    update_gauges();
+    if (options.flush_in_background) {
+      flusher = std::thread([this] {
+        if (options.flusher_cpu >= 0) (void)pin_current_thread(options.flusher_cpu);
+        flusher_main();
+      });
+    }
     return ok_status();
   }
 };
@@ -234,12 +372,12 @@ Result<OpenedBuffer> Backup::open(uint64_t log_id, uint64_t segment_id, uint64_t
     return already_exists("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
                           " is already open on " + m.options.name);
   }
-  if (m.open_count() >= m.max_open) {
+  if (m.unflushed_count() >= m.max_open) {
     ++m.counters.opens_refused;
     return resource_exhausted(m.options.name + " refuses to open a buffer: " + std::to_string(m.max_open) +
                               " unflushed buffers is what its storage can absorb on backup power");
   }
-  auto free_slot = std::find_if(m.slots.begin(), m.slots.end(), [](const Impl::Slot& s) { return !s.open; });
+  auto free_slot = std::find_if(m.slots.begin(), m.slots.end(), [](const Impl::Slot& s) { return !s.in_use(); });
   if (free_slot == m.slots.end()) {
     ++m.counters.opens_refused;
     return resource_exhausted(m.options.name + " has no free buffer");
@@ -263,43 +401,41 @@ Result<OpenedBuffer> Backup::open(uint64_t log_id, uint64_t segment_id, uint64_t
   s.replica_version = replica_version;
   m.write_slot(i);
   ++m.counters.opens;
-  m.counters.open_buffers = m.open_count();
+  m.update_gauges();
   return opened;
 }
 
 Status Backup::close(uint64_t log_id, uint64_t segment_id, uint64_t offset, uint32_t checksum) {
   Impl& m = *impl_;
-  std::lock_guard lock(m.mu);
+  std::unique_lock lock(m.mu);
   const int i = m.find_open(log_id, segment_id);
-  if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
-                              " is not open on " + m.options.name);
+  if (i < 0) return m.not_open(log_id, segment_id);
   if (offset > m.options.buffer_bytes) return invalid_argument("close offset past the buffer");
-  Impl::Slot& s = m.slots[static_cast<size_t>(i)];
+  const size_t slot = static_cast<size_t>(i);
+  Impl::Slot& s = m.slots[slot];
   s.mr.reset();  // no more remote writes into it
-  StoredSegment meta;
-  meta.log_id = log_id;
-  meta.segment_id = segment_id;
-  meta.replica_version = s.replica_version;
-  meta.bytes = offset;
-  meta.checksum = checksum;
-  FERRY_RETURN_IF_ERROR(m.store->write(meta, {m.buffer_at(static_cast<size_t>(i)), offset}));
-  // Durable on storage: re-zero the buffer before it can be handed out
-  // again, then free its slot (a crash in between leaves it open, and the
-  // stored copy is the one recovery trusts).
-  m.zero_buffer(static_cast<size_t>(i));
+  // Closed on record (offset and checksum persisted) before anything else:
+  // from here a crash leaves a closed buffer that a restart flushes.
   s.open = false;
-  m.write_slot(static_cast<size_t>(i));
+  s.closed = true;
+  s.close_bytes = offset;
+  s.close_checksum = checksum;
+  m.write_slot(slot);
   ++m.counters.closes;
-  m.counters.open_buffers = m.open_count();
-  return ok_status();
+  m.update_gauges();
+  if (m.options.flush_in_background) {
+    m.flush_queue.push_back(slot);
+    m.flush_cv.notify_one();
+    return ok_status();
+  }
+  return m.flush_slot(slot, lock);
 }
 
 Status Backup::set_version(uint64_t log_id, uint64_t segment_id, uint64_t replica_version) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
   const int i = m.find_open(log_id, segment_id);
-  if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
-                              " is not open on " + m.options.name);
+  if (i < 0) return m.not_open(log_id, segment_id);
   m.slots[static_cast<size_t>(i)].replica_version = replica_version;
   m.write_slot(static_cast<size_t>(i));
   ++m.counters.version_changes;
@@ -310,8 +446,7 @@ Status Backup::replicate(uint64_t log_id, uint64_t segment_id, uint64_t offset, 
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
   const int i = m.find_open(log_id, segment_id);
-  if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
-                              " is not open on " + m.options.name);
+  if (i < 0) return m.not_open(log_id, segment_id);
   if (offset > m.options.buffer_bytes || bytes.size() > m.options.buffer_bytes - offset) {
     return invalid_argument("replicate past the end of the buffer");
   }
@@ -345,7 +480,22 @@ std::vector<ReplicaInfo> Backup::find(uint64_t log_id) {
     r.zero_after_valid = scan.zero_after_valid;
     out.push_back(r);
   }
+  for (size_t i = 0; i < m.slots.size(); ++i) {  // closed, not yet flushed: served from the buffer
+    const Impl::Slot& s = m.slots[i];
+    if (!s.closed || s.log_id != log_id) continue;
+    ReplicaInfo r;
+    r.segment_id = s.segment_id;
+    r.replica_version = s.replica_version;
+    r.closed = true;
+    r.valid_bytes = s.close_bytes;
+    r.checksum = s.close_checksum;
+    r.corrupted = !verify_closed({m.buffer_at(i), m.options.buffer_bytes}, log_id, s.segment_id, s.close_bytes,
+                                 s.close_checksum)
+                       .ok();
+    out.push_back(r);
+  }
   for (const StoredSegment& meta : m.store->list(log_id)) {
+    if (m.find_closed(log_id, meta.segment_id) >= 0) continue;  // its flush is under way: reported above
     ReplicaInfo r;
     r.segment_id = meta.segment_id;
     r.replica_version = meta.replica_version;
@@ -372,7 +522,10 @@ Result<std::vector<uint8_t>> Backup::read(uint64_t log_id, uint64_t segment_id, 
   std::lock_guard lock(m.mu);
   ++m.counters.reads;
   std::span<const uint8_t> source;
-  if (closed) {
+  const int unflushed = closed ? m.find_closed(log_id, segment_id) : -1;
+  if (unflushed >= 0) {
+    source = {m.buffer_at(static_cast<size_t>(unflushed)), m.slots[static_cast<size_t>(unflushed)].close_bytes};
+  } else if (closed) {
     auto it = m.loaded.find({log_id, segment_id});
     if (it == m.loaded.end()) {
       FERRY_ASSIGN_OR_RETURN(auto loaded, m.store->read(log_id, segment_id));
@@ -381,8 +534,7 @@ Result<std::vector<uint8_t>> Backup::read(uint64_t log_id, uint64_t segment_id, 
     source = it->second;
   } else {
     const int i = m.find_open(log_id, segment_id);
-    if (i < 0) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
-                                " is not open on " + m.options.name);
+    if (i < 0) return m.not_open(log_id, segment_id);
     source = {m.buffer_at(static_cast<size_t>(i)), m.options.buffer_bytes};
   }
   if (offset > source.size()) return invalid_argument("read offset past the replica");
@@ -395,14 +547,20 @@ Status Backup::free(uint64_t log_id, uint64_t segment_id) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
   bool found = false;
-  const int i = m.find_open(log_id, segment_id);
+  int i = m.find_open(log_id, segment_id);
+  if (i < 0) i = m.find_closed(log_id, segment_id);
   if (i >= 0) {
     Impl::Slot& s = m.slots[static_cast<size_t>(i)];
-    s.mr.reset();
-    m.zero_buffer(static_cast<size_t>(i));
-    s.open = false;
-    m.write_slot(static_cast<size_t>(i));
     found = true;
+    if (s.flushing) {
+      s.free_after_flush = true;  // the flusher drops the stored copy and frees the buffer
+    } else {
+      s.mr.reset();
+      m.zero_buffer(static_cast<size_t>(i));
+      s.open = false;
+      s.closed = false;  // a queued flush skips it
+      m.write_slot(static_cast<size_t>(i));
+    }
   }
   m.loaded.erase({log_id, segment_id});
   const Status removed = m.store->remove(log_id, segment_id);
@@ -414,7 +572,7 @@ Status Backup::free(uint64_t log_id, uint64_t segment_id) {
   if (!found) return not_found("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
                                " is not on " + m.options.name);
   ++m.counters.frees;
-  m.counters.open_buffers = m.open_count();
+  m.update_gauges();
   return ok_status();
 }
 
@@ -423,6 +581,15 @@ const BackupOptions& Backup::options() const { return impl_->options; }
 BackupCounters Backup::counters() const {
   std::lock_guard lock(impl_->mu);
   return impl_->counters;
+}
+
+void Backup::wait_flushed() const {
+  std::unique_lock lock(impl_->mu);
+  impl_->flushed_cv.wait(lock, [&] {
+    return impl_->stop_flusher ||
+           (impl_->flush_queue.empty() &&
+            std::none_of(impl_->slots.begin(), impl_->slots.end(), [](const Impl::Slot& s) { return s.flushing || s.zeroing; }));
+  });
 }
 
 std::span<const uint8_t> Backup::buffer(uint64_t log_id, uint64_t segment_id) const {

@@ -81,6 +81,9 @@ struct ServerOptions {
   tailwind::BufferMedia media = tailwind::BufferMedia::kPm;
   uint32_t backup_buffers = 8;
   tailwind::StorageMode storage_mode = tailwind::StorageMode::kFdatasync;
+  // Backups write closed segments to storage on a flusher thread after the
+  // close has replied (the paper's design); false: inside the close.
+  bool flush_in_background = true;
   uint32_t max_request_bytes = 8192;  // bounds key + value of one PUT
   // A closed segment is cleaned when live bytes < clean_below * its bytes.
   double clean_below = 0.5;

@@ -4,8 +4,14 @@
 //
 //   open      reserve a buffer for (log, segment); register it for that
 //             primary's QPs only; reply with its address and rkey
-//   close     the buffer is full: write its valid bytes to storage (a real
-//             file, write + fdatasync or O_DIRECT), re-zero it, free it
+//   close     the buffer is full: record its final offset and checksum in
+//             the directory, then write its valid bytes to storage (a real
+//             file, write + fdatasync or O_DIRECT), re-zero it, free it --
+//             inline, or (flush_in_background) on the backup's flusher
+//             thread after close has replied, as the paper's backups do
+//             ("close notifies the backup that the buffer ... can be
+//             flushed"): the buffer is durable already (PM, or DRAM on
+//             backup power), so the storage write is off the PUT path
 //   version   a backup elsewhere failed and the primary re-created its
 //             replica: the replica version of an open buffer moves on
 //   replicate the RPC baseline (RAMCloud): the backup's worker copies the
@@ -25,9 +31,12 @@
 // open, version and close (the control path), so a restarted backup finds
 // its open buffers again.
 //
-// The number of open (unflushed) buffers is limited to what the storage can
-// absorb on backup power: storage_write_mb_per_s * power_holdup_ms /
-// buffer_bytes (at least 1, at most `buffers`); open is refused beyond it.
+// The number of unflushed buffers (open, or closed and not yet on storage)
+// is limited to what the storage can absorb on backup power:
+// storage_write_mb_per_s * power_holdup_ms / buffer_bytes (at least 1, at
+// most `buffers`); open is refused beyond it. A closed buffer not yet
+// flushed is served from memory (find, read) and, after a restart, flushed
+// before the backup serves anything.
 //
 // Threads: every method is thread-safe (one mutex; the data path never
 // takes it -- it is the NIC's). The RPC handlers run on the server's
@@ -77,8 +86,14 @@ struct BackupOptions {
   uint64_t storage_write_mb_per_s = 500;  // the configured speed of that storage
   uint32_t power_holdup_ms = 100;         // how long backup power lasts after a failure
   // Start from what pm_path holds (a restart after a crash or power
-  // failure): open buffers are kept for recovery, free ones re-zeroed.
+  // failure): open buffers are kept for recovery, closed ones not yet on
+  // storage are flushed, free ones re-zeroed.
   bool recover = false;
+  // close replies once the buffer's close record is persisted; a flusher
+  // thread writes it to storage, re-zeroes it and frees it. false: close
+  // does all that before it replies.
+  bool flush_in_background = false;
+  int flusher_cpu = -1;  // pin the flusher thread to this CPU (-1: not pinned)
 };
 
 // What open() gives the primary: where to WRITE.
@@ -110,7 +125,11 @@ struct BackupCounters {
   uint64_t finds = 0;
   uint64_t reads = 0;
   uint64_t frees = 0;
+  uint64_t flushes = 0;         // closed buffers written to storage
+  uint64_t flush_failures = 0;  // ... that failed (the buffer stays closed in memory)
+  uint64_t flush_ns = 0;        // time spent writing closed buffers to storage and re-zeroing them
   uint32_t open_buffers = 0;    // now
+  uint32_t closed_unflushed = 0;  // now: closed, not yet on storage
   uint32_t max_open_buffers = 0;  // the unflushed limit
 };
 
@@ -147,7 +166,8 @@ class Backup {
   // says which. kAlreadyExists: (log, segment) already open here.
   Result<OpenedBuffer> open(uint64_t log_id, uint64_t segment_id, uint64_t replica_version);
   // kNotFound if not open here; kInvalidArgument if offset is past the
-  // buffer. Storage errors are passed on (the buffer then stays open).
+  // buffer. Inline flush: storage errors are passed on (the buffer then
+  // stays closed in memory, unflushed, and is served from there).
   Status close(uint64_t log_id, uint64_t segment_id, uint64_t offset, uint32_t checksum);
   Status set_version(uint64_t log_id, uint64_t segment_id, uint64_t replica_version);
   // RPC baseline: copies `bytes` at `offset` into the open buffer (and
@@ -158,14 +178,17 @@ class Backup {
   // may both appear after a crash during close).
   std::vector<ReplicaInfo> find(uint64_t log_id);
   // Up to max_bytes of a replica from `offset` (open: the buffer, closed:
-  // storage). kNotFound if absent.
+  // storage, or the buffer until it is flushed). kNotFound if absent.
   Result<std::vector<uint8_t>> read(uint64_t log_id, uint64_t segment_id, bool closed, uint64_t offset,
                                     uint32_t max_bytes);
-  // Drops the open buffer (re-zeroed, back to the pool) and the stored copy.
+  // Drops the open or unflushed buffer (re-zeroed, back to the pool) and
+  // the stored copy.
   Status free(uint64_t log_id, uint64_t segment_id);
 
   const BackupOptions& options() const;
   BackupCounters counters() const;
+  // Waits until no closed buffer awaits its flush (tests, shutdown).
+  void wait_flushed() const;
   // The buffer memory of the replica open for (log, segment), for tests.
   std::span<const uint8_t> buffer(uint64_t log_id, uint64_t segment_id) const;
   pm::Region* region() const;
