@@ -32,10 +32,15 @@
 // time; the benchmark reports each worker's busy time instead (rpc::
 // WorkerCounters::busy_ns: time spent handling completions, measured with
 // the TSC), summed per role: worker_cores (client-request workers per
-// server), backup_cpu_ns_per_put (backup workers' busy time per PUT served
-// in the window: opens, closes and, for the RPC baseline, every replicated
-// object). There is no dispatch thread: each worker polls its own receive
-// queue (the NIC dispatches by SRQ), so dispatch_cores is null.
+// server), backup_cpu_ns_per_put (backup workers' busy time per PUT
+// acknowledged in the window: opens, closes and, for the RPC baseline, every
+// replicated object), backup_replication_requests (requests the backup
+// workers served that were not segment control: 0 for Tailwind).
+// Backups flush closed segments to storage on a flusher thread (pinned to
+// server_cpu) after the close replied; that work, the same per byte in both
+// systems, is backup_flush_ns_per_put. There is no dispatch thread: each
+// worker polls its own receive queue (the NIC dispatches by SRQ), so
+// dispatch_cores is null.
 //
 // Each point runs until it has target_samples measured requests (bounded by
 // min/max seconds for open loop, closed_seconds for closed loop); a
