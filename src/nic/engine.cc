@@ -95,19 +95,41 @@ Nic* Engine::nic(uint32_t address) const {
 }
 
 void Engine::run_control(const std::function<void()>& fn) {
-  if (!options_.threaded || !thread_.joinable() || on_engine_thread()) {
+  const bool queued = options_.threaded ? thread_.joinable() : manual_driver_.load(std::memory_order_acquire);
+  if (!queued || on_engine_thread()) {
     fn();
     return;
   }
   Command cmd{&fn};
   {
-    std::lock_guard<std::mutex> lock(cmd_mu_);
+    std::unique_lock<std::mutex> lock(cmd_mu_);
+    if (!options_.threaded && !manual_driver_.load(std::memory_order_relaxed)) {
+      lock.unlock();  // the driver was released meanwhile
+      fn();
+      return;
+    }
     commands_.push_back(&cmd);
     commands_pending_.store(true, std::memory_order_seq_cst);
   }
   notify();
   std::unique_lock<std::mutex> lock(cmd_mu_);
   cmd_cv_.wait(lock, [&] { return cmd.done; });
+}
+
+void Engine::set_manual_driver() {
+  FERRY_ASSERT(!options_.threaded, "set_manual_driver: the engine has its own thread");
+  engine_thread_id_ = std::this_thread::get_id();
+  manual_driver_.store(true, std::memory_order_release);
+}
+
+void Engine::release_manual_driver() {
+  if (options_.threaded || !manual_driver_.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);  // a poster checks the flag under it
+    manual_driver_.store(false, std::memory_order_release);
+  }
+  run_commands();  // what was queued before the flag fell
+  engine_thread_id_ = std::thread::id();
 }
 
 bool Engine::run_commands() {

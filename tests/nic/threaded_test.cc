@@ -430,5 +430,39 @@ TEST_F(ThreadedTest, PosterAndPollerThreadsNeverOverrunACqSizedToTheSendQueue) {
   cq.reset();
 }
 
+// A manual engine with a driver thread (Engine::set_manual_driver): another
+// thread's control operation waits for the driver's next step and runs in
+// it, so the NIC's tables have one writer; after release it runs at once.
+TEST(ManualDriverTest, OtherThreadsControlOperationsRunInTheDriversStep) {
+  EngineOptions o;
+  o.threaded = false;
+  Engine engine(o);
+  Nic* nic = engine.add_nic({.name = "n"}).value();
+  engine.set_manual_driver();
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    {
+      auto pd = nic->alloc_pd();  // and its release: both in the driver's steps
+      EXPECT_TRUE(pd.ok());
+    }
+    done = true;
+  });
+  // Nobody steps: the allocation must wait.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load()) << "a control operation ran outside the driver's step";
+  while (!done.load()) engine.step();
+  other.join();
+  // Released: another thread's control operation runs on its own thread.
+  engine.release_manual_driver();
+  std::atomic<bool> done2{false};
+  std::thread again([&] {
+    auto pd = nic->alloc_pd();
+    EXPECT_TRUE(pd.ok());
+    done2 = true;
+  });
+  again.join();
+  EXPECT_TRUE(done2.load());
+}
+
 }  // namespace
 }  // namespace ferry::nic::testing

@@ -114,6 +114,17 @@ class Engine {
   // caller that steps several manual engines (over UDP) on one FakeClock.
   uint64_t next_deadline_ns() const;
 
+  // Manual mode, when one thread steps the engine while others use its NICs
+  // (a benchmark's client thread standing for every NIC, with server threads
+  // that register memory): from now on control operations (run_control:
+  // memory registration, QP changes, ...) of other threads are queued for
+  // the calling thread's next step() instead of running on their own
+  // thread, so the NIC's state has one writer. The caller must keep stepping
+  // while other threads may wait. release_manual_driver() ends it (running
+  // what is queued).
+  void set_manual_driver();
+  void release_manual_driver();
+
   // ---- used by the NIC core ----
   // Runs `fn` on the engine (immediately in manual mode or on the engine
   // thread, else handed to the engine thread and waited for).
@@ -167,6 +178,7 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::thread::id engine_thread_id_;
+  std::atomic<bool> manual_driver_{false};
   Counter passes_, busy_passes_, sleeps_;
 };
 
