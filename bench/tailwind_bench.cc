@@ -77,6 +77,7 @@ struct Sut {
   uint32_t workers = 1;
 
   ~Sut() {
+    if (engine != nullptr) engine->release_manual_driver();
     rpcs.clear();
     cluster.reset();
   }
@@ -133,6 +134,10 @@ Result<std::unique_ptr<Sut>> build_sut(const std::string& system, const Tailwind
     FERRY_ASSIGN_OR_RETURN(auto c, rpc::Client::create(*s->engine, *s->client_nic, s->cluster->server(i).rpc(), rco));
     s->rpcs.push_back(std::move(c));
   }
+  // From here this thread steps the engine while the servers' threads
+  // register and deregister segments: their NIC control operations run in
+  // its steps, so the NIC's state has one writer.
+  s->engine->set_manual_driver();
   FERRY_ASSIGN_OR_RETURN(s->table, s->cluster->create_table("bench"));
   FERRY_ASSIGN_OR_RETURN(s->map, s->cluster->table(s->table));
   return s;
@@ -247,7 +252,11 @@ Snapshot snapshot(Sut& s) {
     for (uint32_t w = 0; w < s.workers; ++w) c += srv.rpc().counters(w);
     n.client_workers.push_back(c);
     n.backup_worker.push_back(srv.rpc().counters(s.workers));
-    n.backups.push_back(srv.backup().counters());
+    // The backup's mutex may be held by a worker whose memory
+    // (de)registration waits for this thread's next step: keep stepping.
+    std::optional<tailwind::BackupCounters> b;
+    while (!(b = srv.backup().try_counters())) s.engine->step();
+    n.backups.push_back(*b);
   }
   n.client_cpu_ns = thread_cpu_time_ns();
   return n;

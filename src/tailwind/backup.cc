@@ -212,8 +212,14 @@ struct Backup::Impl {
     flushed_cv.notify_all();
     lock.unlock();
     const auto t1 = std::chrono::steady_clock::now();
-    std::memset(buffer_at(i), 0, options.buffer_bytes);
-    persist(buffer_at(i), options.buffer_bytes);
+    const size_t piece = options.flush_in_background && options.flush_chunk_bytes != 0 ? options.flush_chunk_bytes
+                                                                                        : options.buffer_bytes;
+    for (size_t at = 0; at < options.buffer_bytes; at += piece) {
+      const size_t n = std::min(piece, options.buffer_bytes - at);
+      std::memset(buffer_at(i) + at, 0, n);
+      persist(buffer_at(i) + at, n);
+      if (n == piece && at + n < options.buffer_bytes && piece != options.buffer_bytes) std::this_thread::yield();
+    }
     const auto zero_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t1);
     lock.lock();
     counters.flush_ns += static_cast<uint64_t>(zero_ns.count());
@@ -295,6 +301,7 @@ struct Backup::Impl {
     counters.max_open_buffers = max_open;
     update_gauges();
     if (options.flush_in_background) {
+      store->set_paced_writes(options.flush_chunk_bytes);
       flusher = std::thread([this] {
         if (options.flusher_cpu >= 0) (void)pin_current_thread(options.flusher_cpu);
         flusher_main();
@@ -580,6 +587,12 @@ const BackupOptions& Backup::options() const { return impl_->options; }
 
 BackupCounters Backup::counters() const {
   std::lock_guard lock(impl_->mu);
+  return impl_->counters;
+}
+
+std::optional<BackupCounters> Backup::try_counters() const {
+  std::unique_lock lock(impl_->mu, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
   return impl_->counters;
 }
 

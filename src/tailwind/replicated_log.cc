@@ -3,6 +3,8 @@
 // the replicas of a failed backup.
 #include "ferry/tailwind/replicated_log.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -38,9 +40,10 @@ struct ReplicatedLog::Impl {
     bool closed = false;
     uint64_t version = 1;
     std::vector<Replica> replicas;
+    size_t bytes = 0;
     ~Segment() {
       mrs.clear();
-      std::free(memory);
+      if (memory != nullptr) ::munmap(memory, bytes);
     }
     uint64_t written() const { return writer->offset(); }
   };
@@ -294,9 +297,14 @@ struct ReplicatedLog::Impl {
   Status open_segment_locked() {
     auto s = std::make_unique<Segment>();
     s->id = next_segment_id++;
-    s->memory = static_cast<uint8_t*>(std::aligned_alloc(4096, options.segment_bytes));
-    if (s->memory == nullptr) return resource_exhausted("no memory for a segment");
-    std::memset(s->memory, 0, options.segment_bytes);
+    // Fresh anonymous pages read as zero without being touched: the segment
+    // is zero from the start at no cost here, and each page is faulted in by
+    // the append that first writes it (a memset would fault all 8 MB while
+    // the PUT that rolled the segment waits).
+    void* memory = ::mmap(nullptr, options.segment_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return resource_exhausted("no memory for a segment");
+    s->memory = static_cast<uint8_t*>(memory);
+    s->bytes = options.segment_bytes;
     FERRY_ASSIGN_OR_RETURN(auto writer, SegmentWriter::start({s->memory, options.segment_bytes}, options.log_id, s->id));
     s->writer.emplace(writer);
     FERRY_RETURN_IF_ERROR(register_segment(*s));

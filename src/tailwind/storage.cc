@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "ferry/common/assert.h"
@@ -178,15 +179,19 @@ Status read_all(int fd, uint8_t* buf, size_t len, uint64_t offset, const std::st
   return ok_status();
 }
 
-Status write_all(int fd, const uint8_t* buf, size_t len, uint64_t offset, const std::string& path) {
+// `chunk`: at most this many bytes per pwrite, yielding the CPU between
+// them (0: as many as the kernel takes).
+Status write_all(int fd, const uint8_t* buf, size_t len, uint64_t offset, const std::string& path, size_t chunk = 0) {
   size_t done = 0;
   while (done < len) {
-    const ssize_t n = ::pwrite(fd, buf + done, len - done, static_cast<off_t>(offset + done));
+    const size_t want = chunk == 0 ? len - done : std::min(chunk, len - done);
+    const ssize_t n = ::pwrite(fd, buf + done, want, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return io_error("cannot write " + path, errno);
     }
     done += static_cast<size_t>(n);
+    if (chunk != 0 && done < len) std::this_thread::yield();
   }
   return ok_status();
 }
@@ -361,7 +366,9 @@ Status SegmentStore::write(const StoredSegment& meta, std::span<const uint8_t> b
   uint64_t file_bytes = 0;
   if (mode_ == StorageMode::kFdatasync) {
     status = write_all(fd.get(), header.data(), header.size(), 0, temp_path);
-    if (status.ok()) status = write_all(fd.get(), bytes.data(), bytes.size(), kHeaderBytes, temp_path);
+    if (status.ok()) {
+      status = write_all(fd.get(), bytes.data(), bytes.size(), kHeaderBytes, temp_path, paced_chunk_bytes_);
+    }
     file_bytes = kHeaderBytes + bytes.size();
   } else {
     // Header, data and zero padding to the alignment, staged through chunk_.
@@ -377,6 +384,7 @@ Status SegmentStore::write(const StoredSegment& meta, std::span<const uint8_t> b
         std::memset(chunk + pad_from, 0, len - pad_from);
       }
       status = write_all(fd.get(), chunk, len, offset, temp_path);
+      if (paced_chunk_bytes_ != 0) std::this_thread::yield();
     }
   }
   if (status.ok()) {

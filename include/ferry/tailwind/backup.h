@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -94,6 +95,10 @@ struct BackupOptions {
   // does all that before it replies.
   bool flush_in_background = false;
   int flusher_cpu = -1;  // pin the flusher thread to this CPU (-1: not pinned)
+  // The flusher writes and re-zeroes a buffer in pieces of this size and
+  // yields the CPU between them, so on a core shared with RPC workers a
+  // flush delays them by one piece, not by a whole buffer (0: in one go).
+  size_t flush_chunk_bytes = 256 << 10;
 };
 
 // What open() gives the primary: where to WRITE.
@@ -187,6 +192,10 @@ class Backup {
 
   const BackupOptions& options() const;
   BackupCounters counters() const;
+  // The same without waiting: nullopt while another thread holds the
+  // backup (for a thread that must not block, e.g. one that steps a manual
+  // engine the holder may be waiting for).
+  std::optional<BackupCounters> try_counters() const;
   // Waits until no closed buffer awaits its flush (tests, shutdown).
   void wait_flushed() const;
   // The buffer memory of the replica open for (log, segment), for tests.

@@ -133,6 +133,13 @@ class SegmentStore {
   [[nodiscard]] Status remove(uint64_t log_id, uint64_t segment_id);
 
   StorageMode mode() const { return mode_; }
+
+  // Paced writes: write() issues at most `chunk_bytes` per system call and
+  // yields the CPU between them (0: one call, the default). For a writer
+  // that shares a core with latency-critical threads (a backup's flusher
+  // beside its RPC workers): a long write then delays them by one chunk,
+  // not by the whole segment. Not thread-safe against a concurrent write().
+  void set_paced_writes(size_t chunk_bytes) { paced_chunk_bytes_ = chunk_bytes; }
   const std::string& dir() const { return dir_; }
   StorageCounters counters() const;
 
@@ -149,6 +156,7 @@ class SegmentStore {
   const std::string dir_;
   const StorageMode mode_;
   const int dir_fd_;  // O_DIRECTORY, for *at() calls and the directory fsync
+  size_t paced_chunk_bytes_ = 0;
 
   mutable std::mutex mutex_;
   // kDirect: the aligned staging buffer of its writes (storage.cc:
