@@ -89,7 +89,7 @@ if [[ $have_latency -gt 0 ]]; then
   peak=$(jq -rn 'first(inputs | select(.experiment == "latency") | .rpc_peak_mops)' "$in")
   loads=$(jq -r 'select(.experiment == "latency") | .offered_fraction * 100 | round | tostring + "%"' "$in" \
     | sort -n | uniq | paste -sd, -)
-  xlabel="achieved throughput (Mops), open-loop Poisson at $loads of the RPC peak ($(printf '%.3f' "$peak") Mops)"
+  xlabel="achieved Mops (Poisson at $loads of the RPC peak, $(printf '%.3f' "$peak") Mops)"
   if [[ -n "$p50" ]]; then
     gnuplot <<GP
 set terminal pngcairo size 1300,520 noenhanced
