@@ -276,27 +276,6 @@ Snapshot snapshot(const Sut& s) {
   return n;
 }
 
-// Stalls of the client thread's loop (it steps every NIC): a gap between
-// two passes longer than kStallNs means the core was taken away (a timer
-// tick, an interrupt, the hypervisor) -- every NIC stood still meanwhile.
-constexpr uint64_t kStallNs = 20'000;
-struct LoopGaps {
-  uint64_t last = 0;
-  uint64_t max_ns = 0;
-  uint64_t stalls = 0;    // gaps over kStallNs
-  uint64_t stalled_ns = 0;
-  void pass(uint64_t now, bool in_window) {
-    const uint64_t gap = last != 0 && now > last ? now - last : 0;
-    last = now;
-    if (!in_window) return;
-    max_ns = std::max(max_ns, gap);
-    if (gap > kStallNs) {
-      ++stalls;
-      stalled_ns += gap;
-    }
-  }
-};
-
 struct Run {
   Recorder rec;
   Snapshot start, end;
@@ -486,17 +465,6 @@ Result<Run> run_open(Sut& s, double rate_per_s, double seconds, double warmup_se
     if (rec.outstanding > 0) return internal_error("open loop: calls never committed");
   }
   return run;
-}
-
-// The 1-minute load average, to show whether something else ran on the
-// machine during a point (this benchmark adds about 2: its two busy threads).
-double load_average() {
-  double l = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
-    std::fclose(f);
-  }
-  return l;
 }
 
 // ---- points ----

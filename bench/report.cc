@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "build_info.h"
 #include "ferry/common/cpu.h"
@@ -52,6 +53,15 @@ void add_provenance(nlohmann::json& j) {
   j["commit"] = build_commit();
   if (build_dirty()) j["dirty"] = true;
   j["machine"] = machine_description();
+}
+
+double load_average() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
 }
 
 int usable_cpu(int wanted) { return (wanted >= 0 && wanted < available_cpus()) ? wanted : -1; }

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -40,6 +41,33 @@ void add_percentiles_ns(nlohmann::json& j, const Histogram& h);
 // "commit" (and "dirty" when the tree had uncommitted changes) and "machine",
 // merged into `j`: where a recorded result came from.
 void add_provenance(nlohmann::json& j);
+
+// Stalls of a thread's loop that steps every NIC (a benchmark's client
+// thread): a gap between two passes longer than kStallNs means the core was
+// taken away (a timer tick, an interrupt, the hypervisor) and every NIC
+// stood still meanwhile. pass() once per loop iteration; only gaps that end
+// inside the measured window count.
+struct LoopGaps {
+  static constexpr uint64_t kStallNs = 20'000;
+  uint64_t last = 0;
+  uint64_t max_ns = 0;
+  uint64_t stalls = 0;  // gaps over kStallNs
+  uint64_t stalled_ns = 0;
+  void pass(uint64_t now, bool in_window) {
+    const uint64_t gap = last != 0 && now > last ? now - last : 0;
+    last = now;
+    if (!in_window) return;
+    max_ns = gap > max_ns ? gap : max_ns;
+    if (gap > kStallNs) {
+      ++stalls;
+      stalled_ns += gap;
+    }
+  }
+};
+
+// The 1-minute load average (/proc/loadavg), or -1: whether something else
+// ran on the machine during a point.
+double load_average();
 
 // Picks a usable CPU: `wanted` if it exists on this machine, else -1.
 int usable_cpu(int wanted);

@@ -45,8 +45,6 @@ constexpr uint32_t kSlotsPerServer = 256;
 constexpr uint32_t kOpenInflight = 256;
 // After a window, calls still in flight are waited for this long.
 constexpr uint64_t kDrainCapNs = 10'000'000'000ULL;
-// A gap in the client loop longer than this: the client/NIC core stalled.
-constexpr uint64_t kStallNs = 20'000;
 
 tailwind::Replication replication_of(const std::string& system) {
   return system == "tailwind" ? tailwind::Replication::kTailwind : tailwind::Replication::kRpc;
@@ -262,20 +260,6 @@ Snapshot snapshot(Sut& s) {
   return n;
 }
 
-struct LoopGaps {
-  uint64_t last = 0, max_ns = 0, stalls = 0, stalled_ns = 0;
-  void pass(uint64_t now, bool in_window) {
-    const uint64_t gap = last != 0 && now > last ? now - last : 0;
-    last = now;
-    if (!in_window) return;
-    max_ns = std::max(max_ns, gap);
-    if (gap > kStallNs) {
-      ++stalls;
-      stalled_ns += gap;
-    }
-  }
-};
-
 struct Run {
   Recorder rec;
   Snapshot start, end;
@@ -408,15 +392,6 @@ Status prefill(Sut& s, Issuer& issuer, const std::vector<uint64_t>& numbers, std
     }
   }
   return ok_status();
-}
-
-double load_average() {
-  double l = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
-    std::fclose(f);
-  }
-  return l;
 }
 
 // ---- points ----
