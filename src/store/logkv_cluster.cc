@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "ferry/common/cpu.h"
 #include "ferry/tailwind/format.h"
 #include "logkv_internal.h"
 
@@ -58,6 +59,12 @@ Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Cluster::~Cluster() {
   Impl& c = *impl_;
+  {
+    std::lock_guard lk(c.cleaner_mu);
+    c.stop_cleaner = true;
+  }
+  c.cleaner_cv.notify_all();
+  if (c.cleaner.joinable()) c.cleaner.join();
   for (auto& s : c.servers) {
     if (s->impl().rpc) s->impl().rpc->stop();
   }
@@ -157,8 +164,34 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     };
     FERRY_ASSIGN_OR_RETURN(si.log, tailwind::ReplicatedLog::create(*si.nic, candidates, lo));
   }
+  if (options.clean_interval_ms > 0) {
+    Cluster* self = cluster.get();
+    const int cpu = options.server.worker_cpus.empty() ? -1 : options.server.worker_cpus.front();
+    self->impl_->cleaner = std::thread([self, cpu] { self->run_cleaner(cpu); });
+  }
   return cluster;
 }
+
+void Cluster::run_cleaner(int cpu) {
+  if (cpu >= 0) (void)pin_current_thread(cpu);
+  Impl& c = *impl_;
+  const auto interval = std::chrono::milliseconds(c.options.clean_interval_ms);
+  std::unique_lock lk(c.cleaner_mu);
+  while (!c.cleaner_cv.wait_for(lk, interval, [&] { return c.stop_cleaner; })) {
+    lk.unlock();
+    for (uint32_t i = 0; i < c.servers.size(); ++i) {
+      if (!c.servers[i]->impl().alive) continue;
+      auto r = clean(i);
+      // A server that crashed since the check is not the cleaner's failure.
+      if (!r.ok() && r.status().code() != Code::kFailedPrecondition) c.cleaner_failures.fetch_add(1);
+    }
+    c.cleaner_passes.fetch_add(1);
+    lk.lock();
+  }
+}
+
+uint64_t Cluster::cleaner_passes() const { return impl_->cleaner_passes.load(); }
+uint64_t Cluster::cleaner_failures() const { return impl_->cleaner_failures.load(); }
 
 Result<uint64_t> Cluster::create_table(std::string_view name) {
   Impl& c = *impl_;

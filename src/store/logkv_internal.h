@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -141,6 +143,14 @@ struct Cluster::Impl {
   std::vector<std::unique_ptr<Server>> servers;
   Coordinator coordinator;
   std::mutex control_mu;  // crash, recover, clean
+
+  // The background cleaner (ClusterOptions::clean_interval_ms).
+  std::thread cleaner;
+  std::mutex cleaner_mu;
+  std::condition_variable cleaner_cv;
+  bool stop_cleaner = false;
+  std::atomic<uint64_t> cleaner_passes{0};
+  std::atomic<uint64_t> cleaner_failures{0};
 
   uint32_t tablets_per_table() const;
 };

@@ -3,6 +3,7 @@
 // a crashed server's tablets from its backups -- in both replication modes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -176,6 +177,54 @@ TEST_P(LogKvTest, CleaningKeepsEveryLiveObjectAndFreesSegments) {
   const Status crashed = cluster->crash_server(1);
   ASSERT_TRUE(crashed.ok()) << crashed.to_string();
   auto rec = cluster->recover_server(1);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  expect_matches(*client, table, model, deleted);
+}
+
+// The background cleaner (clean_interval_ms): nobody calls clean(), yet
+// segments are compacted while a client keeps writing and deleting, every
+// acknowledged object stays readable, and a crash afterwards recovers
+// exactly the model (the relocated copies were replicated).
+TEST_P(LogKvTest, TheBackgroundCleanerCompactsWhileClientsWrite) {
+  const uint64_t seed = seed_from_env(0xc1ea);
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED to replay)");
+  auto opts = small_cluster(GetParam());
+  opts.servers = 4;
+  opts.clean_interval_ms = 5;
+  auto cluster = Cluster::create(opts).value();
+  auto table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  Rng rng(seed);
+  Model model;
+  std::vector<std::string> deleted;
+  auto cleaned = [&] {
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < cluster->servers(); ++s) n += cluster->server(s).counters().segments_cleaned;
+    return n;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int writes = 0;
+  while ((cleaned() < 4 || writes < 1500) && std::chrono::steady_clock::now() < deadline) {
+    const std::string key = "key-" + std::to_string(rng.below(120));
+    ++writes;
+    if (rng.below(10) == 0 && model.count(key) != 0) {
+      ASSERT_TRUE(client->remove(0, table, as_bytes(key)).ok());
+      model.erase(key);
+      deleted.push_back(key);
+      continue;
+    }
+    const std::string value(40 + rng.below(400), static_cast<char>('a' + rng.below(26)));
+    auto v = client->put(0, table, as_bytes(key), as_bytes(value));
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    model[key] = {*v, value};
+  }
+  EXPECT_GE(cleaned(), 4u) << "the background cleaner compacted nothing in " << writes << " writes";
+  EXPECT_GT(cluster->cleaner_passes(), 0u);
+  EXPECT_EQ(cluster->cleaner_failures(), 0u);
+  expect_matches(*client, table, model, deleted);
+  const Status crashed = cluster->crash_server(2);
+  ASSERT_TRUE(crashed.ok()) << crashed.to_string();
+  auto rec = cluster->recover_server(2);
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
   expect_matches(*client, table, model, deleted);
 }

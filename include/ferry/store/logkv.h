@@ -97,6 +97,10 @@ struct ClusterOptions {
   ServerOptions server;
   std::string dir;  // PM files and backup storage; a fresh temp dir if empty
   uint32_t tablets_per_table = 0;  // 0: one per server
+  // A cleaner thread (pinned like the servers' workers) runs a cleaning
+  // pass over every live server this often, concurrently with clients
+  // (0: the cleaner runs only when clean() is called).
+  uint32_t clean_interval_ms = 0;
   nic::EngineOptions engine;
 };
 
@@ -180,6 +184,10 @@ class Cluster {
 
   // Runs the cleaner once on every live server.
   Result<CleanResult> clean();
+  // Passes the background cleaner (clean_interval_ms) completed, and the
+  // ones that failed (a failed pass is retried at the next interval).
+  uint64_t cleaner_passes() const;
+  uint64_t cleaner_failures() const;
   Result<CleanResult> clean(uint32_t server);
 
   uint32_t servers() const;
@@ -194,6 +202,7 @@ class Cluster {
 
  private:
   explicit Cluster(std::unique_ptr<Impl> impl);
+  void run_cleaner(int cpu);  // the background cleaner's thread
   std::unique_ptr<Impl> impl_;
 };
 
