@@ -4,10 +4,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "ferry/common/cpu.h"
@@ -358,18 +360,41 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   uint64_t max_version = 0;
   for (const auto& [ikey, r] : objects) max_version = std::max({max_version, r.object_version, r.tombstone_version});
   for (uint32_t j : live) c.servers[j]->impl().bump_version(max_version);
+  // Each recovery master restores its share on its own thread, as
+  // RAMCloud's masters do in parallel: while one waits for its replicas,
+  // the others append.
+  std::map<uint32_t, std::vector<std::pair<const std::string*, const Replayed*>>> shares;
   for (const auto& [ikey, r] : objects) {
     if (r.object_version == 0 || r.object_version <= r.tombstone_version) continue;
     const uint64_t hash = key_hash(r.table_id, r.key);
-    const uint32_t owner = moves.at({r.table_id, tablet_of(hash, tablet_counts.at(r.table_id))});
-    Server::Impl& m = c.servers[owner]->impl();
-    detail::Partition& p = m.partition(hash);
-    std::lock_guard lk(p.mu);
-    auto e = m.append_and_index(p, ikey, r.table_id, r.object_version, r.key, r.value);
-    if (!e.ok()) return Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
-    ++m.counters.objects_recovered;
-    ++result.progress.objects_restored;
+    shares[moves.at({r.table_id, tablet_of(hash, tablet_counts.at(r.table_id))})].emplace_back(&ikey, &r);
   }
+  std::atomic<uint64_t> restored{0};
+  std::vector<Status> outcomes(shares.size());
+  std::vector<std::thread> masters;
+  const int cpu = c.options.server.worker_cpus.empty() ? -1 : c.options.server.worker_cpus.front();
+  size_t slot = 0;
+  for (const auto& [owner, share] : shares) {
+    masters.emplace_back([&, owner = owner, share = &share, out = &outcomes[slot++]] {
+      if (cpu >= 0) (void)pin_current_thread(cpu);
+      Server::Impl& m = c.servers[owner]->impl();
+      for (const auto& [ikey, r] : *share) {
+        const uint64_t hash = key_hash(r->table_id, r->key);
+        detail::Partition& p = m.partition(hash);
+        std::lock_guard lk(p.mu);
+        auto e = m.append_and_index(p, *ikey, r->table_id, r->object_version, r->key, r->value);
+        if (!e.ok()) {
+          *out = Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
+          return;
+        }
+        ++m.counters.objects_recovered;
+        restored.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  for (auto& t : masters) t.join();
+  result.progress.objects_restored = restored.load();
+  for (const Status& st : outcomes) FERRY_RETURN_IF_ERROR(st);
   if (progress) progress(result.progress);
 
   {
