@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -227,10 +228,23 @@ struct ReplicatedLog::Impl {
   // Opens a replica of `s` on some live backup and copies [0, written)
   // into it, waiting until it is acknowledged. Returns the replica's index.
   Result<size_t> add_replica(Segment& s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.open_wait_ms);
+    while (true) {
+      bool busy = false;  // a live backup refused only for its unflushed limit
+      auto added = try_add_replica(s, &busy);
+      if (added.ok() || !busy || std::chrono::steady_clock::now() >= deadline) return added;
+      // Backpressure (§3.2): wait for a backup's flusher, then ask again.
+      ++counters.opens_deferred;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  Result<size_t> try_add_replica(Segment& s, bool* busy) {
     for (size_t b : candidates(s)) {
       auto opened = links[b]->open(s.id, s.version);
       if (!opened.ok()) {
         if (opened.status().code() == Code::kUnavailable || opened.status().code() == Code::kTimedOut) mark_dead(b);
+        if (opened.status().code() == Code::kResourceExhausted) *busy = true;
         continue;
       }
       if (options.replication == Replication::kTailwind && opened->rkey == 0) {

@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <iostream>
-#include <random>
+#include <filesystem>
 #include <future>
+#include <iostream>
 #include <map>
+#include <random>
 #include <string>
+#include <thread>
 
 #include "tailwind/tailwind_test_util.h"
 
@@ -236,6 +238,69 @@ TEST_P(ReplicationTest, LossyFabricStillReplicatesEveryAppendExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(Replication::kTailwind, Replication::kRpc),
                          [](const auto& info) { return std::string(replication_name(info.param)); });
+
+// Backpressure (§3.2): when every backup is at its unflushed limit (here:
+// its flushes fail, so closed buffers stay in memory), opening the next
+// segment waits instead of failing, and proceeds once a backup has room
+// again; with nothing freed it gives up after open_wait_ms.
+class ReplicationBackpressureTest : public ::testing::Test {
+ protected:
+  static ClusterOptions options() {
+    ClusterOptions co;
+    co.backups = 3;
+    co.buffer_bytes = 64 << 10;
+    co.storage_write_mb_per_s = 1;  // 1 MB/s for 132 ms: two 64 KB buffers unflushed per backup
+    co.power_holdup_ms = 132;
+    co.flush_in_background = true;
+    return co;
+  }
+  // Appends until the log has rolled to its third segment would need a
+  // third unflushed buffer on every backup; returns that append's result.
+  static Result<LogPosition> fill_two_segments_then_append(Cluster& cluster, ReplicatedLog& log) {
+    for (size_t b = 0; b < cluster.size(); ++b) {
+      std::filesystem::remove_all(cluster.dir() + "/" + cluster.host(b).backup->options().name + "-storage");
+    }
+    const std::vector<uint8_t> value(1000, 'v');
+    for (int i = 0;; ++i) {
+      const std::string key = "key-" + std::to_string(i);
+      auto pos = log.append_object(1, 1, {reinterpret_cast<const uint8_t*>(key.data()), key.size()}, value);
+      if (!pos.ok() || log.segment_ids().size() >= 3 || log.counters().opens_deferred > 0) return pos;
+    }
+  }
+};
+
+TEST_F(ReplicationBackpressureTest, OpenWaitsForABackupWithRoomInsteadOfFailing) {
+  Cluster cluster(options());
+  auto links = cluster.link_all(7, true);
+  LogOptions lo = log_options(Replication::kTailwind, 64 << 10);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
+  // Room comes back 300 ms from now: the first segment's replicas are
+  // freed (segment ids start at 1; the log's own lock is held by the
+  // waiting append, so the freer does not ask the log).
+  std::thread freer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (size_t b = 0; b < cluster.size(); ++b) (void)cluster.host(b).backup->free(7, 1);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto pos = fill_two_segments_then_append(cluster, *log);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  freer.join();
+  ASSERT_TRUE(pos.ok()) << pos.status().to_string();
+  EXPECT_GT(log->counters().opens_deferred, 0u) << "no backup was ever at its limit: the test proved nothing";
+  EXPECT_GE(waited, std::chrono::milliseconds(250));
+  EXPECT_EQ(log->segment_ids().size(), 3u);
+}
+
+TEST_F(ReplicationBackpressureTest, OpenGivesUpAfterOpenWaitMs) {
+  Cluster cluster(options());
+  auto links = cluster.link_all(7, true);
+  LogOptions lo = log_options(Replication::kTailwind, 64 << 10);
+  lo.open_wait_ms = 200;
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
+  auto pos = fill_two_segments_then_append(cluster, *log);
+  EXPECT_EQ(pos.status().code(), Code::kUnavailable) << pos.status().to_string();
+  EXPECT_GT(log->counters().opens_deferred, 0u);
+}
 
 // The "no backup CPU" claim, proved by stopping the backups' CPUs: with
 // their RPC workers paused between open and close, Tailwind appends still

@@ -45,6 +45,10 @@ struct ClusterOptions {
   bool pumped_workers = false;
   // Packet faults on the fabric every host shares (drop, duplicate, delay).
   nic::FaultModel faults;
+  // The backups' storage speed (their unflushed limit) and flushing.
+  uint64_t storage_write_mb_per_s = 500;
+  uint32_t power_holdup_ms = 100;
+  bool flush_in_background = false;
 };
 
 class Cluster {
@@ -69,6 +73,9 @@ class Cluster {
       bo.media = o.media;
       bo.pm_path = dir_ + "/" + no.name + ".pm";
       bo.storage_dir = dir_ + "/" + no.name + "-storage";
+      bo.storage_write_mb_per_s = o.storage_write_mb_per_s;
+      bo.power_holdup_ms = o.power_holdup_ms;
+      bo.flush_in_background = o.flush_in_background;
       auto b = Backup::create(*h->nic, h->domain.get(), bo);
       EXPECT_TRUE(b.ok()) << b.status().to_string();
       h->backup = std::move(b).value();

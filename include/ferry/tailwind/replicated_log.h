@@ -101,6 +101,10 @@ struct LogOptions {
   // this is split); at most the backups' max_request_bytes - 56.
   uint32_t rpc_chunk_bytes = 4096 - 64;
   uint64_t seed = 1;  // backup placement
+  // When every live candidate refuses to open a buffer because it is at its
+  // unflushed limit (its flushes lag), the primary waits for one to flush
+  // and retries for up to this long before the append fails kUnavailable.
+  uint32_t open_wait_ms = 10000;
   // Called (under the log's lock) when a segment's replica version moves
   // on: a coordinator records it, so recovery can tell stale replicas.
   std::function<void(uint64_t segment_id, uint64_t replica_version)> on_version;
@@ -123,6 +127,7 @@ struct LogCounters {
   uint64_t version_changes = 0;
   uint64_t writes_posted = 0;   // RDMA WRITEs (kTailwind)
   uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc)
+  uint64_t opens_deferred = 0;  // times every candidate was at its unflushed limit and the primary waited
 };
 
 class ReplicatedLog {
