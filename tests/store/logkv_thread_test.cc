@@ -56,6 +56,37 @@ void expect_matches(Client& client, uint64_t table, const Model& model, const st
   }
 }
 
+// One random write of the tests' workloads: a DELETE of a key the model
+// holds (one time in `delete_one_in`), else a PUT of a random-size value;
+// the model follows what was acknowledged.
+struct RandomWriter {
+  Client& client;
+  uint64_t table;
+  Rng& rng;
+  Model& model;
+  std::vector<std::string>& deleted;
+  uint64_t keys;
+  uint64_t delete_one_in;
+  uint64_t min_value_bytes;
+  uint64_t value_spread;
+
+  ::testing::AssertionResult write() {
+    const std::string key = "key-" + std::to_string(rng.below(keys));
+    if (rng.below(delete_one_in) == 0 && model.count(key) != 0) {
+      const Status removed = client.remove(0, table, as_bytes(key));
+      if (!removed.ok()) return ::testing::AssertionFailure() << "remove " << key << ": " << removed.to_string();
+      model.erase(key);
+      deleted.push_back(key);
+      return ::testing::AssertionSuccess();
+    }
+    const std::string value(min_value_bytes + rng.below(value_spread), static_cast<char>('a' + rng.below(26)));
+    auto v = client.put(0, table, as_bytes(key), as_bytes(value));
+    if (!v.ok()) return ::testing::AssertionFailure() << "put " << key << ": " << v.status().to_string();
+    model[key] = {*v, value};
+    return ::testing::AssertionSuccess();
+  }
+};
+
 class LogKvTest : public ::testing::TestWithParam<tailwind::Replication> {};
 
 TEST_P(LogKvTest, PutGetRemoveAndConditionalPutThroughTheServers) {
@@ -146,19 +177,8 @@ TEST_P(LogKvTest, CleaningKeepsEveryLiveObjectAndFreesSegments) {
   Model model;
   std::vector<std::string> deleted;
   // Many overwrites of few keys: most of each segment becomes garbage.
-  for (int i = 0; i < 1500; ++i) {
-    const std::string key = "key-" + std::to_string(rng.below(120));
-    if (rng.below(10) == 0 && model.count(key) != 0) {
-      ASSERT_TRUE(client->remove(0, table, as_bytes(key)).ok());
-      model.erase(key);
-      deleted.push_back(key);
-      continue;
-    }
-    const std::string value(40 + rng.below(400), static_cast<char>('a' + rng.below(26)));
-    auto v = client->put(0, table, as_bytes(key), as_bytes(value));
-    ASSERT_TRUE(v.ok()) << v.status().to_string();
-    model[key] = {*v, value};
-  }
+  RandomWriter writer{*client, table, rng, model, deleted, 120, 10, 40, 400};
+  for (int i = 0; i < 1500; ++i) ASSERT_TRUE(writer.write());
   std::map<uint32_t, size_t> segments_before;
   for (uint32_t s = 0; s < cluster->servers(); ++s) segments_before[s] = cluster->server(s).log().segment_ids().size();
   auto cleaned = cluster->clean();
@@ -204,19 +224,10 @@ TEST_P(LogKvTest, TheBackgroundCleanerCompactsWhileClientsWrite) {
   };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   int writes = 0;
+  RandomWriter writer{*client, table, rng, model, deleted, 120, 10, 40, 400};
   while ((cleaned() < 4 || writes < 1500) && std::chrono::steady_clock::now() < deadline) {
-    const std::string key = "key-" + std::to_string(rng.below(120));
     ++writes;
-    if (rng.below(10) == 0 && model.count(key) != 0) {
-      ASSERT_TRUE(client->remove(0, table, as_bytes(key)).ok());
-      model.erase(key);
-      deleted.push_back(key);
-      continue;
-    }
-    const std::string value(40 + rng.below(400), static_cast<char>('a' + rng.below(26)));
-    auto v = client->put(0, table, as_bytes(key), as_bytes(value));
-    ASSERT_TRUE(v.ok()) << v.status().to_string();
-    model[key] = {*v, value};
+    ASSERT_TRUE(writer.write());
   }
   EXPECT_GE(cleaned(), 4u) << "the background cleaner compacted nothing in " << writes << " writes";
   EXPECT_GT(cluster->cleaner_passes(), 0u);
@@ -280,19 +291,8 @@ TEST_P(LogKvTest, ACrashedServersTabletsAreRebuiltFromItsBackups) {
   Rng rng(seed);
   Model model;
   std::vector<std::string> deleted;
-  for (int i = 0; i < 800; ++i) {
-    const std::string key = "key-" + std::to_string(rng.below(300));
-    if (rng.below(8) == 0 && model.count(key) != 0) {
-      ASSERT_TRUE(client->remove(0, table, as_bytes(key)).ok());
-      model.erase(key);
-      deleted.push_back(key);
-      continue;
-    }
-    const std::string value(1 + rng.below(300), static_cast<char>('a' + rng.below(26)));
-    auto v = client->put(0, table, as_bytes(key), as_bytes(value));
-    ASSERT_TRUE(v.ok()) << v.status().to_string();
-    model[key] = {*v, value};
-  }
+  RandomWriter writer{*client, table, rng, model, deleted, 300, 8, 1, 300};
+  for (int i = 0; i < 800; ++i) ASSERT_TRUE(writer.write());
   const uint32_t victim = 2;
   const auto victim_objects = cluster->server(victim).counters().objects;
   ASSERT_GT(victim_objects, 0u);
