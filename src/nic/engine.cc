@@ -129,7 +129,10 @@ void Engine::release_manual_driver() {
     manual_driver_.store(false, std::memory_order_release);
   }
   run_commands();  // what was queued before the flag fell
-  engine_thread_id_ = std::thread::id();
+}
+
+bool Engine::may_step() const {
+  return !options_.threaded && (!manual_driver_.load(std::memory_order_acquire) || on_engine_thread());
 }
 
 bool Engine::run_commands() {

@@ -341,14 +341,14 @@ Result<CallReply> Session::call(uint16_t type, uint64_t route, std::span<const u
     });
     if (st.ok()) break;
     if (st.code() != Code::kResourceExhausted) return st;
-    if (poll() == 0 && !c.engine->threaded() && c.options.step_engine) c.engine->step();
+    if (poll() == 0 && c.engine->may_step()) c.engine->step();
     if (std::chrono::steady_clock::now() > deadline) return timed_out("rpc: no free call slot");
   }
   uint32_t idle = 0;
   while (!outcome->done) {
     if (poll() != 0) {
       idle = 0;
-    } else if (!c.engine->threaded() && c.options.step_engine) {
+    } else if (c.engine->may_step()) {
       c.engine->step();
     } else if (++idle >= 256) {
       std::this_thread::yield();  // an oversubscribed host: let the engine and workers run

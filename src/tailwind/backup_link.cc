@@ -42,10 +42,6 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Engine& engine, nic
   rpc::ClientOptions co;
   co.sessions = 1;
   co.max_inflight = 128;  // above LogOptions::max_inflight_per_backup: control calls fit beside the data
-  // A manual engine whose backup workers run on their own threads is driven
-  // by some other thread (workers never step it): the link's synchronous
-  // calls must not step it too.
-  co.step_engine = engine.threaded() || !server.options().threaded;
   FERRY_ASSIGN_OR_RETURN(impl->client, rpc::Client::create(engine, nic, server, co));
   if (data_path) {
     FERRY_ASSIGN_OR_RETURN(impl->pd, nic.alloc_pd());

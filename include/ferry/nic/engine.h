@@ -124,6 +124,9 @@ class Engine {
   // what is queued).
   void set_manual_driver();
   void release_manual_driver();
+  // Whether the calling thread may step() this engine: a manual engine
+  // with no driver named, or its driver. (A threaded engine: never.)
+  bool may_step() const;
 
   // ---- used by the NIC core ----
   // Runs `fn` on the engine (immediately in manual mode or on the engine

@@ -73,11 +73,6 @@ struct ClientOptions {
   bool delegation = false;      // §5.2.2: one QP per server worker for the whole machine
   uint32_t max_inflight = 32;   // calls in flight per session (its own)
   uint64_t timeout_ns = 10'000'000'000ULL;  // a synchronous call gives up (kTimedOut)
-  // With a manual engine, whether a synchronous call steps it while it
-  // waits. false: another thread drives the engine (a benchmark's client
-  // thread standing for every NIC) and the call only polls and yields, so
-  // two threads never step one engine.
-  bool step_engine = true;
   nic::ConnectOptions connect;  // transport parameters (MTU, retries, RNR)
 };
 
@@ -102,9 +97,10 @@ class Session {
   Status call_async(uint16_t type, uint64_t route, std::span<const uint8_t> payload, bool nilext, Callback done);
   // Sends a call and polls until it commits or fails, or timeout_ns passes
   // (kTimedOut; the call may still execute). With a manual engine it steps
-  // the engine while waiting; the server's workers must then be threaded
-  // (they never step an engine they do not drive), and no other thread may
-  // step the engine meanwhile.
+  // the engine while waiting if this thread may (Engine::may_step: no
+  // driver thread named, or this is it); the server's workers must then be
+  // threaded (they never step an engine they do not drive), and no other
+  // thread may step the engine meanwhile.
   Result<CallReply> call(uint16_t type, uint64_t route, std::span<const uint8_t> payload, bool nilext);
   // Handles completions (and, with delegation, other sessions' requests and
   // results); returns how many events it handled.
