@@ -132,7 +132,7 @@ struct BackupCounters {
   uint64_t frees = 0;
   uint64_t flushes = 0;         // closed buffers written to storage
   uint64_t flush_failures = 0;  // ... that failed (the buffer stays closed in memory)
-  uint64_t flush_ns = 0;        // time spent writing closed buffers to storage and re-zeroing them
+  uint64_t flush_ns = 0;        // CPU time spent writing closed buffers to storage and re-zeroing them
   uint32_t open_buffers = 0;    // now
   uint32_t closed_unflushed = 0;  // now: closed, not yet on storage
   uint32_t max_open_buffers = 0;  // the unflushed limit
@@ -196,7 +196,7 @@ class Backup {
   // backup (for a thread that must not block, e.g. one that steps a manual
   // engine the holder may be waiting for).
   std::optional<BackupCounters> try_counters() const;
-  // Waits until no closed buffer awaits its flush (tests, shutdown).
+  // Waits until no closed buffer awaits its flush (tests).
   void wait_flushed() const;
   // The buffer memory of the replica open for (log, segment), for tests.
   std::span<const uint8_t> buffer(uint64_t log_id, uint64_t segment_id) const;
