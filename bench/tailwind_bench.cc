@@ -131,7 +131,6 @@ Result<std::unique_ptr<Sut>> build_sut(const std::string& system, const Tailwind
     rpc::ClientOptions rco;
     rco.sessions = 1;
     rco.max_inflight = kSlotsPerServer;
-    rco.step_engine = true;  // only this thread steps it
     FERRY_ASSIGN_OR_RETURN(auto c, rpc::Client::create(*s->engine, *s->client_nic, s->cluster->server(i).rpc(), rco));
     s->rpcs.push_back(std::move(c));
   }
@@ -190,22 +189,23 @@ void on_reply(const Tag& tag, const rpc::CallResult& r) {
 class Issuer {
  public:
   Issuer(Sut& s, const KvMix& mix, const std::vector<uint64_t>* keys, uint64_t seed)
-      : s_(s), mix_(mix), keys_(keys), rng_(seed), key_(mix.key_bytes, ' '), value_(mix.value_bytes, 'v') {
-    if (keys_ != nullptr) mix_.key_space = keys_->size();
-    gen_.emplace(mix_);
-    full_gen_.emplace(mix);
-  }
+      : s_(s),
+        keys_(keys),
+        rng_(seed),
+        gen_(over(mix, keys)),
+        names_(mix),
+        key_(mix.key_bytes, ' '),
+        value_(mix.value_bytes, 'v') {}
   // kResourceExhausted: that server connection is full (poll and retry).
   Status issue(Recorder& rec, uint64_t at) {
-    const workload::KvRequest q = gen_->next(rng_);
+    const workload::KvRequest q = gen_.next(rng_);
     const uint64_t number = keys_ != nullptr ? (*keys_)[q.key_number] : q.key_number;
     return send(rec, number, q.op == workload::OpType::kSet, at);
   }
   Status send(Recorder& rec, uint64_t key_number, bool put, uint64_t at) {
-    full_gen_->write_key(key_number, std::span<char>(key_.data(), key_.size()));
-    const std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(key_.data()), key_.size());
+    const std::span<const uint8_t> key = render(key_number);
     const uint64_t hash = logkv::key_hash(s_.table, key);
-    const uint32_t server = s_.map.owners[logkv::tablet_of(hash, static_cast<uint32_t>(s_.map.owners.size()))];
+    const uint32_t server = s_.map.owner_of(hash);
     const std::span<const uint8_t> value(reinterpret_cast<const uint8_t*>(value_.data()), put ? value_.size() : 0);
     const std::vector<uint8_t> payload = logkv::detail::encode_request(s_.table, key, value, std::nullopt);
     const Tag tag{&rec, at, put};
@@ -216,19 +216,25 @@ class Issuer {
     return st;
   }
   // The server that owns a key number's tablet.
-  uint32_t owner(uint64_t key_number) {
-    full_gen_->write_key(key_number, std::span<char>(key_.data(), key_.size()));
-    const std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(key_.data()), key_.size());
-    return s_.map.owners[logkv::tablet_of(logkv::key_hash(s_.table, key), static_cast<uint32_t>(s_.map.owners.size()))];
-  }
+  uint32_t owner(uint64_t key_number) { return s_.map.owner_of(logkv::key_hash(s_.table, render(key_number))); }
 
  private:
+  // The mix drawn from: over the subset's positions when there is one.
+  static KvMix over(KvMix mix, const std::vector<uint64_t>* keys) {
+    if (keys != nullptr) mix.key_space = keys->size();
+    return mix;
+  }
+  // The key named `key_number` of the whole space, in key_.
+  std::span<const uint8_t> render(uint64_t key_number) {
+    names_.write_key(key_number, std::span<char>(key_.data(), key_.size()));
+    return {reinterpret_cast<const uint8_t*>(key_.data()), key_.size()};
+  }
+
   Sut& s_;
-  KvMix mix_;
   const std::vector<uint64_t>* keys_;
   Rng rng_;
-  std::optional<workload::KvRequestGenerator> gen_;       // over the subset
-  std::optional<workload::KvRequestGenerator> full_gen_;  // names keys of the whole space
+  workload::KvRequestGenerator gen_;    // draws requests (over the subset)
+  workload::KvRequestGenerator names_;  // names keys of the whole space
   std::string key_;
   std::string value_;
 };

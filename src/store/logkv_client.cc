@@ -25,13 +25,13 @@ struct Client::Impl {
     if (!refresh) {
       std::shared_lock lk(map_mu);
       auto it = maps.find(table_id);
-      if (it != maps.end()) return it->second.owners[tablet_of(hash, static_cast<uint32_t>(it->second.owners.size()))];
+      if (it != maps.end()) return it->second.owner_of(hash);
     }
     FERRY_ASSIGN_OR_RETURN(auto map, cluster->table(table_id));
     ++refreshes;
     std::unique_lock lk(map_mu);
     auto& m = maps[table_id] = std::move(map);
-    return m.owners[tablet_of(hash, static_cast<uint32_t>(m.owners.size()))];
+    return m.owner_of(hash);
   }
 
   // One request, routed and retried. The reply's status byte and payload.

@@ -24,6 +24,10 @@ uint32_t Cluster::Impl::tablets_per_table() const {
 
 namespace {
 
+// Where the servers' helper threads run (backup flushers, the cleaner,
+// recovery masters): the first of the workers' CPUs, or unpinned.
+int home_cpu(const ServerOptions& so) { return so.worker_cpus.empty() ? -1 : so.worker_cpus.front(); }
+
 Result<std::string> make_dir(const std::string& requested, bool* own) {
   if (!requested.empty()) {
     std::error_code ec;
@@ -115,7 +119,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     bo.storage_dir = c.dir + "/" + si->name + "-storage";
     bo.storage_mode = so.storage_mode;
     bo.flush_in_background = so.flush_in_background;
-    bo.flusher_cpu = so.worker_cpus.empty() ? -1 : so.worker_cpus.front();
+    bo.flusher_cpu = home_cpu(so);
     FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(*si->nic, si->domain.get(), bo));
     rpc::ServerOptions ro;
     ro.mode = rpc::Mode::kRawRpc;
@@ -168,7 +172,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
   }
   if (options.clean_interval_ms > 0) {
     Cluster* self = cluster.get();
-    const int cpu = options.server.worker_cpus.empty() ? -1 : options.server.worker_cpus.front();
+    const int cpu = home_cpu(options.server);
     self->impl_->cleaner = std::thread([self, cpu] { self->run_cleaner(cpu); });
   }
   return cluster;
@@ -372,7 +376,7 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   std::atomic<uint64_t> restored{0};
   std::vector<Status> outcomes(shares.size());
   std::vector<std::thread> masters;
-  const int cpu = c.options.server.worker_cpus.empty() ? -1 : c.options.server.worker_cpus.front();
+  const int cpu = home_cpu(c.options.server);
   size_t slot = 0;
   for (const auto& [owner, share] : shares) {
     masters.emplace_back([&, owner = owner, share = &share, out = &outcomes[slot++]] {

@@ -144,7 +144,7 @@ TEST_P(LogKvTest, AServerRefusesTabletsItDoesNotOwn) {
   std::string key;
   for (int i = 0;; ++i) {
     key = "key" + std::to_string(i);
-    if (map.owners[tablet_of(key_hash(table, as_bytes(key)), 3)] == 0) break;
+    if (map.owner_of(key_hash(table, as_bytes(key))) == 0) break;
   }
   auto nic = cluster->engine().add_nic({.name = "direct"}).value();
   auto rc = rpc::Client::create(cluster->engine(), *nic, cluster->server(1).rpc(), {}).value();
@@ -254,7 +254,7 @@ TEST_P(LogKvTest, CleaningKeepsATombstoneWhileItsObjectsSegmentLives) {
     std::vector<std::string> out;
     for (int i = 0; out.size() < n; ++i) {
       std::string k = prefix + std::to_string(i);
-      if (map.owners[tablet_of(key_hash(table, as_bytes(k)), static_cast<uint32_t>(map.owners.size()))] == target) {
+      if (map.owner_of(key_hash(table, as_bytes(k))) == target) {
         out.push_back(k);
       }
     }

@@ -106,13 +106,15 @@ struct ClusterOptions {
 
 // A table's placement: tablet t (of key hashes [t * 2^64/T, (t+1) * 2^64/T))
 // is served by server owners[t].
+uint64_t key_hash(uint64_t table_id, std::span<const uint8_t> key);
+uint32_t tablet_of(uint64_t hash, uint32_t tablets);
 struct TableMap {
   uint64_t table_id = 0;
   std::string name;
   std::vector<uint32_t> owners;
+  // The server whose tablet holds a key of this hash (key_hash).
+  uint32_t owner_of(uint64_t hash) const { return owners[tablet_of(hash, static_cast<uint32_t>(owners.size()))]; }
 };
-uint64_t key_hash(uint64_t table_id, std::span<const uint8_t> key);
-uint32_t tablet_of(uint64_t hash, uint32_t tablets);
 
 struct ServerCounters {
   uint64_t puts = 0;
