@@ -38,7 +38,7 @@
 // workers served that were not segment control: 0 for Tailwind).
 // Backups flush closed segments to storage on a flusher thread (pinned to
 // server_cpu) after the close replied; that work, the same per byte in both
-// systems, is backup_flush_ns_per_put. There is no dispatch thread: each
+// systems, is backup_flush_ns_per_put (their CPU time). There is no dispatch thread: each
 // worker polls its own receive queue (the NIC dispatches by SRQ), so
 // dispatch_cores is null.
 //
