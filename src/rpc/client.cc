@@ -4,9 +4,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "client_impl.h"
+#include "connect_wire.h"
+#include "ferry/cm/cm.h"
 
 namespace ferry::rpc {
 
@@ -31,26 +34,42 @@ const char* commit_name(Commit c) {
   return "?";
 }
 
-Result<std::unique_ptr<Client>> Client::create(nic::Engine& engine, nic::Nic& nic, Server& server,
-                                                const ClientOptions& options) {
+namespace {
+
+Status check_options(const ClientOptions& options) {
   if (options.sessions == 0 || options.sessions > 1024) return invalid_argument("rpc client: sessions must be 1..1024");
   if (options.max_inflight == 0 || options.max_inflight > 4096) {
     return invalid_argument("rpc client: max_inflight must be 1..4096");
   }
-  if (server.workers() == 0) return failed_precondition("rpc client: the server has no workers");
-  auto impl = std::make_unique<Impl>();
-  Impl& c = *impl;
-  c.engine = &engine;
+  return ok_status();
+}
+
+}  // namespace
+
+// Builds the client machine's queues on `nic` for a server described by
+// `info`, connecting each link's QP (RESET) with `connect_link`.
+using ConnectLink = std::function<Result<WorkerEndpoint>(uint32_t worker, nic::QueuePair& qp)>;
+struct ClientBuilder {
+  static Result<std::unique_ptr<Client::Impl>> build(nic::Nic& nic, const ServerInfo& info,
+                                                     const ClientOptions& options, const ConnectLink& connect_link);
+};
+
+Result<std::unique_ptr<Client::Impl>> ClientBuilder::build(nic::Nic& nic, const ServerInfo& info,
+                                                           const ClientOptions& options,
+                                                           const ConnectLink& connect_link) {
+  if (info.workers == 0) return failed_precondition("rpc client: the server has no workers");
+  auto impl = std::make_unique<Client::Impl>();
+  Client::Impl& c = *impl;
+  c.engine = nic.engine();
   c.nic = &nic;
-  c.server = &server;
   c.options = options;
-  c.mode = server.mode();
-  c.durable = server.durable();
-  c.workers = server.workers();
-  c.max_request_bytes = server.options().max_request_bytes;
-  c.max_response_bytes = server.options().max_response_bytes;
+  c.mode = info.mode;
+  c.durable = info.durable;
+  c.workers = info.workers;
+  c.max_request_bytes = info.max_request_bytes;
+  c.max_response_bytes = info.max_response_bytes;
   c.nilext_types.resize(65536);
-  for (uint32_t t = 0; t < 65536; ++t) c.nilext_types[t] = server.nilext_allowed(static_cast<uint16_t>(t));
+  for (uint16_t t : info.nilext_types) c.nilext_types[t] = true;
   auto pd = nic.alloc_pd();
   if (!pd.ok()) return pd.status();
   c.pd = std::move(pd.value());
@@ -64,12 +83,10 @@ Result<std::unique_ptr<Client>> Client::create(nic::Engine& engine, nic::Nic& ni
   c.scratch_offset = static_cast<size_t>(S) * options.max_inflight * per_slot;
   size_t recv_offset = c.scratch_offset + static_cast<size_t>(S) * 64;
   c.arena_bytes = recv_offset + static_cast<size_t>(nlinks) * through * c.max_response_bytes;
-  const size_t alloc = (c.arena_bytes + 4095) / 4096 * 4096;
-  void* mem = std::aligned_alloc(4096, alloc);
-  if (mem == nullptr) return resource_exhausted("rpc client: arena of " + std::to_string(alloc) + " bytes");
-  std::memset(mem, 0, alloc);
-  c.arena = std::unique_ptr<uint8_t[], void (*)(void*)>(static_cast<uint8_t*>(mem), std::free);
-  auto mr = nic.reg_mr(*c.pd, c.arena.get(), c.arena_bytes, nic::kAccessLocalWrite);
+  auto arena = nicd::DmaMemory::allocate(nic, c.arena_bytes, "ferry-rpc-client");
+  if (!arena.ok()) return arena.status();
+  c.arena = std::move(arena).value();
+  auto mr = nic.reg_mr(*c.pd, c.arena.data(), c.arena_bytes, nic::kAccessLocalWrite);
   if (!mr.ok()) return mr.status();
   c.mr = std::move(mr.value());
 
@@ -105,7 +122,7 @@ Result<std::unique_ptr<Client>> Client::create(nic::Engine& engine, nic::Nic& ni
     auto qp = nic.create_qp(*c.pd, a);
     if (!qp.ok()) return qp.status();
     link->qp = std::move(qp.value());
-    auto ep = server.connect(link->worker, *link->qp, nic, options.connect);
+    auto ep = connect_link(link->worker, *link->qp);
     if (!ep.ok()) return ep.status();
     link->endpoint = ep.value();
     for (uint32_t b = 0; b < through; ++b) {
@@ -118,6 +135,89 @@ Result<std::unique_ptr<Client>> Client::create(nic::Engine& engine, nic::Nic& ni
     }
     c.links.push_back(std::move(link));
   }
+  return impl;
+}
+
+Result<std::unique_ptr<Client>> Client::create(nic::Engine& engine, nic::Nic& nic, Server& server,
+                                                const ClientOptions& options) {
+  FERRY_RETURN_IF_ERROR(check_options(options));
+  if (nic.engine() != nullptr && nic.engine() != &engine) {
+    return invalid_argument("rpc client: the NIC is not run by that engine");
+  }
+  FERRY_ASSIGN_OR_RETURN(auto impl, ClientBuilder::build(nic, server.info(), options, [&](uint32_t w, nic::QueuePair& qp) {
+                           return server.connect(w, qp, nic, options.connect);
+                         }));
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<std::unique_ptr<Client>> Client::connect(nic::Nic& nic, std::string_view address, std::string_view service,
+                                                 const ClientOptions& options, const ServerInfo* expect) {
+  FERRY_RETURN_IF_ERROR(check_options(options));
+  cm::ConnectOptions co;
+  co.qp.path_mtu = options.connect.path_mtu;
+  co.qp.timeout = options.connect.timeout;
+  co.qp.retry_cnt = options.connect.retry_cnt;
+  co.qp.rnr_retry = options.connect.rnr_retry;
+  co.qp.min_rnr_timer = options.connect.min_rnr_timer;
+  co.qp.max_rd_atomic = options.connect.max_rd_atomic;
+  const std::string where = std::string(service) + " at " + std::string(address);
+  // The server's parameters size the queues: the caller's expectation, or
+  // what a first handshake with worker 0 says (its QP then stays behind on
+  // the server, idle: pass `expect` to avoid it).
+  ServerInfo info;
+  if (expect != nullptr) {
+    info = *expect;
+  } else {
+    FERRY_ASSIGN_OR_RETURN(auto pd, nic.alloc_pd());
+    nic::CqInitAttr ca;
+    ca.cqe = 4;
+    FERRY_ASSIGN_OR_RETURN(auto cq, nic.create_cq(ca));
+    nic::QpInitAttr qa;
+    qa.send_cq = qa.recv_cq = cq.get();
+    FERRY_ASSIGN_OR_RETURN(auto probe, nic.create_qp(*pd, qa));
+    auto conn = cm::connect(address, service, nic, *probe, detail::encode_connect_request(0), co);
+    if (!conn.ok()) return Status(conn.status().code(), "rpc client: " + where + ": " + conn.status().message());
+    auto reply = detail::decode_connect_reply(conn.value().private_data);
+    if (!reply.ok()) return Status(reply.status().code(), "rpc client: " + where + ": " + reply.status().message());
+    info = reply.value().info;
+  }
+  auto check = [&](const ServerInfo& have) -> Status {
+    auto differs = [&](const char* what, uint64_t want, uint64_t got) -> Status {
+      return failed_precondition("rpc client: " + where + " has " + what + " " + std::to_string(got) + ", expected " +
+                                 std::to_string(want));
+    };
+    if (info.mode != have.mode) return differs("mode", static_cast<int>(info.mode), static_cast<int>(have.mode));
+    if (info.durable != have.durable) return differs("durable", info.durable, have.durable);
+    if (info.workers != have.workers) return differs("workers", info.workers, have.workers);
+    if (info.max_request_bytes != have.max_request_bytes) {
+      return differs("max_request_bytes", info.max_request_bytes, have.max_request_bytes);
+    }
+    if (info.max_response_bytes != have.max_response_bytes) {
+      return differs("max_response_bytes", info.max_response_bytes, have.max_response_bytes);
+    }
+    if (info.nilext_types != have.nilext_types) {
+      return differs("nilext types (count)", info.nilext_types.size(), have.nilext_types.size());
+    }
+    return ok_status();
+  };
+  FERRY_ASSIGN_OR_RETURN(auto impl, ClientBuilder::build(nic, info, options, [&](uint32_t w, nic::QueuePair& qp) -> Result<WorkerEndpoint> {
+                           auto conn = cm::connect(address, service, nic, qp, detail::encode_connect_request(w), co);
+                           if (!conn.ok()) {
+                             return Status(conn.status().code(), "rpc client: " + where + ", worker " +
+                                                                     std::to_string(w) + ": " + conn.status().message());
+                           }
+                           auto decoded = detail::decode_connect_reply(conn.value().private_data);
+                           if (!decoded.ok()) {
+                             return Status(decoded.status().code(), "rpc client: " + where + ": " + decoded.status().message());
+                           }
+                           const detail::ConnectReply& reply = decoded.value();
+                           FERRY_RETURN_IF_ERROR(check(reply.info));
+                           if (reply.endpoint.worker != w) {
+                             return invalid_argument("rpc client: " + where + " connected worker " +
+                                                     std::to_string(reply.endpoint.worker) + " for " + std::to_string(w));
+                           }
+                           return reply.endpoint;
+                         }));
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

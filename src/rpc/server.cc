@@ -8,6 +8,7 @@
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
 #include "ferry/nic/connect.h"
+#include "connect_wire.h"
 #include "server_impl.h"
 
 namespace ferry::rpc {
@@ -98,9 +99,16 @@ WorkerCounters& WorkerCounters::operator+=(const WorkerCounters& o) {
 }
 
 Result<std::unique_ptr<Server>> Server::create(nic::Engine& engine, nic::Nic& nic, const ServerOptions& options) {
+  if (nic.engine() != nullptr && nic.engine() != &engine) {
+    return invalid_argument("rpc server: the NIC is not run by that engine");
+  }
+  return create(nic, options);
+}
+
+Result<std::unique_ptr<Server>> Server::create(nic::Nic& nic, const ServerOptions& options) {
   if (Status s = validate(options); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
-  impl->engine = &engine;
+  impl->engine = nic.engine();
   impl->nic = &nic;
   impl->options = options;
   if (!options.multi_packet) {
@@ -124,7 +132,13 @@ Result<std::unique_ptr<Server>> Server::create(nic::Engine& engine, nic::Nic& ni
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  // No CM callback may run once the server's state starts to go.
+  if (impl_->listener != nullptr) {
+    for (const auto& name : impl_->services) (void)impl_->listener->unserve(name);
+  }
+  stop();
+}
 
 Status Server::register_handler(uint16_t type, HandlerInfo info, Handler handler) {
   if (impl_->started) return failed_precondition("rpc server: register handlers before start()");
@@ -178,18 +192,20 @@ Status Server::start() {
       if (!fmr.ok()) return fmr.status();
       w->flush_mr = std::move(fmr.value());
     } else {
-      void* mem = std::aligned_alloc(4096, (ring_bytes + 4095) / 4096 * 4096);
-      if (mem == nullptr) return resource_exhausted("rpc server: receive buffers");
-      std::memset(mem, 0, ring_bytes);
-      w->dram_buffers = std::unique_ptr<uint8_t[], void (*)(void*)>(static_cast<uint8_t*>(mem), std::free);
-      w->buffer_base = w->dram_buffers.get();
+      auto mem = nicd::DmaMemory::allocate(*s.nic, ring_bytes, "ferry-rpc-recv");
+      if (!mem.ok()) return mem.status();
+      w->dram_buffers = std::move(mem).value();
+      w->buffer_base = w->dram_buffers.data();
     }
     auto bmr = s.nic->reg_mr(*s.pd, w->buffer_base, ring_bytes, nic::kAccessLocalWrite);
     if (!bmr.ok()) return bmr.status();
     w->buffer_mr = std::move(bmr.value());
     w->positions.assign(positions, PositionState{});
     w->starts.assign(o.buffers, {});
-    w->response_memory.assign(static_cast<size_t>(kResponseSlots) * o.max_response_bytes, 0);
+    auto rmem = nicd::DmaMemory::allocate(*s.nic, static_cast<size_t>(kResponseSlots) * o.max_response_bytes,
+                                          "ferry-rpc-responses");
+    if (!rmem.ok()) return rmem.status();
+    w->response_memory = std::move(rmem).value();
     auto rmr = s.nic->reg_mr(*s.pd, w->response_memory.data(), w->response_memory.size(), nic::kAccessLocalWrite);
     if (!rmr.ok()) return rmr.status();
     w->response_mr = std::move(rmr.value());
@@ -248,16 +264,11 @@ size_t Server::poll_worker(uint32_t w) {
   return impl_->poll(*impl_->workers[w]);
 }
 
-Result<WorkerEndpoint> Server::connect(uint32_t w, nic::QueuePair& client_qp, const nic::Nic& client_nic,
-                                       const nic::ConnectOptions& options) {
-  Impl& s = *impl_;
-  if (!s.started) return failed_precondition("rpc server: connect() before start()");
-  if (w >= s.workers.size()) return invalid_argument("rpc server: no worker " + std::to_string(w));
-  Worker& wk = *s.workers[w];
+Result<Connection*> Server::Impl::new_connection(Worker& wk) {
   {
     std::lock_guard<std::mutex> lock(wk.mu);
-    if (wk.owned_conns.size() >= s.options.max_connections) {
-      return resource_exhausted("rpc server: worker " + std::to_string(w) + " has max_connections QPs");
+    if (wk.owned_conns.size() >= options.max_connections) {
+      return resource_exhausted("rpc server: worker " + std::to_string(wk.index) + " has max_connections QPs");
     }
   }
   nic::QpInitAttr a;
@@ -268,30 +279,82 @@ Result<WorkerEndpoint> Server::connect(uint32_t w, nic::QueuePair& client_qp, co
   a.cap.max_recv_wr = 1;
   a.cap.max_send_sge = 1;
   a.cap.max_inline_data = kMaxInline;
-  auto qp = s.nic->create_qp(*s.pd, a);
+  auto qp = nic->create_qp(*pd, a);
   if (!qp.ok()) return qp.status();
   auto conn = std::make_unique<Connection>();
   conn->qp = std::move(qp.value());
   conn->qpn = conn->qp->qp_num();
-  {
-    // Known to the worker before any request can arrive on it.
-    std::lock_guard<std::mutex> lock(wk.mu);
-    wk.shared_conns[conn->qpn] = conn.get();
-  }
-  Status st = nic::connect_qps(client_qp, client_nic, *conn->qp, *s.nic, options);
+  Connection* c = conn.get();
+  // Known to the worker before any request can arrive on it; owned from
+  // here on (a connection that fails stays, in ERROR, until the server
+  // goes: the worker may have cached its address).
   std::lock_guard<std::mutex> lock(wk.mu);
-  if (!st.ok()) {
-    wk.shared_conns.erase(conn->qpn);
-    return st;
-  }
+  wk.shared_conns[c->qpn] = c;
   wk.owned_conns.push_back(std::move(conn));
+  return c;
+}
+
+WorkerEndpoint Server::Impl::endpoint(Worker& wk) const {
   WorkerEndpoint e;
-  e.worker = w;
+  e.worker = wk.index;
   if (wk.flush_mr) {
     e.flush_addr = wk.flush_mr->iova();
     e.flush_rkey = wk.flush_mr->rkey();
   }
   return e;
+}
+
+Result<WorkerEndpoint> Server::connect(uint32_t w, nic::QueuePair& client_qp, const nic::Nic& client_nic,
+                                       const nic::ConnectOptions& options) {
+  Impl& s = *impl_;
+  if (!s.started) return failed_precondition("rpc server: connect() before start()");
+  if (w >= s.workers.size()) return invalid_argument("rpc server: no worker " + std::to_string(w));
+  Worker& wk = *s.workers[w];
+  FERRY_ASSIGN_OR_RETURN(Connection * conn, s.new_connection(wk));
+  FERRY_RETURN_IF_ERROR(nic::connect_qps(client_qp, client_nic, *conn->qp, *s.nic, options));
+  return s.endpoint(wk);
+}
+
+ServerInfo Server::info() const {
+  ServerInfo i;
+  i.mode = impl_->options.mode;
+  i.durable = durable();
+  i.workers = impl_->options.workers;
+  i.max_request_bytes = impl_->options.max_request_bytes;
+  i.max_response_bytes = impl_->options.max_response_bytes;
+  for (uint32_t t = 0; t < impl_->handlers.size(); ++t) {
+    if (nilext_allowed(static_cast<uint16_t>(t))) i.nilext_types.push_back(static_cast<uint16_t>(t));
+  }
+  return i;
+}
+
+Status Server::serve(cm::Listener& listener, std::string_view service) {
+  Impl& s = *impl_;
+  if (!s.started) return failed_precondition("rpc server: serve() before start()");
+  if (s.listener != nullptr && s.listener != &listener) {
+    return failed_precondition("rpc server: already serving on another listener");
+  }
+  const std::vector<uint8_t> info = detail::encode_server_info(this->info());
+  cm::Service svc;
+  svc.nic = s.nic;
+  svc.accept = [this, info](const cm::Request& req) -> Result<cm::Accepted> {
+    Impl& s = *impl_;
+    FERRY_ASSIGN_OR_RETURN(uint32_t w, detail::decode_connect_request(req.private_data));
+    if (w >= s.workers.size()) {
+      return invalid_argument("rpc server: no worker " + std::to_string(w) + " (it has " +
+                              std::to_string(s.workers.size()) + ")");
+    }
+    Worker& wk = *s.workers[w];
+    FERRY_ASSIGN_OR_RETURN(Connection * conn, s.new_connection(wk));
+    cm::Accepted a;
+    a.qp = conn->qp.get();
+    a.private_data = detail::encode_connect_reply(s.endpoint(wk), info);
+    return a;
+  };
+  FERRY_RETURN_IF_ERROR(listener.serve(service, std::move(svc)));
+  s.listener = &listener;
+  s.services.emplace_back(service);
+  return ok_status();
 }
 
 const ServerOptions& Server::options() const { return impl_->options; }

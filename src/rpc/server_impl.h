@@ -9,7 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ferry/cm/cm.h"
 #include "ferry/common/counter.h"
+#include "ferry/nicd/dma_memory.h"
 #include "ferry/rpc/server.h"
 
 namespace ferry::rpc {
@@ -44,7 +46,7 @@ struct Worker {
 
   // Receive buffers: a ring of `buffers` of `buffer_bytes`, in DRAM (owned)
   // or, durable, in the PM area after the control block.
-  std::unique_ptr<uint8_t[], void (*)(void*)> dram_buffers{nullptr, nullptr};
+  nicd::DmaMemory dram_buffers;
   uint8_t* buffer_base = nullptr;
   std::unique_ptr<nic::MemoryRegion> buffer_mr;
   uint32_t strides = 1;       // per buffer (1: ordinary SRQ)
@@ -66,7 +68,7 @@ struct Worker {
 
   // Responses: registered slots of max_response_bytes, a free list, and a
   // cap on sends awaiting their completion (bounds the CQ).
-  std::vector<uint8_t> response_memory;
+  nicd::DmaMemory response_memory;
   std::unique_ptr<nic::MemoryRegion> response_mr;
   std::vector<uint32_t> free_slots;
   uint32_t sends_outstanding = 0;
@@ -89,7 +91,7 @@ struct HandlerEntry {
 };
 
 struct Server::Impl {
-  nic::Engine* engine = nullptr;
+  nic::Engine* engine = nullptr;  // the NIC's, in process; nullptr for a daemon-attached NIC
   nic::Nic* nic = nullptr;
   ServerOptions options;
   std::unique_ptr<nic::ProtectionDomain> pd;
@@ -98,6 +100,9 @@ struct Server::Impl {
   std::vector<ScanStats> recovery;
   std::atomic<bool> running{false};
   bool started = false;
+  // CM services (serve()): the listener and the names registered on it.
+  cm::Listener* listener = nullptr;
+  std::vector<std::string> services;
 
   // worker.cc
   size_t poll(Worker& w);
@@ -114,6 +119,11 @@ struct Server::Impl {
   uint32_t take_response_slot(Worker& w);
   void send_response(Worker& w, Connection& c, uint32_t slot, uint32_t size);
   Connection* find_connection(Worker& w, uint32_t qpn);
+  // A QP on worker w's SRQ, known to the worker (not yet owned), and the
+  // endpoint a client of it needs. connect() and the CM service share it.
+  Result<Connection*> new_connection(Worker& w);
+  void adopt_connection(Worker& w, Connection* c, bool ok);
+  WorkerEndpoint endpoint(Worker& w) const;
   uint8_t* position_bytes(Worker& w, uint64_t position);
 
   // durable.cc

@@ -30,7 +30,7 @@ Session::~Session() = default;
 uint8_t* Session::Impl::request_area(uint32_t slot) {
   const Client::Impl& c = *client;
   const size_t per_slot = static_cast<size_t>(c.max_request_bytes) + c.max_response_bytes;
-  return c.arena.get() + c.slots_offset + (static_cast<size_t>(index) * c.options.max_inflight + slot) * per_slot;
+  return c.arena.data() + c.slots_offset + (static_cast<size_t>(index) * c.options.max_inflight + slot) * per_slot;
 }
 
 uint8_t* Session::Impl::response_area(uint32_t slot) { return request_area(slot) + client->max_request_bytes; }
@@ -112,7 +112,7 @@ Status Session::Impl::post(Link& link, uint32_t initiator, uint32_t slot, uint32
   Client::Impl& c = *client;
   Session::Impl& init = *c.sessions[initiator]->impl_;
   const uint8_t* bytes = init.request_area(slot);
-  const nic::Sge sge = c.mr->sge(static_cast<size_t>(bytes - c.arena.get()), size);
+  const nic::Sge sge = c.mr->sge(static_cast<size_t>(bytes - c.arena.data()), size);
   nic::SendWr wrs[2];
   wrs[0].opcode = nic::WrOpcode::kSend;
   wrs[0].sg_list = std::span<const nic::Sge>(&sge, 1);
@@ -204,7 +204,7 @@ void Session::Impl::on_completion(const nic::WorkCompletion& wc) {
 
 void Session::Impl::on_response(Link& link, uint32_t buffer, uint32_t byte_len) {
   Client::Impl& c = *client;
-  uint8_t* bytes = c.arena.get() + link.recv_offset + static_cast<size_t>(buffer) * c.max_response_bytes;
+  uint8_t* bytes = c.arena.data() + link.recv_offset + static_cast<size_t>(buffer) * c.max_response_bytes;
   ResponseView v;
   const bool parsed = byte_len <= c.max_response_bytes &&
                       parse_response(std::span<const uint8_t>(bytes, byte_len), &v);
@@ -223,7 +223,7 @@ void Session::Impl::on_response(Link& link, uint32_t buffer, uint32_t byte_len) 
     route(initiator, e, v.payload);
   }
   // The buffer goes back to the QP's receive queue.
-  const nic::Sge sge = c.mr->sge(static_cast<size_t>(bytes - c.arena.get()), c.max_response_bytes);
+  const nic::Sge sge = c.mr->sge(static_cast<size_t>(bytes - c.arena.data()), c.max_response_bytes);
   if (!link.qp->post_recv(nic::RecvWr{recv_wr_id(link.index, buffer), std::span<const nic::Sge>(&sge, 1)}).ok()) {
     link.failed = true;
   }
@@ -341,14 +341,14 @@ Result<CallReply> Session::call(uint16_t type, uint64_t route, std::span<const u
     });
     if (st.ok()) break;
     if (st.code() != Code::kResourceExhausted) return st;
-    if (poll() == 0 && c.engine->may_step()) c.engine->step();
+    if (poll() == 0 && c.engine != nullptr && c.engine->may_step()) c.engine->step();
     if (std::chrono::steady_clock::now() > deadline) return timed_out("rpc: no free call slot");
   }
   uint32_t idle = 0;
   while (!outcome->done) {
     if (poll() != 0) {
       idle = 0;
-    } else if (c.engine->may_step()) {
+    } else if (c.engine != nullptr && c.engine->may_step()) {
       c.engine->step();
     } else if (++idle >= 256) {
       std::this_thread::yield();  // an oversubscribed host: let the engine and workers run

@@ -198,7 +198,7 @@ bool Server::Impl::wait_for_completions(Worker& w) {
   // A manual engine is stepped by whoever drives it: this thread only if
   // the caller also drives the workers (one thread does both); a threaded
   // worker must not step it behind the caller's back.
-  if (!engine->threaded() && !options.threaded) {
+  if (engine != nullptr && !engine->threaded() && !options.threaded) {
     engine->step();
   } else {
     std::this_thread::yield();

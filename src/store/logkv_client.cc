@@ -3,31 +3,38 @@
 // partition; refreshes the map and retries when the server says the tablet
 // is not its own or the call fails.
 #include <chrono>
+#include <functional>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
 
+#include "ferry/store/logkv_deploy.h"
 #include "logkv_internal.h"
 
 namespace ferry::store::logkv {
 
 struct Client::Impl {
-  Cluster* cluster = nullptr;
   ClientOptions options;
   nic::Nic* nic = nullptr;
-  std::vector<std::unique_ptr<rpc::Client>> rpcs;  // per server
+  uint32_t client_workers = 0;                     // per server: route by hash % client_workers
+  std::vector<std::unique_ptr<rpc::Client>> rpcs;  // per server (nullptr: unreachable)
+  // Where table maps come from: the in-process cluster, or a deployment's
+  // coordinator (by id, or by name with create).
+  std::function<Result<TableMap>(uint32_t session, uint64_t table_id)> fetch_map;
+  std::function<Result<TableMap>(uint32_t session, std::string_view name, bool create)> named_table;
+  std::unique_ptr<rpc::Client> coordinator;  // deployed
   mutable std::shared_mutex map_mu;
   std::map<uint64_t, TableMap> maps;
   std::atomic<uint64_t> refreshes{0};
 
-  Result<uint32_t> owner(uint64_t table_id, uint64_t hash, bool refresh) {
+  Result<uint32_t> owner(uint32_t session, uint64_t table_id, uint64_t hash, bool refresh) {
     if (!refresh) {
       std::shared_lock lk(map_mu);
       auto it = maps.find(table_id);
       if (it != maps.end()) return it->second.owner_of(hash);
     }
-    FERRY_ASSIGN_OR_RETURN(auto map, cluster->table(table_id));
+    FERRY_ASSIGN_OR_RETURN(auto map, fetch_map(session, table_id));
     ++refreshes;
     std::unique_lock lk(map_mu);
     auto& m = maps[table_id] = std::move(map);
@@ -43,15 +50,14 @@ struct Client::Impl {
     bool refresh = false;
     for (uint32_t attempt = 0; attempt < options.max_attempts; ++attempt) {
       if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(attempt * attempt, 50)));
-      FERRY_ASSIGN_OR_RETURN(const uint32_t server, owner(table_id, hash, refresh));
+      FERRY_ASSIGN_OR_RETURN(const uint32_t server, owner(session, table_id, hash, refresh));
       refresh = true;
       if (server >= rpcs.size()) return internal_error("logkv: tablet owner out of range");
       if (rpcs[server] == nullptr) {
         last = unavailable("logkv: server " + std::to_string(server) + " was down when this client started");
         continue;
       }
-      const uint32_t workers = cluster->server(server).impl().client_workers();
-      auto reply = rpcs[server]->session(session).call(type, hash % workers, payload, /*nilext=*/false);
+      auto reply = rpcs[server]->session(session).call(type, hash % client_workers, payload, /*nilext=*/false);
       if (!reply.ok()) {
         last = reply.status();
         continue;
@@ -97,8 +103,14 @@ Result<std::unique_ptr<Client>> Client::create(Cluster& cluster, const ClientOpt
   if (options.sessions == 0) return invalid_argument("logkv client: at least one session");
   if (options.max_attempts == 0) return invalid_argument("logkv client: max_attempts at least 1");
   auto impl = std::make_unique<Impl>();
-  impl->cluster = &cluster;
   impl->options = options;
+  impl->client_workers = cluster.options().server.workers;
+  impl->fetch_map = [&cluster](uint32_t, uint64_t table_id) { return cluster.table(table_id); };
+  impl->named_table = [&cluster](uint32_t, std::string_view name, bool create) -> Result<TableMap> {
+    if (!create) return cluster.table(name);
+    FERRY_ASSIGN_OR_RETURN(uint64_t id, cluster.create_table(name));
+    return cluster.table(id);
+  };
   static std::atomic<uint32_t> clients{0};
   FERRY_ASSIGN_OR_RETURN(impl->nic, cluster.engine().add_nic({.name = "logkv-client-" + std::to_string(clients++)}));
   rpc::ClientOptions co;
@@ -111,6 +123,50 @@ Result<std::unique_ptr<Client>> Client::create(Cluster& cluster, const ClientOpt
     }
     FERRY_ASSIGN_OR_RETURN(auto c, rpc::Client::create(cluster.engine(), *impl->nic, cluster.server(i).rpc(), co));
     impl->rpcs.push_back(std::move(c));
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<std::unique_ptr<Client>> Client::connect(nic::Nic& nic, const Deployment& d, const ClientOptions& options) {
+  if (options.sessions == 0) return invalid_argument("logkv client: at least one session");
+  if (options.max_attempts == 0) return invalid_argument("logkv client: max_attempts at least 1");
+  FERRY_RETURN_IF_ERROR(check_deployment(d));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->nic = &nic;
+  impl->client_workers = d.server.workers;
+  rpc::ClientOptions co;
+  co.sessions = options.sessions;
+  co.timeout_ns = options.timeout_ns;
+  const rpc::ServerInfo coord_info = detail::coordinator_rpc_info();
+  auto coord = rpc::Client::connect(nic, d.coordinator.listen, detail::kCoordinatorService, co, &coord_info);
+  if (!coord.ok()) {
+    return Status(coord.status().code(), "logkv client: the coordinator (" + d.coordinator.listen +
+                                             "): " + coord.status().message());
+  }
+  impl->coordinator = std::move(coord).value();
+  rpc::Client* c = impl->coordinator.get();
+  impl->fetch_map = [c](uint32_t session, uint64_t table_id) -> Result<TableMap> {
+    detail::WireWriter w;
+    w.put<uint8_t>(0);
+    w.put<uint64_t>(table_id);
+    FERRY_ASSIGN_OR_RETURN(auto reply, detail::control_call(*c, session, detail::kCoordTable,
+                                                            detail::kCoordTableWorker, w.out()));
+    return detail::parse_table_map(reply.payload);
+  };
+  impl->named_table = [c](uint32_t session, std::string_view name, bool create) -> Result<TableMap> {
+    detail::WireWriter w;
+    if (!create) w.put<uint8_t>(1);
+    w.bytes({reinterpret_cast<const uint8_t*>(name.data()), name.size()});
+    FERRY_ASSIGN_OR_RETURN(auto reply, detail::control_call(*c, session, create ? detail::kCoordCreateTable
+                                                                                : detail::kCoordTable,
+                                                            detail::kCoordTableWorker, w.out()));
+    return detail::parse_table_map(reply.payload);
+  };
+  const rpc::ServerInfo info = detail::rpc_info(d.server);
+  for (const auto& member : d.servers) {
+    auto rc = rpc::Client::connect(nic, member.listen, detail::kServerService, co, &info);
+    impl->rpcs.push_back(rc.ok() ? std::move(rc).value() : nullptr);
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
@@ -142,6 +198,16 @@ Status Client::remove(uint32_t session, uint64_t table_id, std::span<const uint8
   const auto payload = detail::encode_request(table_id, key, {}, expected_version);
   FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvRemove, table_id, key, payload));
   return status_of(reply.app_status, reply.payload);
+}
+
+Result<TableMap> Client::table(uint32_t session, std::string_view name) {
+  if (session >= impl_->options.sessions) return invalid_argument("logkv client: no session " + std::to_string(session));
+  return impl_->named_table(session, name, false);
+}
+
+Result<TableMap> Client::create_table(uint32_t session, std::string_view name) {
+  if (session >= impl_->options.sessions) return invalid_argument("logkv client: no session " + std::to_string(session));
+  return impl_->named_table(session, name, true);
 }
 
 uint64_t Client::map_refreshes() const { return impl_->refreshes; }

@@ -100,38 +100,12 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
   const ServerOptions& so = options.server;
 
   for (uint32_t i = 0; i < options.servers; ++i) {
-    auto si = std::make_unique<Server::Impl>();
-    si->index = i;
-    si->name = "server-" + std::to_string(i);
-    si->options = so;
-    si->log_id = i + 1;
-    si->domain = std::make_unique<pm::PersistenceDomain>();
+    auto domain = std::make_unique<pm::PersistenceDomain>();
     nic::NicOptions no;
-    no.name = si->name;
-    no.memory = si->domain.get();
-    FERRY_ASSIGN_OR_RETURN(si->nic, c.engine->add_nic(no));
-    tailwind::BackupOptions bo;
-    bo.name = si->name;
-    bo.buffer_bytes = so.segment_bytes;
-    bo.buffers = so.backup_buffers;
-    bo.media = so.media;
-    bo.pm_path = c.dir + "/" + si->name + ".pm";
-    bo.storage_dir = c.dir + "/" + si->name + "-storage";
-    bo.storage_mode = so.storage_mode;
-    bo.flush_in_background = so.flush_in_background;
-    bo.flusher_cpu = home_cpu(so);
-    FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(*si->nic, si->domain.get(), bo));
-    rpc::ServerOptions ro;
-    ro.mode = rpc::Mode::kRawRpc;
-    ro.workers = so.workers + 1;  // the last one serves the backup's requests only
-    ro.max_request_bytes = so.max_request_bytes;
-    ro.max_response_bytes = std::max<uint32_t>(16 << 10, so.max_request_bytes);  // GET values, backup read chunks
-    ro.worker_cpus = so.worker_cpus;
-    FERRY_ASSIGN_OR_RETURN(si->rpc, rpc::Server::create(*c.engine, *si->nic, ro));
-    FERRY_RETURN_IF_ERROR(si->backup->register_rpcs(*si->rpc));
-    FERRY_RETURN_IF_ERROR(si->register_handlers());
-    for (uint32_t w = 0; w < so.workers; ++w) si->partitions.push_back(std::make_unique<detail::Partition>());
-    FERRY_RETURN_IF_ERROR(si->rpc->start());
+    no.name = "server-" + std::to_string(i);
+    no.memory = domain.get();
+    FERRY_ASSIGN_OR_RETURN(nic::Nic * nic, c.engine->add_nic(no));
+    FERRY_ASSIGN_OR_RETURN(auto si, detail::build_server(*nic, std::move(domain), i, so, c.dir));
     c.servers.push_back(std::unique_ptr<Server>(new Server(std::move(si))));
   }
 
@@ -149,26 +123,17 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
       si.links.push_back(std::move(link));
       si.link_server.push_back(j);
     }
-    tailwind::LogOptions lo;
-    lo.log_id = si.log_id;
-    lo.segment_bytes = so.segment_bytes;
-    lo.replicas = so.replicas;
-    lo.replication = so.replication;
-    lo.flush = so.flush && so.media == tailwind::BufferMedia::kPm;
-    lo.rpc_chunk_bytes = so.max_request_bytes - 64;
-    lo.seed = 0x10c4 + i;
     Coordinator* coord = &c.coordinator;
     const uint64_t log_id = si.log_id;
-    lo.on_version = [coord, log_id](uint64_t segment_id, uint64_t version) {
-      std::lock_guard lk(coord->mu);
-      uint64_t& v = coord->min_versions[log_id][segment_id];
-      v = std::max(v, version);
-    };
     si.on_freed = [coord, log_id](uint64_t segment_id) {
       std::lock_guard lk(coord->mu);
       coord->min_versions[log_id][segment_id] = std::numeric_limits<uint64_t>::max();
     };
-    FERRY_ASSIGN_OR_RETURN(si.log, tailwind::ReplicatedLog::create(*si.nic, candidates, lo));
+    FERRY_RETURN_IF_ERROR(si.create_log(candidates, [coord, log_id](uint64_t segment_id, uint64_t version) {
+      std::lock_guard lk(coord->mu);
+      uint64_t& v = coord->min_versions[log_id][segment_id];
+      v = std::max(v, version);
+    }));
   }
   if (options.clean_interval_ms > 0) {
     Cluster* self = cluster.get();
@@ -327,37 +292,8 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   FERRY_ASSIGN_OR_RETURN(auto segments, tailwind::recover_log(dead.log_id, raw, min_versions, &result.log));
   result.progress.segments_total = segments.size();
 
-  // Replay: per key the newest object, unless a tombstone at or above its
-  // version says it was removed.
-  struct Replayed {
-    uint64_t table_id = 0;
-    uint64_t object_version = 0;
-    uint64_t tombstone_version = 0;
-    std::vector<uint8_t> key, value;
-  };
-  std::unordered_map<std::string, Replayed> objects;
-  for (const auto& seg : segments) {
-    Status st = tailwind::for_each_entry(seg.bytes, [&](const tailwind::Entry& e) {
-      if (e.type != tailwind::EntryType::kObject && e.type != tailwind::EntryType::kTombstone) return;
-      ++result.progress.objects_replayed;
-      auto tc = tablet_counts.find(e.table_id);
-      if (tc == tablet_counts.end()) return;
-      if (moves.count({e.table_id, tablet_of(key_hash(e.table_id, e.key), tc->second)}) == 0) return;
-      Replayed& r = objects[detail::index_key(e.table_id, e.key)];
-      r.table_id = e.table_id;
-      if (r.key.empty() && !e.key.empty()) r.key.assign(e.key.begin(), e.key.end());
-      if (e.type == tailwind::EntryType::kTombstone) {
-        r.tombstone_version = std::max(r.tombstone_version, e.version);
-      } else if (e.version > r.object_version) {
-        r.object_version = e.version;
-        r.value.assign(e.value.begin(), e.value.end());
-      }
-    });
-    if (!st.ok()) return Status(st.code(), "logkv: replaying segment " + std::to_string(seg.segment_id) + ": " + st.message());
-    ++result.progress.segments_done;
-    result.progress.bytes += seg.bytes.size();
-    if (progress) progress(result.progress);
-  }
+  FERRY_ASSIGN_OR_RETURN(auto objects,
+                         detail::replay(segments, tablet_counts, moves, &result.progress, progress));
 
   // The recovery masters append the survivors to their own logs (replicated
   // before they serve them), then take the tablets.
@@ -367,9 +303,9 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   // Each recovery master restores its share on its own thread, as
   // RAMCloud's masters do in parallel: while one waits for its replicas,
   // the others append.
-  std::map<uint32_t, std::vector<std::pair<const std::string*, const Replayed*>>> shares;
+  std::map<uint32_t, std::vector<std::pair<const std::string*, const detail::Replayed*>>> shares;
   for (const auto& [ikey, r] : objects) {
-    if (r.object_version == 0 || r.object_version <= r.tombstone_version) continue;
+    if (!r.live()) continue;
     const uint64_t hash = key_hash(r.table_id, r.key);
     shares[moves.at({r.table_id, tablet_of(hash, tablet_counts.at(r.table_id))})].emplace_back(&ikey, &r);
   }

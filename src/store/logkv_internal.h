@@ -6,18 +6,22 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "ferry/pm/domain.h"
+#include "ferry/tailwind/format.h"
 #include "ferry/store/logkv.h"
 
 namespace ferry::store::logkv {
@@ -70,6 +74,142 @@ struct Partition {
 
 std::string index_key(uint64_t table_id, std::span<const uint8_t> key);
 
+// The RPC server every storage server runs, and what a remote client must
+// expect of it (the last worker serves backup requests only).
+rpc::ServerOptions rpc_options(const ServerOptions& so);
+rpc::ServerInfo rpc_info(const ServerOptions& so);
+
+// ---- control wire (docs/tailwind.md, "LogKv control requests") ----
+// Little-endian fields appended in order; the reader takes untrusted bytes:
+// a read past the end or a leftover byte makes the message malformed.
+
+class WireWriter {
+ public:
+  template <typename T>
+  void put(T v) {
+    const size_t at = out_.size();
+    out_.resize(at + sizeof v);
+    std::memcpy(out_.data() + at, &v, sizeof v);
+  }
+  void bytes(std::span<const uint8_t> b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  size_t size() const { return out_.size(); }
+  std::vector<uint8_t>& out() { return out_; }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+class WireReader {
+ public:
+  explicit WireReader(std::span<const uint8_t> in) : in_(in) {}
+  template <typename T>
+  T get() {
+    T v{};
+    if (!ok_ || in_.size() - at_ < sizeof v) {
+      ok_ = false;
+      return v;
+    }
+    std::memcpy(&v, in_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  std::span<const uint8_t> bytes(size_t n) {
+    if (!ok_ || in_.size() - at_ < n) {
+      ok_ = false;
+      return {};
+    }
+    auto b = in_.subspan(at_, n);
+    at_ += n;
+    return b;
+  }
+  bool ok() const { return ok_; }
+  bool done() const { return ok_ && at_ == in_.size(); }
+
+ private:
+  std::span<const uint8_t> in_;
+  size_t at_ = 0;
+  bool ok_ = true;
+};
+
+// Requests a server serves for the coordinator (beside kLogKv*).
+enum ControlType : uint16_t {
+  kLogKvAssign = 80,        // table, tablets, the tablets now served here
+  kLogKvBackupFailed = 81,  // server index: replace the replicas it held
+  kLogKvRestore = 82,       // recovery: objects to append and serve
+  kLogKvPing = 83,          // heartbeat (on the backup worker)
+};
+// Requests the coordinator serves.
+enum CoordinatorType : uint16_t {
+  kCoordEnlist = 90,       // server index -> log id
+  kCoordTable = 91,        // by id or name -> TableMap
+  kCoordCreateTable = 92,  // name -> TableMap
+  kCoordVersion = 93,      // log, segment, replica version
+  kCoordFreed = 94,        // log, segment
+};
+
+// The coordinator's RPC server (worker 0: enlist and tables; worker 1: the
+// logs' version and free reports, so a server's log never waits behind a
+// table request that waits for that server), and the service names.
+rpc::ServerOptions coordinator_rpc_options();
+rpc::ServerInfo coordinator_rpc_info();
+inline constexpr uint32_t kCoordTableWorker = 0;
+inline constexpr uint32_t kCoordLogWorker = 1;
+inline constexpr std::string_view kServerService = "logkv";
+inline constexpr std::string_view kBackupDataService = "tailwind";
+inline constexpr std::string_view kCoordinatorService = "logkv-coordinator";
+
+// A control reply: app status = Status code (0 ok), payload = the error's message.
+void reply_status(rpc::Reply& out, const Status& st);
+Status status_of(const rpc::CallReply& reply);
+// A synchronous control call whose error reply becomes its Status.
+Result<rpc::CallReply> control_call(rpc::Client& client, uint32_t session, uint16_t type, uint64_t route,
+                                    std::span<const uint8_t> payload);
+
+struct RestoreObject {
+  uint64_t table_id = 0;
+  uint64_t version = 0;
+  std::span<const uint8_t> key, value;
+};
+struct RestoreBatch {
+  uint64_t max_version = 0;
+  std::vector<RestoreObject> objects;  // views into the message
+};
+// Objects are appended while the batch stays under max_bytes.
+void begin_restore(WireWriter& w, uint64_t max_version);
+size_t restore_object_bytes(size_t key_bytes, size_t value_bytes);
+void add_restore_object(WireWriter& w, uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
+                        std::span<const uint8_t> value);
+Result<RestoreBatch> parse_restore(std::span<const uint8_t> payload);
+
+std::vector<uint8_t> encode_table_map(const TableMap& map);
+Result<TableMap> parse_table_map(std::span<const uint8_t> payload);
+
+struct Assignment {
+  uint64_t table_id = 0;
+  uint32_t tablets = 0;
+  std::vector<uint32_t> owned;
+};
+std::vector<uint8_t> encode_assignment(const Assignment& a);
+Result<Assignment> parse_assignment(std::span<const uint8_t> payload);
+
+// ---- recovery's replay (shared by the in-process and the deployed coordinator) ----
+
+// Per key the newest object, unless a tombstone at or above its version
+// says it was removed.
+struct Replayed {
+  uint64_t table_id = 0;
+  uint64_t object_version = 0;
+  uint64_t tombstone_version = 0;
+  std::vector<uint8_t> key, value;
+  bool live() const { return object_version != 0 && object_version > tombstone_version; }
+};
+// Replays `segments` keeping the entries of tablets in `moves` (tablet_counts
+// gives each table's tablet count); calls `progress` after each segment.
+Result<std::unordered_map<std::string, Replayed>> replay(
+    const std::vector<tailwind::RecoveredSegment>& segments, const std::map<uint64_t, uint32_t>& tablet_counts,
+    const std::map<std::pair<uint64_t, uint32_t>, uint32_t>& moves, RecoveryProgress* progress,
+    const std::function<void(const RecoveryProgress&)>& on_progress);
+
 }  // namespace detail
 
 struct Server::Impl {
@@ -116,6 +256,11 @@ struct Server::Impl {
   void add_live(uint64_t segment_id, int64_t bytes);
 
   Status register_handlers();
+  // The coordinator's requests (ControlType).
+  Status register_control_handlers();
+  // The log over `candidates` (links[k] is to server link_server[k]).
+  Status create_log(std::vector<tailwind::BackupLink*> candidates,
+                    std::function<void(uint64_t segment_id, uint64_t version)> on_version);
   // Appends (table, key) at `version` with `value` and points the index at
   // it; the partition's lock must be held. Used by PUT and recovery.
   Result<detail::IndexEntry> append_and_index(detail::Partition& p, const std::string& ikey, uint64_t table_id,
@@ -154,5 +299,11 @@ struct Cluster::Impl {
 
   uint32_t tablets_per_table() const;
 };
+
+namespace detail {
+// A storage server without its log: NIC, backup, RPC server (started).
+Result<std::unique_ptr<Server::Impl>> build_server(nic::Nic& nic, std::unique_ptr<pm::PersistenceDomain> domain,
+                                                   uint32_t index, const ServerOptions& so, const std::string& dir);
+}  // namespace detail
 
 }  // namespace ferry::store::logkv

@@ -14,6 +14,7 @@
 
 #include "ferry/common/checksum.h"
 #include "ferry/common/cpu.h"
+#include "ferry/nicd/dma_memory.h"
 #include "messages.h"
 
 namespace ferry::tailwind {
@@ -54,7 +55,7 @@ struct Backup::Impl {
   pm::PersistenceDomain* domain = nullptr;
   BackupOptions options;
   pm::Region* region = nullptr;  // kPm, or kDram from the domain
-  uint8_t* own_memory = nullptr;   // kDram without a domain
+  nicd::DmaMemory own_memory;      // kDram without a domain (shared with a daemon-attached NIC)
   uint8_t* base = nullptr;
   size_t directory_bytes = 0;
   uint32_t max_open = 1;
@@ -92,7 +93,13 @@ struct Backup::Impl {
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> loaded;  // closed replicas read by find()
   BackupCounters counters;
 
+  std::vector<std::pair<cm::Listener*, std::string>> served;  // serve()
+
+  Result<nic::QueuePair*> new_link_locked(uint64_t log_id);
+
   ~Impl() {
+    // No CM callback may run from here on.
+    for (auto& [listener, name] : served) (void)listener->unserve(name);
     // Flushes not yet done are abandoned, as at a crash: their slots say
     // closed in the directory, and a restart (recover) flushes them.
     {
@@ -104,7 +111,6 @@ struct Backup::Impl {
     for (auto& s : slots) s.mr.reset();
     links.clear();
     if (region != nullptr && domain != nullptr) domain->release(region);
-    std::free(own_memory);
   }
 
   uint8_t* buffer_at(size_t i) const { return base + directory_bytes + i * options.buffer_bytes; }
@@ -262,10 +268,8 @@ struct Backup::Impl {
       FERRY_ASSIGN_OR_RETURN(region, domain->alloc_dram(total));
       base = region->data();
     } else {
-      own_memory = static_cast<uint8_t*>(std::aligned_alloc(4096, round_up(total, 4096)));
-      if (own_memory == nullptr) return resource_exhausted("no memory for " + std::to_string(total) + " bytes of buffers");
-      std::memset(own_memory, 0, total);
-      base = own_memory;
+      FERRY_ASSIGN_OR_RETURN(own_memory, nicd::DmaMemory::allocate(*nic, total, "ferry-tailwind-buffers"));
+      base = own_memory.data();
     }
     slots.resize(options.buffers);
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -339,33 +343,70 @@ Result<std::unique_ptr<Backup>> Backup::create(nic::Nic& nic, pm::PersistenceDom
   return std::unique_ptr<Backup>(new Backup(std::move(impl)));
 }
 
-Status Backup::connect(uint64_t log_id, nic::QueuePair& primary_qp, const nic::Nic& primary_nic,
-                       const nic::ConnectOptions& options) {
-  Impl& m = *impl_;
-  std::lock_guard lock(m.mu);
-  for (const auto& s : m.slots) {
+Result<nic::QueuePair*> Backup::Impl::new_link_locked(uint64_t log_id) {
+  for (const auto& s : slots) {
     if (s.open && s.log_id == log_id && s.mr != nullptr) {
-      return failed_precondition("log " + std::to_string(log_id) + " has buffers open on " + m.options.name +
+      return failed_precondition("log " + std::to_string(log_id) + " has buffers open on " + options.name +
                                  " through its current connection");
     }
   }
-  m.fence_locked(log_id);
-  m.links.erase(log_id);
-  Impl::Link link;
-  FERRY_ASSIGN_OR_RETURN(link.pd, m.nic->alloc_pd());
+  fence_locked(log_id);
+  links.erase(log_id);
+  Link link;
+  FERRY_ASSIGN_OR_RETURN(link.pd, nic->alloc_pd());
   nic::CqInitAttr cq_attr;
   cq_attr.cqe = 16;
-  FERRY_ASSIGN_OR_RETURN(link.cq, m.nic->create_cq(cq_attr));
+  FERRY_ASSIGN_OR_RETURN(link.cq, nic->create_cq(cq_attr));
   nic::QpInitAttr qp_attr;
   qp_attr.send_cq = link.cq.get();
   qp_attr.recv_cq = link.cq.get();
   qp_attr.cap.max_send_wr = 1;
   qp_attr.cap.max_recv_wr = 1;
-  FERRY_ASSIGN_OR_RETURN(link.qp, m.nic->create_qp(*link.pd, qp_attr));
+  FERRY_ASSIGN_OR_RETURN(link.qp, nic->create_qp(*link.pd, qp_attr));
+  nic::QueuePair* qp = link.qp.get();
+  links.emplace(log_id, std::move(link));
+  return qp;
+}
+
+Status Backup::connect(uint64_t log_id, nic::QueuePair& primary_qp, const nic::Nic& primary_nic,
+                       const nic::ConnectOptions& options) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  FERRY_ASSIGN_OR_RETURN(nic::QueuePair * qp, m.new_link_locked(log_id));
   nic::ConnectOptions o = options;
   o.access_flags = nic::kAccessRemoteWrite | nic::kAccessFlushGlobal | nic::kAccessFlushPersistent;
-  FERRY_RETURN_IF_ERROR(nic::connect_qps(primary_qp, primary_nic, *link.qp, *m.nic, o));
-  m.links.emplace(log_id, std::move(link));
+  Status st = nic::connect_qps(primary_qp, primary_nic, *qp, *m.nic, o);
+  if (!st.ok()) m.links.erase(log_id);
+  return st;
+}
+
+Status Backup::serve(cm::Listener& listener, std::string_view service) {
+  Impl& m = *impl_;
+  cm::Service svc;
+  svc.nic = m.nic;
+  svc.qp.access_flags = nic::kAccessRemoteWrite | nic::kAccessFlushGlobal | nic::kAccessFlushPersistent;
+  svc.accept = [&m](const cm::Request& req) -> Result<cm::Accepted> {
+    FERRY_ASSIGN_OR_RETURN(uint64_t log_id, detail::decode_data_path_request(req.private_data));
+    std::lock_guard lock(m.mu);
+    FERRY_ASSIGN_OR_RETURN(nic::QueuePair * qp, m.new_link_locked(log_id));
+    cm::Accepted a;
+    a.qp = qp;
+    return a;
+  };
+  svc.done = [&m](nic::QueuePair& qp, const cm::Connection&, const Status& status) {
+    if (status.ok()) return;
+    // The handshake failed: drop the link unless a newer one replaced it.
+    std::lock_guard lock(m.mu);
+    for (auto it = m.links.begin(); it != m.links.end(); ++it) {
+      if (it->second.qp.get() == &qp) {
+        m.links.erase(it);
+        return;
+      }
+    }
+  };
+  FERRY_RETURN_IF_ERROR(listener.serve(service, std::move(svc)));
+  std::lock_guard lock(m.mu);
+  m.served.emplace_back(&listener, std::string(service));
   return ok_status();
 }
 

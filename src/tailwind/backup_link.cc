@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backup_link_impl.h"
+#include "ferry/cm/cm.h"
 #include "messages.h"
 
 namespace ferry::tailwind {
@@ -55,6 +56,41 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Engine& engine, nic
     qp_attr.cap.max_recv_wr = 1;
     FERRY_ASSIGN_OR_RETURN(impl->qp, nic.create_qp(*impl->pd, qp_attr));
     FERRY_RETURN_IF_ERROR(backup.connect(log_id, *impl->qp, nic));
+  }
+  return std::unique_ptr<BackupLink>(new BackupLink(std::move(impl)));
+}
+
+Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Nic& nic, const Remote& backup, uint64_t log_id,
+                                                        bool data_path, std::optional<uint64_t> route) {
+  auto impl = std::make_unique<Impl>();
+  impl->name = backup.name;
+  impl->log_id = log_id;
+  impl->route = route.value_or(log_id);
+  rpc::ClientOptions co;
+  co.sessions = 1;
+  co.max_inflight = 128;
+  FERRY_ASSIGN_OR_RETURN(impl->client,
+                         rpc::Client::connect(nic, backup.address, backup.rpc_service, co, &backup.server));
+  if (data_path) {
+    FERRY_ASSIGN_OR_RETURN(impl->pd, nic.alloc_pd());
+    nic::CqInitAttr cq_attr;
+    cq_attr.cqe = 2048;
+    FERRY_ASSIGN_OR_RETURN(impl->cq, nic.create_cq(cq_attr));
+    nic::QpInitAttr qp_attr;
+    qp_attr.send_cq = impl->cq.get();
+    qp_attr.recv_cq = impl->cq.get();
+    qp_attr.cap.max_send_wr = 1024;
+    qp_attr.cap.max_recv_wr = 1;
+    FERRY_ASSIGN_OR_RETURN(impl->qp, nic.create_qp(*impl->pd, qp_attr));
+    cm::ConnectOptions o;
+    o.timeout_ms = backup.connect_timeout_ms;
+    o.qp.access_flags = 0;  // the primary's side is only written from, never to
+    auto conn = cm::connect(backup.address, backup.data_service, nic, *impl->qp,
+                            detail::encode_data_path_request(log_id), o);
+    if (!conn.ok()) {
+      return Status(conn.status().code(), "the data path to " + backup.name + " (" + backup.address + "): " +
+                                              conn.status().message());
+    }
   }
   return std::unique_ptr<BackupLink>(new BackupLink(std::move(impl)));
 }

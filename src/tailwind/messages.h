@@ -93,6 +93,26 @@ Result<T> decode(std::span<const uint8_t> bytes, bool prefix = false) {
   return message;
 }
 
+// The CM REQ of a primary's data-path connection (Backup::serve): which log.
+struct DataPathRequest {
+  uint32_t magic = kDataPathMagic;
+  uint32_t reserved = 0;
+  uint64_t log_id = 0;
+  static constexpr uint32_t kDataPathMagic = 0x44575446;  // "FTWD"
+};
+inline std::vector<uint8_t> encode_data_path_request(uint64_t log_id) {
+  DataPathRequest r;
+  r.log_id = log_id;
+  return encode(r);
+}
+inline Result<uint64_t> decode_data_path_request(std::span<const uint8_t> bytes) {
+  FERRY_ASSIGN_OR_RETURN(auto r, decode<DataPathRequest>(bytes));
+  if (r.magic != DataPathRequest::kDataPathMagic || r.reserved != 0 || r.log_id == 0) {
+    return invalid_argument("malformed Tailwind data-path request");
+  }
+  return r.log_id;
+}
+
 std::vector<uint8_t> encode_find_reply(const std::vector<ReplicaInfo>& replicas);
 Result<std::vector<ReplicaInfo>> decode_find_reply(std::span<const uint8_t> bytes);
 

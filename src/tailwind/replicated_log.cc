@@ -3,8 +3,6 @@
 // the replicas of a failed backup.
 #include "ferry/tailwind/replicated_log.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -15,6 +13,7 @@
 
 #include "backup_link_impl.h"
 #include "ferry/common/rng.h"
+#include "ferry/nicd/dma_memory.h"
 #include "messages.h"
 
 namespace ferry::tailwind {
@@ -35,6 +34,7 @@ struct ReplicatedLog::Impl {
   };
   struct Segment {
     uint64_t id = 0;
+    nicd::DmaMemory pages;  // the segment's memory (shared with a daemon-attached NIC)
     uint8_t* memory = nullptr;
     std::vector<std::unique_ptr<nic::MemoryRegion>> mrs;  // per link (its PD), kTailwind
     std::optional<SegmentWriter> writer;
@@ -42,10 +42,7 @@ struct ReplicatedLog::Impl {
     uint64_t version = 1;
     std::vector<Replica> replicas;
     size_t bytes = 0;
-    ~Segment() {
-      mrs.clear();
-      if (memory != nullptr) ::munmap(memory, bytes);
-    }
+    ~Segment() { mrs.clear(); }
     uint64_t written() const { return writer->offset(); }
   };
 
@@ -315,9 +312,8 @@ struct ReplicatedLog::Impl {
     // is zero from the start at no cost here, and each page is faulted in by
     // the append that first writes it (a memset would fault all 8 MB while
     // the PUT that rolled the segment waits).
-    void* memory = ::mmap(nullptr, options.segment_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) return resource_exhausted("no memory for a segment");
-    s->memory = static_cast<uint8_t*>(memory);
+    FERRY_ASSIGN_OR_RETURN(s->pages, nicd::DmaMemory::allocate(*nic, options.segment_bytes, "ferry-tailwind-segment"));
+    s->memory = s->pages.data();
     s->bytes = options.segment_bytes;
     FERRY_ASSIGN_OR_RETURN(auto writer, SegmentWriter::start({s->memory, options.segment_bytes}, options.log_id, s->id));
     s->writer.emplace(writer);

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "ferry/common/status.h"
@@ -117,6 +118,7 @@ class Session {
 
  private:
   friend class Client;
+  friend struct ClientBuilder;
   Session(uint32_t index, std::unique_ptr<Impl> impl);
   uint32_t index_;
   std::unique_ptr<Impl> impl_;
@@ -129,6 +131,18 @@ class Client {
   // must outlive the client.
   static Result<std::unique_ptr<Client>> create(nic::Engine& engine, nic::Nic& nic, Server& server,
                                                 const ClientOptions& options);
+  // Connects to a server in another process (or host) through the CM: its
+  // listener at `address` ("host:port") serving `service` (Server::serve).
+  // `nic` may be in-process or daemon-attached and must outlive the client.
+  // With `expect` (what the configuration says of the server) every
+  // handshake is checked against it and a server that differs is refused
+  // (kFailedPrecondition, naming both); without, a first handshake with
+  // worker 0 learns the server's parameters (and leaves an idle QP on it). Errors: those of cm::connect
+  // (kUnavailable when nothing listens there, kNotFound for an unknown
+  // service, kTimedOut), with the address in the message.
+  static Result<std::unique_ptr<Client>> connect(nic::Nic& nic, std::string_view address, std::string_view service,
+                                                 const ClientOptions& options,
+                                                 const ServerInfo* expect = nullptr);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

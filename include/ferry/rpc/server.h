@@ -23,6 +23,11 @@
 // the same QP; recovery re-executes the committed nilext requests. Handlers
 // of a durable server must persist their own effects before returning.
 //
+// Across processes (a daemon-attached NIC, `ferry nicd`): serve() registers
+// the server as a connection-manager service; clients connect with
+// Client::connect (the address and service name) and learn the server's
+// parameters from the handshake (docs/rpc-format.md, "Connecting").
+//
 // Threads: register handlers, then start(). With `threaded` each worker runs
 // on its own thread from start() to stop(); otherwise the caller drives
 // worker w with poll_worker(w) (deterministic tests). connect() may be called
@@ -37,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/cm/cm.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
@@ -139,6 +145,17 @@ struct WorkerCounters {
   WorkerCounters& operator+=(const WorkerCounters& o);
 };
 
+// What a client must know of a server to build its queues: what the CM
+// handshake tells a remote client (and Server::info() an in-process one).
+struct ServerInfo {
+  Mode mode = Mode::kRawRpc;
+  bool durable = false;
+  uint32_t workers = 0;
+  uint32_t max_request_bytes = 0;
+  uint32_t max_response_bytes = 0;
+  std::vector<uint16_t> nilext_types;  // the types a client may mark nilext, ascending
+};
+
 // What a client needs to talk to one worker (filled in by Server::connect).
 struct WorkerEndpoint {
   uint32_t worker = 0;
@@ -151,7 +168,11 @@ class Server {
   // `nic` (owned by `engine`) is the server host's NIC; both must outlive the
   // server. kInvalidArgument names a bad option.
   static Result<std::unique_ptr<Server>> create(nic::Engine& engine, nic::Nic& nic, const ServerOptions& options);
-  ~Server();  // stops the workers; connected client QPs then see errors
+  // The same on any NIC: an in-process one (its Engine is nic.engine()) or a
+  // daemon-attached one (the engine runs in the daemon; the server's
+  // buffers are shared memory the daemon maps).
+  static Result<std::unique_ptr<Server>> create(nic::Nic& nic, const ServerOptions& options);
+  ~Server();  // stops the workers (and unserves); connected client QPs then see errors
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
@@ -174,7 +195,15 @@ class Server {
   Result<WorkerEndpoint> connect(uint32_t w, nic::QueuePair& client_qp, const nic::Nic& client_nic,
                                  const nic::ConnectOptions& options = {});
 
+  // Serves connections as the CM service `service` of `listener` (after
+  // start(); the listener must outlive the server or the server's
+  // destruction, which unserves). Each CM request names a worker; the reply
+  // carries the ServerInfo and the worker's endpoint. Errors: those of
+  // Listener::serve.
+  Status serve(cm::Listener& listener, std::string_view service);
+
   const ServerOptions& options() const;
+  ServerInfo info() const;
   Mode mode() const;
   uint32_t workers() const;
   bool durable() const;

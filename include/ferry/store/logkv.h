@@ -157,6 +157,8 @@ struct CleanResult {
 };
 
 class Server;
+class StorageServer;
+struct Deployment;  // logkv_deploy.h
 
 // The in-process cluster: one engine, `servers` storage servers (each a
 // NIC, a persistence domain, a backup, an rpc::Server and a replicated
@@ -233,6 +235,7 @@ class Server {
 
  private:
   friend class Cluster;
+  friend class StorageServer;
   explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -254,6 +257,13 @@ struct GetResult {
 class Client {
  public:
   static Result<std::unique_ptr<Client>> create(Cluster& cluster, const ClientOptions& options = {});
+  // A client machine of a deployment (logkv_deploy.h) on `nic` (which must
+  // outlive it): RPC clients connected through the CM to the coordinator and
+  // to every server. A server that cannot be reached now is skipped (its
+  // tablets fail until they are recovered elsewhere). Errors: the
+  // coordinator cannot be reached (kUnavailable, naming its address).
+  static Result<std::unique_ptr<Client>> connect(nic::Nic& nic, const Deployment& deployment,
+                                                 const ClientOptions& options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -268,6 +278,11 @@ class Client {
   // kNotFound if absent; expected_version as for put.
   Status remove(uint32_t session, uint64_t table_id, std::span<const uint8_t> key,
                 std::optional<uint64_t> expected_version = std::nullopt);
+
+  // The coordinator's table named `name` (kNotFound), or a new one
+  // (kAlreadyExists if the name is taken).
+  Result<TableMap> table(uint32_t session, std::string_view name);
+  Result<TableMap> create_table(uint32_t session, std::string_view name);
 
   uint64_t map_refreshes() const;
 

@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/cm/cm.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/verbs.h"
@@ -162,6 +163,12 @@ class Backup {
   // fences) an earlier connection of the same log.
   Status connect(uint64_t log_id, nic::QueuePair& primary_qp, const nic::Nic& primary_nic,
                  const nic::ConnectOptions& options = {});
+  // The same across processes: serves the data-path connections of remote
+  // primaries as the CM service `service` of `listener` (the REQ names the
+  // log, docs/tailwind.md "Deployment"); a new connection of a log replaces
+  // its earlier one as connect() does. The listener must outlive the backup
+  // or the backup's destruction, which unserves. Errors: Listener::serve's.
+  Status serve(cm::Listener& listener, std::string_view service);
   // §3.3.4: moves the log's QPs to ERROR, so a primary that others consider
   // failed can no longer write here.
   void fence(uint64_t log_id);

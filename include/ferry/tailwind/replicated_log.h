@@ -62,6 +62,22 @@ class BackupLink {
   static Result<std::unique_ptr<BackupLink>> connect(nic::Engine& engine, nic::Nic& nic, Backup& backup,
                                                      rpc::Server& server, uint64_t log_id, bool data_path,
                                                      std::optional<uint64_t> route = std::nullopt);
+  // Across processes: the backup's host serves its RPC server as CM service
+  // `rpc_service` (rpc::Server::serve) and its data path as `data_service`
+  // (Backup::serve) on the listener at `address`; `server` is what the
+  // configuration says of that RPC server (checked at the handshake).
+  // `nic` (in-process or daemon-attached) must outlive the link. Errors:
+  // those of rpc::Client::connect and cm::connect, naming the address.
+  struct Remote {
+    std::string name;     // for messages ("server-2")
+    std::string address;  // "host:port" of the backup host's CM listener
+    std::string rpc_service;
+    std::string data_service;
+    rpc::ServerInfo server;
+    uint32_t connect_timeout_ms = 5000;
+  };
+  static Result<std::unique_ptr<BackupLink>> connect(nic::Nic& nic, const Remote& backup, uint64_t log_id,
+                                                     bool data_path, std::optional<uint64_t> route = std::nullopt);
   ~BackupLink();
   BackupLink(const BackupLink&) = delete;
   BackupLink& operator=(const BackupLink&) = delete;
