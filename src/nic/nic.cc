@@ -259,7 +259,10 @@ Result<SrqCore*> NicCore::create_srq(uint32_t pd, const SrqInitAttr& attr, Recor
       }
       srq->ring = attr.ring_memory.data();
     } else {
-      srq->ring_memory = AlignedBuffer(bytes);
+      // In the client's shared arena when it has one (a daemon's client
+      // writes its receive WQEs there), as QP rings are.
+      srq->ring_memory = AlignedBuffer(bytes, arena);
+      if (srq->ring_memory.ptr == nullptr) return resource_exhausted("create_srq: no room for its ring in shared memory");
       srq->ring = srq->ring_memory.ptr;
     }
     srq->rec->limit.store(attr.srq_limit, std::memory_order_relaxed);

@@ -215,6 +215,67 @@ TEST(Nicd, TwoClientsOfOneDaemonTalk) {
   EXPECT_EQ(census.mrs, 2u);
 }
 
+// A daemon client's SRQ (ordinary and multi-packet): its receive ring must be
+// in the client's arena, where post_srq_recv writes the WQEs. (It was once
+// allocated in the daemon's heap, so CREATE_SRQ replied with a ring the
+// client could not reach and failed.)
+TEST(Nicd, SharedReceiveQueuesOfADaemonClient) {
+  const std::string path = temp_socket("srq");
+  auto d = Daemon::start(daemon_options(path));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  auto a_dev = Device::open(open_options(path)).value();
+  auto b_dev = Device::open(open_options(path)).value();
+  for (const bool multi_packet : {false, true}) {
+    SCOPED_TRACE(multi_packet ? "multi-packet SRQ" : "ordinary SRQ");
+    Endpoint a, b;
+    a.init(a_dev->nic());
+    b.init(b_dev->nic());
+    nic::SrqInitAttr sa;
+    sa.max_wr = 16;
+    sa.max_sge = 1;
+    if (multi_packet) {
+      sa.mp_strides = 64;
+      sa.mp_stride_bytes = 64;
+      sa.mp_max_message_bytes = 256;
+    }
+    auto srq = b_dev->nic().create_srq(*b.pd, sa);
+    ASSERT_TRUE(srq.ok()) << srq.status().to_string();
+    nic::QpInitAttr qa;
+    qa.send_cq = b.cq.get();
+    qa.recv_cq = b.cq.get();
+    qa.srq = srq.value().get();
+    qa.cap.max_send_wr = 8;
+    auto on_srq = b_dev->nic().create_qp(*b.pd, qa);
+    ASSERT_TRUE(on_srq.ok()) << on_srq.status().to_string();
+    connect(*a.qp, a_dev->nic().address(), on_srq.value()->qp_num());
+    connect(*on_srq.value(), b_dev->nic().address(), a.qp->qp_num());
+    const uint32_t buffer = multi_packet ? 64 * 64 : 256;
+    for (uint32_t i = 0; i < 4; ++i) {
+      nic::Sge rsge = b.mr->sge(i * buffer, buffer);
+      ASSERT_TRUE(srq.value()->post_recv(nic::RecvWr{100 + i, std::span<const nic::Sge>(&rsge, 1)}).ok());
+    }
+    for (uint32_t m = 0; m < 3; ++m) {
+      const std::string text = "message " + std::to_string(m);
+      std::memcpy(a.memory.data() + 1024 * m, text.data(), text.size());
+      nic::Sge ssge = a.mr->sge(1024 * m, static_cast<uint32_t>(text.size()));
+      nic::SendWr s;
+      s.opcode = nic::WrOpcode::kSend;
+      s.flags = nic::kSendSignaled;
+      s.sg_list = std::span<const nic::Sge>(&ssge, 1);
+      ASSERT_TRUE(a.qp->post_send(s).ok());
+      ASSERT_EQ(wait_completion(*a.cq).status, nic::WcStatus::kSuccess);
+      const auto rc = wait_completion(*b.cq);
+      ASSERT_EQ(rc.status, nic::WcStatus::kSuccess);
+      EXPECT_EQ(rc.byte_len, text.size());
+      // Ordinary: one buffer per message. Multi-packet: back to back at the
+      // 64-byte stride of the first buffer.
+      const size_t at = multi_packet ? 64 * m : static_cast<size_t>(buffer) * m;
+      EXPECT_EQ(std::memcmp(b.memory.data() + at, text.data(), text.size()), 0) << "message " << m;
+    }
+    on_srq.value().reset();
+  }
+}
+
 // Completion channels are the daemon's eventfds: a blocked get_event wakes.
 TEST(Nicd, CompletionChannelWakesAcrossTheSocket) {
   const std::string path = temp_socket("channel");
