@@ -1,5 +1,7 @@
 #include "chain_config.h"
 
+#include "toml_fields.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -12,45 +14,6 @@ namespace ferry::apps {
 
 namespace {
 
-std::string where(std::string_view source, std::string_view key) {
-  return std::string(source) + ": " + std::string(key);
-}
-
-// An integer key in [lo, hi], or `fallback` when absent.
-Result<uint64_t> integer(const toml::table& t, std::string_view key, std::string_view source, std::string_view path,
-                         uint64_t fallback, uint64_t lo, uint64_t hi) {
-  const toml::node* n = t.get(key);
-  if (n == nullptr) return fallback;
-  const auto v = n->value<int64_t>();
-  if (!n->is_integer() || !v) return invalid_argument(where(source, path) + " must be an integer");
-  if (*v < 0 || static_cast<uint64_t>(*v) < lo || static_cast<uint64_t>(*v) > hi) {
-    return invalid_argument(where(source, path) + " = " + std::to_string(*v) + " is outside " + std::to_string(lo) +
-                            ".." + std::to_string(hi));
-  }
-  return static_cast<uint64_t>(*v);
-}
-
-Result<std::string> string(const toml::table& t, std::string_view key, std::string_view source, std::string_view path,
-                           bool required) {
-  const toml::node* n = t.get(key);
-  if (n == nullptr) {
-    if (required) return invalid_argument(where(source, path) + " is missing");
-    return std::string();
-  }
-  if (!n->is_string()) return invalid_argument(where(source, path) + " must be a string");
-  return std::string(*n->value<std::string_view>());
-}
-
-Status check_keys(const toml::table& t, std::string_view source, std::string_view table,
-                  std::initializer_list<std::string_view> known) {
-  for (const auto& [k, v] : t) {
-    bool ok = false;
-    for (std::string_view name : known) ok = ok || k.str() == name;
-    if (!ok) return invalid_argument(std::string(source) + ": unknown key '" + std::string(k.str()) + "' in " + std::string(table));
-  }
-  return ok_status();
-}
-
 Result<MemberConfig> member(const toml::table& t, std::string_view source, const std::string& path, bool replica) {
   if (replica) {
     FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"nicd", "listen", "region"}));
@@ -61,10 +24,7 @@ Result<MemberConfig> member(const toml::table& t, std::string_view source, const
   FERRY_ASSIGN_OR_RETURN(m.nicd, string(t, "nicd", source, path + ".nicd", false));
   if (m.nicd.empty()) m.nicd = "/run/ferry/nicd.sock";
   FERRY_ASSIGN_OR_RETURN(m.listen, string(t, "listen", source, path + ".listen", true));
-  if (auto ep = nic::UdpEndpoint::parse(m.listen); !ep.ok() || ep.value().port == 0) {
-    return invalid_argument(where(source, path + ".listen") + " '" + m.listen +
-                            "' must be an IPv4 address and a non-zero port, like 10.0.0.2:7400");
-  }
+  FERRY_RETURN_IF_ERROR(check_listen(m.listen, source, path + ".listen"));
   if (replica) {
     FERRY_ASSIGN_OR_RETURN(m.region, string(t, "region", source, path + ".region", false));
   }

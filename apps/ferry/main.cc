@@ -17,6 +17,7 @@
 #include "group_bench.h"
 #include "group_udp_bench.h"
 #include "hyperloop_cmd.h"
+#include "logkv_cmd.h"
 #include "nicd_cmd.h"
 #include "nic_bench.h"
 #include "oq_bench.h"
@@ -219,6 +220,53 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   hl_client->add_flag("--wait-for-sigusr1", hl_client_opts.wait_for_sigusr1,
                       "after connecting, wait for SIGUSR1 before the first operation (tests stop the replicas first)");
+
+  CLI::App* lk_cmd = app.add_subcommand(
+      "logkv",
+      "LogKv (the RAMCloud-like store on Tailwind) as processes: a coordinator, storage servers and clients, each "
+      "attached to its host's NIC daemon, described by one TOML file (docs/tailwind.md, Deployment)");
+  lk_cmd->require_subcommand(1);
+  ferry::apps::LogKvMemberOptions lk_coord_opts, lk_server_opts;
+  CLI::App* lk_coord = lk_cmd->add_subcommand(
+      "coordinator",
+      "Serve as the cluster's coordinator: tables and tablet map, heartbeats, and the recovery of a server that "
+      "stops answering. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
+  lk_coord->add_option("--config", lk_coord_opts.config, "the cluster's TOML file")->required()->check(CLI::ExistingFile);
+  lk_coord->add_option("--nicd", lk_coord_opts.nicd, "the NIC daemon's socket (overrides the file)");
+  lk_coord->add_option("--listen", lk_coord_opts.listen, "the coordinator's CM address (overrides the file)");
+  CLI::App* lk_server = lk_cmd->add_subcommand(
+      "server",
+      "Serve as storage server --index of the cluster: primary for its tablets, backup for the others' logs. "
+      "Waits for the other servers and the coordinator, then enlists. Stops on SIGINT/SIGTERM, or exits 1 when its "
+      "NIC daemon dies");
+  lk_server->add_option("--config", lk_server_opts.config, "the cluster's TOML file")->required()->check(CLI::ExistingFile);
+  lk_server->add_option("--index", lk_server_opts.index, "which [[server]] of the file this process is")->required();
+  lk_server->add_option("--nicd", lk_server_opts.nicd, "the NIC daemon's socket (overrides the file)");
+  lk_server->add_option("--listen", lk_server_opts.listen, "this server's CM address (overrides the file)");
+  lk_server->add_option("--dir", lk_server_opts.dir, "backup storage directory (overrides the file)");
+  ferry::apps::LogKvClientOptions lk_client_opts;
+  CLI::App* lk_client = lk_cmd->add_subcommand(
+      "client",
+      "One operation against the cluster: put KEY VALUE, get KEY, remove KEY, create-table NAME, or load/check "
+      "--keys N (load writes key<first>.. with values derived from --seed and reports the PUT latency "
+      "distribution; check reads them back and exits 1 unless every value is exact)");
+  lk_client->add_option("--config", lk_client_opts.config, "the cluster's TOML file")->required()->check(CLI::ExistingFile);
+  lk_client->add_option("--nicd", lk_client_opts.nicd, "the NIC daemon's socket (overrides [client] nicd)");
+  lk_client->add_option("--table", lk_client_opts.table, "the table")->capture_default_str();
+  lk_client->add_option("op", lk_client_opts.op, "put, get, remove, create-table, load or check")
+      ->required()
+      ->check(CLI::IsMember({"put", "get", "remove", "create-table", "load", "check"}));
+  lk_client->add_option("key", lk_client_opts.key, "put/get/remove: the key; create-table: the name");
+  lk_client->add_option("value", lk_client_opts.value, "put: the value");
+  lk_client->add_option("--keys", lk_client_opts.keys, "load/check: how many keys")->capture_default_str();
+  lk_client->add_option("--first", lk_client_opts.first, "load/check: the first key's number")->capture_default_str();
+  lk_client->add_option("--value-bytes", lk_client_opts.value_bytes, "load/check: bytes per value")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  lk_client->add_option("--seed", lk_client_opts.seed, "load/check: seed of the values")->capture_default_str();
+  lk_client->add_option("--wait-ms", lk_client_opts.wait_ms, "wait this long for the table to exist")
+      ->capture_default_str();
+  lk_client->add_flag("--json", lk_client_opts.json, "load/check: print the summary as one JSON object");
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each measures its physical reference in the same run)");
   bench->require_subcommand(1);
@@ -554,6 +602,18 @@ int main(int argc, char** argv) {
   }
   if (hl_replica->parsed()) return ferry::apps::run_hyperloop_replica(hl_replica_opts, std::cout, std::cerr);
   if (hl_client->parsed()) return ferry::apps::run_hyperloop_client(hl_client_opts, std::cout, std::cerr);
+  if (lk_coord->parsed()) return ferry::apps::run_logkv_coordinator(lk_coord_opts, std::cout, std::cerr);
+  if (lk_server->parsed()) return ferry::apps::run_logkv_server(lk_server_opts, std::cout, std::cerr);
+  if (lk_client->parsed()) {
+    const auto& o = lk_client_opts;
+    if ((o.op == "put" && (o.key.empty() || o.value.empty())) ||
+        ((o.op == "get" || o.op == "remove" || o.op == "create-table") && o.key.empty())) {
+      std::cerr << "ferry logkv client: " << o.op << " needs "
+                << (o.op == "put" ? "KEY VALUE" : o.op == "create-table" ? "NAME" : "KEY") << "\n";
+      return 2;
+    }
+    return ferry::apps::run_logkv_client(lk_client_opts, std::cout, std::cerr);
+  }
   if (nic->parsed()) {
     if (!parse_list_option("ferry bench nic", "--sizes", sizes, &nic_opts.sizes) ||
         !parse_list_option("ferry bench nic", "--outstanding", outstanding, &nic_opts.outstanding)) {
