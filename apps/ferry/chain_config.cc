@@ -34,13 +34,7 @@ Result<MemberConfig> member(const toml::table& t, std::string_view source, const
 }  // namespace
 
 Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    return invalid_argument(std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " +
-                            std::string(e.description()));
-  }
+  FERRY_ASSIGN_OR_RETURN(toml::table root, parse_toml(text, source));
   FERRY_RETURN_IF_ERROR(check_keys(root, source, "the file", {"group", "client", "replica"}));
   ChainConfig c;
   const toml::table* group = root["group"].as_table();
@@ -105,11 +99,8 @@ Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view s
 }
 
 Result<ChainConfig> load_chain_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return not_found("cannot read the configuration " + path + ": " + std::strerror(errno));
-  std::stringstream buf;
-  buf << f.rdbuf();
-  return parse_chain_config(buf.str(), path);
+  FERRY_ASSIGN_OR_RETURN(const std::string text, read_config_file(path));
+  return parse_chain_config(text, path);
 }
 
 }  // namespace ferry::apps

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "chain_config.h"
+#include "member_process.h"
 #include "ferry/cm/cm.h"
 #include "ferry/common/histogram.h"
+#include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
 #include "ferry/hyperloop/replica.h"
@@ -26,32 +28,6 @@ namespace ferry::apps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void block_stop_signals(sigset_t* stop) {
-  sigemptyset(stop);
-  sigaddset(stop, SIGINT);
-  sigaddset(stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, stop, nullptr);
-}
-
-Result<std::unique_ptr<nicd::Device>> open_device(const std::string& socket, const std::string& name) {
-  nicd::OpenOptions o;
-  o.socket_path = socket;
-  o.client_name = name;
-  auto d = nicd::Device::open(o);
-  if (!d.ok()) {
-    return Status(d.status().code(), "cannot attach to the NIC daemon at " + socket + " (is `ferry nicd --socket " +
-                                         socket + "` running?): " + d.status().message());
-  }
-  return d;
-}
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -84,7 +60,7 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
   };
   // Declared in the order they must outlive each other: the device outlives
   // every verbs object, the region and the listener outlive the Replica.
-  auto device = open_device(self.nicd, "hyperloop-replica-" + std::to_string(opt.index));
+  auto device = attach_nicd(self.nicd, "hyperloop-replica-" + std::to_string(opt.index));
   if (!device.ok()) return fail(device.status());
   nic::Nic& nic = device.value()->nic();
   auto region = self.region.empty() ? nicd::SharedMemory::create(c.options.region_bytes, "ferry-hyperloop-region")
@@ -187,7 +163,7 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
   sigemptyset(&go);
   sigaddset(&go, SIGUSR1);
   if (opt.wait_for_sigusr1) pthread_sigmask(SIG_BLOCK, &go, nullptr);
-  auto device = open_device(self.nicd, "hyperloop-client");
+  auto device = attach_nicd(self.nicd, "hyperloop-client");
   if (!device.ok()) return fail(device.status());
   auto listener = cm::Listener::start(self.listen);
   if (!listener.ok()) return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " +
@@ -270,7 +246,7 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
     } else {
       const uint64_t off = 64 + (write_ops % slots) * opt.size;
       for (uint32_t b = 0; b < opt.size; b += 8) {
-        const uint64_t v = splitmix(opt.seed ^ (write_ops * 0x100000001ULL + b));
+        const uint64_t v = mix64(opt.seed ^ (write_ops * 0x100000001ULL + b));
         std::memcpy(mem.data() + off + b, &v, std::min<uint32_t>(8, opt.size - b));
       }
       submit_error = hl.gwrite_async(gid.value(), off, opt.size, false, done);

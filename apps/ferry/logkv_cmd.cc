@@ -14,7 +14,9 @@
 #include "ferry/common/histogram.h"
 #include "ferry/nicd/nicd.h"
 #include "ferry/store/logkv_deploy.h"
+#include "ferry/common/rng.h"
 #include "logkv_config.h"
+#include "member_process.h"
 
 namespace ferry::apps {
 
@@ -22,18 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace lk = store::logkv;
-
-Result<std::unique_ptr<nicd::Device>> attach(const std::string& socket, const std::string& name) {
-  nicd::OpenOptions o;
-  o.socket_path = socket;
-  o.client_name = name;
-  auto d = nicd::Device::open(o);
-  if (!d.ok()) {
-    return Status(d.status().code(), "cannot attach to the NIC daemon at " + socket + " (is `ferry nicd --socket " +
-                                         socket + "` running?): " + d.status().message());
-  }
-  return d;
-}
 
 // Serialized event lines on `out`.
 lk::EventLog event_log(std::ostream& out) {
@@ -62,28 +52,14 @@ int serve_until_stopped(const sigset_t& stop, nic::Nic& nic, const std::string& 
   }
 }
 
-void block_stop_signals(sigset_t* stop) {
-  sigemptyset(stop);
-  sigaddset(stop, SIGINT);
-  sigaddset(stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, stop, nullptr);
-}
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 std::string key_of(uint64_t i) { return fmt::format("key{:012}", i); }
 
 // The value load writes for key i (check recomputes it).
 std::string value_of(uint64_t seed, uint64_t i, uint32_t bytes) {
   std::string v(bytes, '\0');
-  uint64_t x = splitmix(seed * 0x100000001B3ULL ^ i);
+  uint64_t x = mix64(seed * 0x100000001B3ULL ^ i);
   for (uint32_t k = 0; k < bytes; ++k) {
-    if (k % 8 == 0) x = splitmix(x);
+    if (k % 8 == 0) x = mix64(x);
     v[k] = static_cast<char>('a' + (x >> (8 * (k % 8))) % 26);
   }
   return v;
@@ -111,7 +87,7 @@ int run_logkv_coordinator(const LogKvMemberOptions& opt, std::ostream& out, std:
   };
   // Declared so that the device outlives every verbs object and the
   // listener outlives the coordinator.
-  auto device = attach(d.coordinator.nicd, "logkv-coordinator");
+  auto device = attach_nicd(d.coordinator.nicd, "logkv-coordinator");
   if (!device.ok()) return fail(device.status());
   auto listener = cm::Listener::start(d.coordinator.listen);
   if (!listener.ok()) {
@@ -145,7 +121,7 @@ int run_logkv_server(const LogKvMemberOptions& opt, std::ostream& out, std::ostr
     err << me << " " << opt.index << ": " << s.message() << "\n";
     return 1;
   };
-  auto device = attach(self.nicd, "logkv-server-" + std::to_string(opt.index));
+  auto device = attach_nicd(self.nicd, "logkv-server-" + std::to_string(opt.index));
   if (!device.ok()) return fail(device.status());
   auto listener = cm::Listener::start(self.listen);
   if (!listener.ok()) {
@@ -186,7 +162,7 @@ int run_logkv_client(const LogKvClientOptions& opt, std::ostream& out, std::ostr
     err << me << ": " << s.message() << "\n";
     return 1;
   };
-  auto device = attach(nicd, "logkv-client");
+  auto device = attach_nicd(nicd, "logkv-client");
   if (!device.ok()) return fail(device.status());
   // A call whose server crashed is retried (map refreshed) until the
   // coordinator has moved the tablet: 64 attempts back off to about 3 s,

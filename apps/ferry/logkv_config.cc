@@ -36,13 +36,7 @@ Result<store::logkv::MemberAddress> logkv_member(const toml::table& t, std::stri
 }  // namespace
 
 Result<LogKvConfig> parse_logkv_config(std::string_view text, std::string_view source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    return invalid_argument(std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " +
-                            std::string(e.description()));
-  }
+  FERRY_ASSIGN_OR_RETURN(toml::table root, parse_toml(text, source));
   FERRY_RETURN_IF_ERROR(check_keys(root, source, "the file", {"cluster", "coordinator", "server", "client"}));
   LogKvConfig c;
   store::logkv::Deployment& d = c.deployment;
@@ -145,11 +139,8 @@ Result<LogKvConfig> parse_logkv_config(std::string_view text, std::string_view s
 }
 
 Result<LogKvConfig> load_logkv_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return not_found("cannot read the configuration " + path + ": " + std::strerror(errno));
-  std::stringstream buf;
-  buf << f.rdbuf();
-  return parse_logkv_config(buf.str(), path);
+  FERRY_ASSIGN_OR_RETURN(const std::string text, read_config_file(path));
+  return parse_logkv_config(text, path);
 }
 
 }  // namespace ferry::apps

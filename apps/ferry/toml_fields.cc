@@ -1,8 +1,30 @@
 #include "toml_fields.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
 #include "ferry/nic/types.h"
 
 namespace ferry::apps {
+
+Result<toml::table> parse_toml(std::string_view text, std::string_view source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return invalid_argument(std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " +
+                            std::string(e.description()));
+  }
+}
+
+Result<std::string> read_config_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return not_found("cannot read the configuration " + path + ": " + std::strerror(errno));
+  std::stringstream buf;
+  buf << f.rdbuf();
+  return buf.str();
+}
 
 std::string where(std::string_view source, std::string_view key) {
   return std::string(source) + ": " + std::string(key);

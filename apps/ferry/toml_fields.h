@@ -13,6 +13,11 @@
 
 namespace ferry::apps {
 
+// Parses TOML text; a syntax error is kInvalidArgument "source:line: what".
+Result<toml::table> parse_toml(std::string_view text, std::string_view source);
+// A file's whole text; kNotFound (with the reason) if it cannot be read.
+Result<std::string> read_config_file(const std::string& path);
+
 // "file: key"
 std::string where(std::string_view source, std::string_view key);
 // An integer key in [lo, hi], or `fallback` when absent.

@@ -45,16 +45,7 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Engine& engine, nic
   co.max_inflight = 128;  // above LogOptions::max_inflight_per_backup: control calls fit beside the data
   FERRY_ASSIGN_OR_RETURN(impl->client, rpc::Client::create(engine, nic, server, co));
   if (data_path) {
-    FERRY_ASSIGN_OR_RETURN(impl->pd, nic.alloc_pd());
-    nic::CqInitAttr cq_attr;
-    cq_attr.cqe = 2048;
-    FERRY_ASSIGN_OR_RETURN(impl->cq, nic.create_cq(cq_attr));
-    nic::QpInitAttr qp_attr;
-    qp_attr.send_cq = impl->cq.get();
-    qp_attr.recv_cq = impl->cq.get();
-    qp_attr.cap.max_send_wr = 1024;
-    qp_attr.cap.max_recv_wr = 1;
-    FERRY_ASSIGN_OR_RETURN(impl->qp, nic.create_qp(*impl->pd, qp_attr));
+    FERRY_RETURN_IF_ERROR(impl->create_data_path(nic));
     FERRY_RETURN_IF_ERROR(backup.connect(log_id, *impl->qp, nic));
   }
   return std::unique_ptr<BackupLink>(new BackupLink(std::move(impl)));
@@ -72,16 +63,7 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Nic& nic, const Rem
   FERRY_ASSIGN_OR_RETURN(impl->client,
                          rpc::Client::connect(nic, backup.address, backup.rpc_service, co, &backup.server));
   if (data_path) {
-    FERRY_ASSIGN_OR_RETURN(impl->pd, nic.alloc_pd());
-    nic::CqInitAttr cq_attr;
-    cq_attr.cqe = 2048;
-    FERRY_ASSIGN_OR_RETURN(impl->cq, nic.create_cq(cq_attr));
-    nic::QpInitAttr qp_attr;
-    qp_attr.send_cq = impl->cq.get();
-    qp_attr.recv_cq = impl->cq.get();
-    qp_attr.cap.max_send_wr = 1024;
-    qp_attr.cap.max_recv_wr = 1;
-    FERRY_ASSIGN_OR_RETURN(impl->qp, nic.create_qp(*impl->pd, qp_attr));
+    FERRY_RETURN_IF_ERROR(impl->create_data_path(nic));
     cm::ConnectOptions o;
     o.timeout_ms = backup.connect_timeout_ms;
     o.qp.access_flags = 0;  // the primary's side is only written from, never to
@@ -93,6 +75,20 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Nic& nic, const Rem
     }
   }
   return std::unique_ptr<BackupLink>(new BackupLink(std::move(impl)));
+}
+
+Status BackupLink::Impl::create_data_path(nic::Nic& nic) {
+  FERRY_ASSIGN_OR_RETURN(pd, nic.alloc_pd());
+  nic::CqInitAttr cq_attr;
+  cq_attr.cqe = 2048;
+  FERRY_ASSIGN_OR_RETURN(cq, nic.create_cq(cq_attr));
+  nic::QpInitAttr qp_attr;
+  qp_attr.send_cq = cq.get();
+  qp_attr.recv_cq = cq.get();
+  qp_attr.cap.max_send_wr = 1024;
+  qp_attr.cap.max_recv_wr = 1;
+  FERRY_ASSIGN_OR_RETURN(qp, nic.create_qp(*pd, qp_attr));
+  return ok_status();
 }
 
 const std::string& BackupLink::name() const { return impl_->name; }

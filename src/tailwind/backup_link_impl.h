@@ -22,6 +22,8 @@ struct BackupLink::Impl {
   std::unique_ptr<nic::QueuePair> qp;
 
   rpc::Session& session() { return client->session(0); }
+  // The data path's PD, CQ and QP (RESET) on the primary's `nic`.
+  Status create_data_path(nic::Nic& nic);
   // A synchronous control call; an error reply becomes its Status.
   Result<rpc::CallReply> call(uint16_t type, std::span<const uint8_t> payload);
 
