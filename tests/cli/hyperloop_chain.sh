@@ -145,8 +145,14 @@ checked_run() {  # stop|run ops
   if [[ $1 == stop ]]; then
     for i in 0 1 2; do kill -STOP "${replica_pid[$i]}"; done
     for i in 0 1 2; do
+      # SIGSTOP is delivered asynchronously: a running thread stops at its
+      # next return to user space, so give the group stop a moment.
       local state
-      state=$(awk '{print $3}' "/proc/${replica_pid[$i]}/stat")
+      for _ in $(seq 100); do
+        state=$(awk '{print $3}' "/proc/${replica_pid[$i]}/stat")
+        [[ $state == T ]] && break
+        sleep 0.02
+      done
       [[ $state == T ]] || die "replica $i is in state $state, not stopped"
     done
     echo "replicas ${replica_pid[*]} stopped; running $2 operations"
