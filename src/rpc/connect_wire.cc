@@ -96,7 +96,7 @@ Result<ConnectReply> decode_connect_reply(std::span<const uint8_t> bytes) {
                             std::to_string(r.info.workers));
   }
   if (r.info.max_request_bytes < kRequestHeaderBytes || r.info.max_request_bytes > (1u << 20) ||
-      r.info.max_response_bytes < kRequestHeaderBytes || r.info.max_response_bytes > (1u << 20)) {
+      r.info.max_response_bytes < kResponseHeaderBytes || r.info.max_response_bytes > (1u << 20)) {
     return invalid_argument("rpc: connection reply with request/response sizes " +
                             std::to_string(r.info.max_request_bytes) + "/" + std::to_string(r.info.max_response_bytes));
   }

@@ -219,6 +219,11 @@ uint32_t Server::Impl::take_response_slot(Worker& w) {
 }
 
 void Server::Impl::send_response(Worker& w, Connection& c, uint32_t slot, uint32_t size) {
+  // A CM connection's QP stays in RTR until the listener has the client's
+  // RTU, but the client sends from RTS, before its RTU arrives: wait for the
+  // handshake to end (RTS, or ERROR if it fails; never RTR again). Posting
+  // on RTR would be refused and the reply lost.
+  while (c.qp->state() == nic::QpState::kRtr && running.load(std::memory_order_acquire)) wait_for_completions(w);
   uint8_t* out = w.response_memory.data() + static_cast<size_t>(slot) * options.max_response_bytes;
   const nic::Sge sge = w.response_mr->sge(static_cast<size_t>(out - w.response_memory.data()), size);
   nic::SendWr wr;
