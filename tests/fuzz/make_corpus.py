@@ -262,6 +262,38 @@ rpc_request_seeds = {
     "response": bytes([0, 0, 0]) + rpc_response,
     "short": bytes([1, 0, 0]) + rpc_ok[:20],
 }
+
+# The CM handshake's private data (src/rpc/connect_wire.h), little-endian:
+# request magic u32, version u16, reserved u16, worker u32; reply magic,
+# version, mode u8, durable u8, worker u32, workers u32, max request/response
+# bytes u32 u32, flush addr u64, flush rkey u32, nilext count u32, the types u16...
+CONNECT_MAGIC, CONNECT_VERSION = 0x43505246, 1
+MODE_RAW, MODE_DEFERRED, MODE_OQ = range(3)
+
+
+def connect_request(worker, version=CONNECT_VERSION, reserved=0):
+    return struct.pack("<IHHI", CONNECT_MAGIC, version, reserved, worker)
+
+
+def connect_reply(mode, durable, worker, workers, max_request, max_response, flush_addr=0, flush_rkey=0,
+                  nilext=(), count=None, version=CONNECT_VERSION):
+    return struct.pack("<IHBBIIIIQII", CONNECT_MAGIC, version, mode, durable, worker, workers, max_request,
+                       max_response, flush_addr, flush_rkey, len(nilext) if count is None else count) + \
+        b"".join(struct.pack("<H", t) for t in nilext)
+
+
+rpc_request_seeds.update({
+    # [mode][max lo][max hi] as above (mode 0: no checksum fix-up), then the private data.
+    "connect_request": bytes([0, 0, 0]) + connect_request(1),
+    "connect_request_other_version": bytes([0, 0, 0]) + connect_request(1, version=2),
+    "connect_reply_oq_durable": bytes([0, 0, 0]) + connect_reply(MODE_OQ, 1, 1, 2, 4096, 4096, 0x7F0000001000,
+                                                                 0x1234, nilext=(1, 4)),
+    "connect_reply_raw": bytes([0, 0, 0]) + connect_reply(MODE_RAW, 0, 0, 1, 32, 24),
+    "connect_reply_deferred_max": bytes([0, 0, 0]) + connect_reply(MODE_DEFERRED, 0, 63, 64, 1 << 20, 1 << 20,
+                                                                   nilext=(0, 65535)),
+    "connect_reply_count_mismatch": bytes([0, 0, 0]) + connect_reply(MODE_OQ, 0, 0, 2, 4096, 4096, nilext=(1, 4),
+                                                                     count=3),
+})
 write_corpus("rpc_request_fuzz", rpc_request_seeds)
 
 
@@ -286,7 +318,49 @@ rpc_scan_seeds = {
 }
 write_corpus("rpc_recovery_scan_fuzz", rpc_scan_seeds)
 
+# ---- logkv_request_fuzz: LogKv requests and control messages (src/store/logkv_internal.h) ----
+# Little-endian. A request: table u64, expected version u64, flags u8,
+# reserved u8, key bytes u16, value bytes u32, key, value. A restore batch:
+# max version u64, then objects of table u64, version u64, key bytes u16,
+# value bytes u32, key, value. A table map: table u64, name bytes u16, name,
+# owner count u32, owners u32... An assignment: table u64, tablets u32, count
+# u32, tablets u32...
+def logkv_request(table, key, value=b"", expected=0, flags=0, key_bytes=None):
+    return struct.pack("<QQBBHI", table, expected, flags, 0, len(key) if key_bytes is None else key_bytes,
+                       len(value)) + key + value
+
+
+def restore(max_version, objects):
+    return struct.pack("<Q", max_version) + b"".join(
+        struct.pack("<QQHI", table, version, len(key), len(value)) + key + value
+        for (table, version, key, value) in objects)
+
+
+def table_map(table, name, owners):
+    return struct.pack("<QH", table, len(name)) + name + struct.pack("<I", len(owners)) + \
+        b"".join(struct.pack("<I", o) for o in owners)
+
+
+def assignment(table, tablets, owned):
+    return struct.pack("<QII", table, tablets, len(owned)) + b"".join(struct.pack("<I", t) for t in owned)
+
+
+logkv_seeds = {
+    "put": logkv_request(1, b"alice", b"value"),
+    "get": logkv_request(1, b"bob"),
+    "cond_put": logkv_request(2, b"k", expected=7, flags=1),
+    "bad_size": logkv_request(1, b"bobx", key_bytes=3),
+    "restore_two": restore(9, [(1, 3, b"alice", b"value"), (2, 9, b"k", b"")]),
+    "restore_empty": restore(5, []),
+    "restore_version_above_max": restore(2, [(1, 3, b"k", b"v")]),
+    "table_map": table_map(1, b"usertable", [0, 1, 2, 0]),
+    "table_map_no_owners": table_map(3, b"t", []),
+    "assignment": assignment(1, 8, [1, 5, 7]),
+    "assignment_out_of_range": assignment(1, 4, [4]),
+}
+write_corpus("logkv_request_fuzz", logkv_seeds)
+
 if __name__ == "__main__":
     for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz", "naive_header_fuzz", "rpc_request_fuzz",
-              "rpc_recovery_scan_fuzz"):
+              "rpc_recovery_scan_fuzz", "logkv_request_fuzz"):
         print(t, len(os.listdir(os.path.join(HERE, "corpus", t))), "seeds")

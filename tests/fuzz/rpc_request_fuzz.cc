@@ -1,5 +1,7 @@
 // libFuzzer target: the RPC request and response parsers (format.h), which
-// read bytes a client (or PM after a crash) controls.
+// read bytes a client (or PM after a crash) controls, and the decoders of
+// the CM handshake's private data (src/rpc/connect_wire.h), which read bytes
+// a TCP peer controls.
 //
 // Input: [mode][max_bytes lo][max_bytes hi] message bytes...
 // mode bit 0: parse as a received message (exact) or as a scan (followed by
@@ -8,14 +10,21 @@
 // its other checks are reached. The message is a heap buffer of exactly its size, so ASan
 // reports any read past it. A request that parses is sealed again from its
 // fields and must come back byte for byte; so must a response.
+// The message (before any checksum fix-up) is also decoded as a connection
+// request and a connection reply: one that is accepted must encode back to
+// the same bytes (nothing accepted that the server's encoder could not have
+// written) and describe a server Server::create accepts; one that is
+// refused must be refused as malformed or of another version.
 //
 // Run: ./rpc_request_fuzz -max_total_time=60 ../tests/fuzz/corpus/rpc_request_fuzz
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "connect_wire.h"
 #include "ferry/common/checksum.h"
 #include "ferry/rpc/format.h"
 
@@ -30,6 +39,34 @@ using namespace ferry::rpc;
 
 volatile uint64_t g_sink;
 
+bool same_bytes(const std::vector<uint8_t>& a, std::span<const uint8_t> b) {
+  return a.size() == b.size() && (b.empty() || std::memcmp(a.data(), b.data(), b.size()) == 0);
+}
+
+bool refused_as_documented(const ferry::Status& st) {
+  return st.code() == ferry::Code::kInvalidArgument || st.code() == ferry::Code::kUnimplemented;
+}
+
+void fuzz_connect(std::span<const uint8_t> bytes) {
+  auto request = detail::decode_connect_request(bytes);
+  if (request.ok()) {
+    FUZZ_CHECK(same_bytes(detail::encode_connect_request(request.value()), bytes));
+  } else {
+    FUZZ_CHECK(refused_as_documented(request.status()));
+  }
+  auto reply = detail::decode_connect_reply(bytes);
+  if (!reply.ok()) {
+    FUZZ_CHECK(refused_as_documented(reply.status()));
+    return;
+  }
+  const ServerInfo& info = reply.value().info;
+  FUZZ_CHECK(info.workers >= 1 && info.workers <= 64 && reply.value().endpoint.worker < info.workers);
+  FUZZ_CHECK(info.max_request_bytes >= kRequestHeaderBytes && info.max_request_bytes <= (1u << 20));
+  FUZZ_CHECK(info.max_response_bytes >= kResponseHeaderBytes && info.max_response_bytes <= (1u << 20));
+  for (size_t i = 1; i < info.nilext_types.size(); ++i) FUZZ_CHECK(info.nilext_types[i - 1] < info.nilext_types[i]);
+  FUZZ_CHECK(same_bytes(detail::encode_connect_reply(reply.value().endpoint, detail::encode_server_info(info)), bytes));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -39,6 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t n = size - 3;
   auto msg = std::make_unique<uint8_t[]>(n == 0 ? 1 : n);
   std::memcpy(msg.get(), data + 3, n);
+  fuzz_connect(std::span<const uint8_t>(msg.get(), n));
   if ((data[0] & 2) != 0 && n >= kRequestHeaderBytes) {
     uint32_t claimed;
     std::memcpy(&claimed, msg.get() + 8, 4);
