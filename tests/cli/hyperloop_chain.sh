@@ -77,7 +77,10 @@ else
   for h in 0 1 2 3; do ip_of[$h]=127.0.0.1; run_in[$h]=""; done
 fi
 
-base=$(( 20000 + $$ % 20000 ))
+# Below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by
+# default): a member's outgoing CM connection must not be able to take a port
+# another member is about to listen on.
+base=$(( 20000 + $$ % 12000 ))
 write_config() {  # port offset [system]
   local b=$(( base + $1 ))
   {

@@ -40,7 +40,9 @@ wait_for() {  # file pattern seconds
   return 1
 }
 
-base=$(( 21000 + $$ % 20000 ))
+# Below the kernel's ephemeral range (32768-60999 by default), where the
+# members' outgoing connections take their ports.
+base=$(( 20000 + $$ % 12000 ))
 {
   cat <<TOML
 [cluster]
