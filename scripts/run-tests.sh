@@ -75,7 +75,7 @@ fi
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   fuzz_targets=(packet_parser_fuzz wqe_decode_fuzz nic_rx_fuzz udp_rx_fuzz naive_header_fuzz rpc_request_fuzz
                 rpc_recovery_scan_fuzz etcd_response_fuzz cm_message_fuzz nicd_request_fuzz tailwind_scan_fuzz
-                logkv_request_fuzz)
+                logkv_request_fuzz txn_log_fuzz)
   # One seed for every target, printed, so that a failing run can be replayed.
   FUZZ_SEED=${FUZZ_SEED:-$(( $(date +%s) % 1000000000 + 1 ))}
   echo "fuzz seed $FUZZ_SEED (replay: FUZZ_SEED=$FUZZ_SEED make test)"

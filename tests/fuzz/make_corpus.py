@@ -360,7 +360,18 @@ logkv_seeds = {
 }
 write_corpus("logkv_request_fuzz", logkv_seeds)
 
+# HyperLoop's transaction log: [mode] [log lines] bytes (txn_log_fuzz.cc).
+# Mode 1 steers records (4 bytes each: entries, length, offset, value), the
+# last two bytes choose the corrupted bit; mode 0 is a raw region.
+txn_seeds = {
+    "built_three_records": bytes([1, 32]) + bytes([1, 40, 3, 0x61, 0, 7, 9, 0x62, 2, 100, 200, 0x63, 5, 5, 5, 5]) + b"\x10\x00",
+    "built_many": bytes([1, 63]) + pattern(160, 3) + b"\x00\x01",
+    "raw_zero_ring": bytes([0, 8]) + bytes(8) + bytes(256),
+    "raw_pattern": bytes([0, 16]) + pattern(600, 5),
+}
+write_corpus("txn_log_fuzz", txn_seeds)
+
 if __name__ == "__main__":
     for t in ("packet_parser_fuzz", "wqe_decode_fuzz", "nic_rx_fuzz", "naive_header_fuzz", "rpc_request_fuzz",
-              "rpc_recovery_scan_fuzz", "logkv_request_fuzz"):
+              "rpc_recovery_scan_fuzz", "logkv_request_fuzz", "txn_log_fuzz"):
         print(t, len(os.listdir(os.path.join(HERE, "corpus", t))), "seeds")

@@ -1,0 +1,206 @@
+// HyperLoop's transaction API (SIGCOMM'18 §5): a replicated write-ahead log
+// and database image on every replica's region, appended to and applied by
+// the replicas' NICs through the group primitives, and group locks.
+//
+//   Initialize          TxnClient::initialize: lays out the group's region
+//                       (control block, log ring, database) on every
+//                       replica, or resumes from what a replica holds.
+//   Append(record)      the record (a list of (data, len, offset)) is
+//                       written into the log ring with gWRITE, then gFLUSH:
+//                       when it returns, the record is durable on every
+//                       replica.
+//   ExecuteAndAdvance   the record at the log head is applied on every
+//                       replica: per entry a gMEMCPY from the record's data
+//                       in the log to its offset in the database, then a
+//                       gFLUSH; then the persistent log head moves past it
+//                       (gWRITE + gFLUSH of one aligned 8-byte word).
+//   wrLock/wrUnlock     a group lock: gCAS 0 -> writer on every replica's
+//                       lock word; a partial success is undone with the
+//                       inverse gCAS on the replicas that swapped (§4.2).
+//   rdLock/rdUnlock     on one replica only (ReplicaLocks), by that
+//                       replica's CPU: a reader count in the same word,
+//                       taken only while no writer holds it, so a writer's
+//                       gCAS (which expects 0) fails where readers are.
+//
+// Layout of the data group's region (the same offsets on every replica and
+// in the client's memory, which mirrors them):
+//   [0, 64)                        control block: magic, log_bytes, db_bytes,
+//                                  then the log head at offset 24 (a u64
+//                                  LSN: bytes of log executed since the log
+//                                  began; never wraps, position = LSN mod
+//                                  log_bytes)
+//   [64, 64 + log_bytes)           the log ring (records, docs/hyperloop.md
+//                                  "Transaction log")
+//   [64 + log_bytes, +db_bytes)    the database image
+// Lock words live in a second group whose regions are DRAM (hint H8 of the
+// RDMA+NVM study: keep atomics off NVM; a lock need not survive a power
+// failure, since a crash ends every transaction holding one). The emulator
+// builds each group's replica hosts separately: replica i of the lock group
+// stands for the DRAM of replica i of the data group.
+//
+// Recovery after a power failure of replicas: the log head says which
+// records were applied; every record from the head on that verifies (its
+// checksum and its own LSN) was appended and acknowledged or is a complete
+// copy of one in flight; applying them again is harmless (a redo log of
+// absolute writes). scan_log finds them.
+//
+// Threads: a TxnClient is used by one thread at a time (its GroupClient's
+// rule). ReplicaLocks may be used by any thread of the replica.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/hyperloop/group.h"
+
+namespace ferry::hyperloop {
+
+inline constexpr uint64_t kTxnControlBytes = 64;
+inline constexpr uint64_t kTxnHeadOffset = 24;  // the log head word in the control block
+inline constexpr uint32_t kTxnRecordAlign = 64;
+inline constexpr uint32_t kTxnRecordHeaderBytes = 32;
+inline constexpr uint32_t kTxnEntryHeaderBytes = 16;
+
+struct TxnOptions {
+  uint64_t log_bytes = 64 << 10;   // the log ring (a multiple of 64)
+  uint64_t db_bytes = 256 << 10;   // the database image
+  // Resume from the region (after a restart of the client): the control
+  // block must hold this layout; the log head comes from it.
+  bool resume = false;
+  // wrLock gives up after this long (kTimedOut) when the lock stays taken.
+  uint64_t lock_timeout_ns = 1'000'000'000ULL;
+};
+
+// One modification of a log record: `data` goes to database offset `offset`.
+struct TxnWrite {
+  uint64_t offset = 0;
+  std::span<const uint8_t> data;
+};
+
+// A record found in a log (scan_log, or the client's own view).
+struct TxnRecord {
+  uint64_t lsn = 0;        // where it starts in the log (bytes since the log began)
+  uint32_t bytes = 0;      // header, entries and padding (a multiple of 64)
+  bool padding = false;    // fills the ring's end; applies nothing
+  struct Entry {
+    uint64_t offset = 0;   // in the database
+    uint32_t len = 0;
+    uint64_t data_at = 0;  // the data's offset in the log ring
+  };
+  std::vector<Entry> entries;
+};
+
+// The bytes of a record (header and entries) for `lsn`, padded to 64 B.
+std::vector<uint8_t> encode_txn_record(uint64_t lsn, std::span<const TxnWrite> writes);
+// A padding record of `bytes` (a multiple of 64): it fills the ring's end
+// when the next record does not fit there, and applies nothing.
+std::vector<uint8_t> encode_txn_padding(uint64_t lsn, uint32_t bytes);
+// The record at ring position `lsn % ring.size()` if it is a valid record
+// of exactly that LSN (its own LSN, sizes inside the ring and the database,
+// its checksum over every byte); kNotFound otherwise (never written, stale
+// from an earlier lap, torn, corrupt). Never reads outside `ring`.
+Result<TxnRecord> decode_txn_record(std::span<const uint8_t> ring, uint64_t lsn, uint64_t db_bytes);
+// The valid records from `head` on, in order, up to the first that does not
+// verify (what recovery re-applies).
+std::vector<TxnRecord> scan_log(std::span<const uint8_t> ring, uint64_t head, uint64_t db_bytes);
+
+// What a replica does at restart after a crash or power failure, on its own
+// region (its CPU, before it serves): reads the layout from the control
+// block, applies every valid record from the log head on to the database
+// and moves the head past them. The caller persists the region afterwards.
+// kDataLoss when the control block is not a transaction layout.
+struct TxnReplay {
+  uint64_t head_before = 0;
+  uint64_t head_after = 0;
+  uint64_t records = 0;  // applied (padding included)
+  uint64_t bytes_applied = 0;
+};
+Result<TxnReplay> replay_txn_log(std::span<uint8_t> region);
+
+struct TxnCounters {
+  uint64_t appended = 0;
+  uint64_t executed = 0;         // records applied (padding records not counted)
+  uint64_t padding = 0;          // padding records written at the ring's end
+  uint64_t lock_conflicts = 0;   // wrLock attempts that found the lock taken on some replica
+  uint64_t lock_undos = 0;       // partial gCAS results undone
+};
+
+class TxnClient {
+ public:
+  // Lays out (or, with resume, reads back) the data group's region, and
+  // uses lock group `lock_gid` (DRAM, 8 bytes per lock) for group locks.
+  // Both groups are the client's; they must outlive the TxnClient.
+  // kInvalidArgument: the layout does not fit the region, or resume finds
+  // another layout.
+  static Result<std::unique_ptr<TxnClient>> initialize(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                       const TxnOptions& options = {});
+
+  // Appends a record (gWRITE + gFLUSH); returns its LSN once it is durable
+  // on every replica. kResourceExhausted when the ring has no room until
+  // records are executed; kInvalidArgument for an empty record, a write
+  // outside the database or a record larger than the ring.
+  Result<uint64_t> append(std::span<const TxnWrite> record);
+  // Applies the record at the log head on every replica (gMEMCPY + gFLUSH
+  // per entry) and advances the persistent head (gWRITE + gFLUSH). kNotFound
+  // when every appended record is executed.
+  Status execute_and_advance();
+  // Executes every appended record.
+  Status execute_all();
+
+  // Group write lock `lock` (an index into the lock group's region):
+  // kTimedOut after lock_timeout_ns if it stays taken (readers or another
+  // writer on some replica).
+  Status wr_lock(uint32_t lock);
+  Status wr_unlock(uint32_t lock);
+
+  uint64_t head() const { return head_; }  // LSN of the next record to execute
+  uint64_t tail() const { return tail_; }  // LSN the next append starts at
+  uint64_t db_offset() const { return kTxnControlBytes + options_.log_bytes; }
+  // The client's mirror of the database (what every replica holds once
+  // the appended records are executed and flushed).
+  std::span<const uint8_t> db() const;
+  const TxnCounters& counters() const { return counters_; }
+
+  // Replica r's database and log as its region holds them now.
+  Result<std::span<const uint8_t>> replica_db(uint32_t r) const;
+  Result<std::span<const uint8_t>> replica_log(uint32_t r) const;
+
+ private:
+  TxnClient(GroupClient& client, GroupId data_gid, GroupId lock_gid, const TxnOptions& options);
+  Status write_and_flush(uint64_t offset, uint32_t size);
+  Status append_padding();
+
+  GroupClient& client_;
+  GroupId data_;
+  GroupId locks_;
+  TxnOptions options_;
+  std::span<uint8_t> mem_;  // the client's memory of the data group
+  uint64_t head_ = 0;
+  uint64_t tail_ = 0;
+  std::vector<TxnRecord> pending_;  // appended, not executed, in order
+  TxnCounters counters_;
+};
+
+// Read locks on one replica, by its CPU, over the lock group's region there.
+class ReplicaLocks {
+ public:
+  // `lock_region`: replica r's region of the lock group (ReplicaView::region->data()).
+  explicit ReplicaLocks(uint8_t* lock_region, size_t bytes) : words_(lock_region), bytes_(bytes) {}
+  // Takes a read lock unless a writer holds `lock` (then false; retry).
+  bool try_rd_lock(uint32_t lock);
+  void rd_unlock(uint32_t lock);
+  // The word: writer bit and reader count (tests, monitoring).
+  uint64_t word(uint32_t lock) const;
+
+  static constexpr uint64_t kWriter = uint64_t{1} << 63;
+
+ private:
+  std::atomic_ref<uint64_t> at(uint32_t lock) const;
+  uint8_t* words_;
+  size_t bytes_;
+};
+
+}  // namespace ferry::hyperloop

@@ -1,0 +1,253 @@
+// The transaction API over a group (§5): Append, ExecuteAndAdvance, group
+// write locks by gCAS with undo, read locks on one replica, and a replica's
+// replay of its log at restart.
+#include "ferry/hyperloop/txn.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "ferry/common/assert.h"
+
+namespace ferry::hyperloop {
+
+namespace {
+
+constexpr uint64_t kTxnMagic = 0x314E5854504C4846ULL;  // "FHLPTXN1"
+constexpr uint64_t kWriterWord = ReplicaLocks::kWriter | 1;
+
+template <typename T>
+T load_word(const uint8_t* at) {
+  T v;
+  std::memcpy(&v, at, sizeof v);
+  return v;
+}
+template <typename T>
+void store_word(uint8_t* at, T v) {
+  std::memcpy(at, &v, sizeof v);
+}
+
+uint8_t all_replicas(uint32_t n) { return static_cast<uint8_t>((1u << n) - 1); }
+
+}  // namespace
+
+TxnClient::TxnClient(GroupClient& client, GroupId data_gid, GroupId lock_gid, const TxnOptions& options)
+    : client_(client), data_(data_gid), locks_(lock_gid), options_(options) {}
+
+Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                         const TxnOptions& options) {
+  if (options.log_bytes == 0 || options.log_bytes % kTxnRecordAlign != 0 || options.db_bytes == 0) {
+    return invalid_argument("txn: log_bytes must be a non-zero multiple of 64 and db_bytes non-zero");
+  }
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions data_opts, client.group_options(data_gid));
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions lock_opts, client.group_options(lock_gid));
+  const uint64_t need = kTxnControlBytes + options.log_bytes + options.db_bytes;
+  if (need > data_opts.region_bytes) {
+    return invalid_argument("txn: the layout needs " + std::to_string(need) + " bytes; the group's region has " +
+                            std::to_string(data_opts.region_bytes));
+  }
+  if (lock_opts.replicas != data_opts.replicas) {
+    return invalid_argument("txn: the lock group must have as many replicas as the data group");
+  }
+  std::unique_ptr<TxnClient> t(new TxnClient(client, data_gid, lock_gid, options));
+  FERRY_ASSIGN_OR_RETURN(t->mem_, client.client_memory(data_gid));
+  uint8_t* c = t->mem_.data();
+  if (options.resume) {
+    // The client restarted: its memory comes back from replica 0 (in
+    // process; a deployed client would READ it).
+    FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client.replica(data_gid, 0));
+    std::memcpy(c, v.region->data(), need);
+    if (load_word<uint64_t>(c) != kTxnMagic || load_word<uint64_t>(c + 8) != options.log_bytes ||
+        load_word<uint64_t>(c + 16) != options.db_bytes) {
+      return invalid_argument("txn: resume finds another layout (or none) in the region");
+    }
+    t->head_ = t->tail_ = load_word<uint64_t>(c + kTxnHeadOffset);
+    // Records appended but not executed before the restart run again.
+    for (auto& r : scan_log(t->mem_.subspan(kTxnControlBytes, options.log_bytes), t->head_, options.db_bytes)) {
+      t->tail_ = r.lsn + r.bytes;
+      t->pending_.push_back(std::move(r));
+    }
+    return t;
+  }
+  std::memset(c, 0, need);
+  store_word<uint64_t>(c, kTxnMagic);
+  store_word<uint64_t>(c + 8, options.log_bytes);
+  store_word<uint64_t>(c + 16, options.db_bytes);
+  store_word<uint64_t>(c + kTxnHeadOffset, 0);
+  FERRY_RETURN_IF_ERROR(t->write_and_flush(0, kTxnControlBytes));
+  return t;
+}
+
+Status TxnClient::write_and_flush(uint64_t offset, uint32_t size) {
+  FERRY_RETURN_IF_ERROR(client_.gwrite(data_, offset, size, /*flush=*/false));
+  return client_.gflush(data_);
+}
+
+std::span<const uint8_t> TxnClient::db() const { return mem_.subspan(db_offset(), options_.db_bytes); }
+
+Status TxnClient::append_padding() {
+  const uint64_t pos = tail_ % options_.log_bytes;
+  const auto rest = static_cast<uint32_t>(options_.log_bytes - pos);
+  const std::vector<uint8_t> pad = encode_txn_padding(tail_, rest);
+  std::memcpy(mem_.data() + kTxnControlBytes + pos, pad.data(), rest);
+  FERRY_RETURN_IF_ERROR(write_and_flush(kTxnControlBytes + pos, rest));
+  TxnRecord r;
+  r.lsn = tail_;
+  r.bytes = rest;
+  r.padding = true;
+  pending_.push_back(r);
+  tail_ += rest;
+  ++counters_.padding;
+  return ok_status();
+}
+
+Result<uint64_t> TxnClient::append(std::span<const TxnWrite> record) {
+  if (record.empty()) return invalid_argument("txn: an empty record");
+  for (const TxnWrite& w : record) {
+    if (w.data.empty() || w.offset > options_.db_bytes || w.data.size() > options_.db_bytes - w.offset) {
+      return invalid_argument("txn: a write of " + std::to_string(w.data.size()) + " bytes at " +
+                              std::to_string(w.offset) + " is outside the " + std::to_string(options_.db_bytes) +
+                              "-byte database (or empty)");
+    }
+  }
+  std::vector<uint8_t> bytes = encode_txn_record(tail_, record);
+  if (bytes.size() > options_.log_bytes) {
+    return invalid_argument("txn: a record of " + std::to_string(bytes.size()) + " bytes; the log ring has " +
+                            std::to_string(options_.log_bytes));
+  }
+  const uint64_t pos = tail_ % options_.log_bytes;
+  const uint64_t pad = pos + bytes.size() > options_.log_bytes ? options_.log_bytes - pos : 0;
+  if (tail_ + pad + bytes.size() - head_ > options_.log_bytes) {
+    return resource_exhausted("txn: the log ring is full: execute records first");
+  }
+  if (pad != 0) {
+    FERRY_RETURN_IF_ERROR(append_padding());
+    bytes = encode_txn_record(tail_, record);  // its LSN moved to the ring's start
+  }
+  const uint64_t at = tail_ % options_.log_bytes;
+  std::memcpy(mem_.data() + kTxnControlBytes + at, bytes.data(), bytes.size());
+  // Append = gWRITE + gFLUSH: durable on every replica when it returns.
+  FERRY_RETURN_IF_ERROR(write_and_flush(kTxnControlBytes + at, static_cast<uint32_t>(bytes.size())));
+  FERRY_ASSIGN_OR_RETURN(TxnRecord r, decode_txn_record(mem_.subspan(kTxnControlBytes, options_.log_bytes), tail_,
+                                                        options_.db_bytes));
+  const uint64_t lsn = tail_;
+  tail_ += r.bytes;
+  pending_.push_back(std::move(r));
+  ++counters_.appended;
+  return lsn;
+}
+
+Status TxnClient::execute_and_advance() {
+  if (pending_.empty()) return not_found("txn: every appended record is executed");
+  const TxnRecord r = pending_.front();
+  for (const TxnRecord::Entry& e : r.entries) {
+    const uint64_t src = kTxnControlBytes + e.data_at;
+    const uint64_t dst = db_offset() + e.offset;
+    // ExecuteAndAdvance: per entry a gMEMCPY, then a gFLUSH.
+    FERRY_RETURN_IF_ERROR(client_.gmemcpy(data_, src, dst, e.len, /*flush=*/false));
+    FERRY_RETURN_IF_ERROR(client_.gflush(data_));
+    std::memmove(mem_.data() + dst, mem_.data() + src, e.len);  // the client's mirror
+  }
+  // Then the persistent head moves past the record: one aligned word.
+  store_word<uint64_t>(mem_.data() + kTxnHeadOffset, r.lsn + r.bytes);
+  FERRY_RETURN_IF_ERROR(write_and_flush(kTxnHeadOffset, 8));
+  head_ = r.lsn + r.bytes;
+  pending_.erase(pending_.begin());
+  if (!r.padding) ++counters_.executed;
+  return ok_status();
+}
+
+Status TxnClient::execute_all() {
+  while (!pending_.empty()) FERRY_RETURN_IF_ERROR(execute_and_advance());
+  return ok_status();
+}
+
+Status TxnClient::wr_lock(uint32_t lock) {
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
+  if ((static_cast<uint64_t>(lock) + 1) * 8 > o.region_bytes) {
+    return invalid_argument("txn: no lock " + std::to_string(lock) + " in the lock group's region");
+  }
+  const uint8_t all = all_replicas(o.replicas);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.lock_timeout_ns);
+  for (uint32_t attempt = 0;; ++attempt) {
+    FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{lock} * 8, 0, kWriterWord, all));
+    if (r.succeeded == all) return ok_status();
+    ++counters_.lock_conflicts;
+    if (r.succeeded != 0) {
+      // Taken on some replicas only: give those back (§4.2's undo).
+      ++counters_.lock_undos;
+      FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, uint64_t{lock} * 8, kWriterWord, 0, r.succeeded));
+      if (u.succeeded != r.succeeded) return internal_error("txn: the undo of a partial write lock did not apply");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return timed_out("txn: lock " + std::to_string(lock) + " stayed taken (readers or another writer)");
+    }
+    if (attempt > 8) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+Status TxnClient::wr_unlock(uint32_t lock) {
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
+  const uint8_t all = all_replicas(o.replicas);
+  FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{lock} * 8, kWriterWord, 0, all));
+  if (r.succeeded != all) return failed_precondition("txn: lock " + std::to_string(lock) + " was not held");
+  return ok_status();
+}
+
+Result<std::span<const uint8_t>> TxnClient::replica_db(uint32_t r) const {
+  FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client_.replica(data_, r));
+  return std::span<const uint8_t>(v.region->data() + db_offset(), options_.db_bytes);
+}
+
+Result<std::span<const uint8_t>> TxnClient::replica_log(uint32_t r) const {
+  FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client_.replica(data_, r));
+  return std::span<const uint8_t>(v.region->data() + kTxnControlBytes, options_.log_bytes);
+}
+
+Result<TxnReplay> replay_txn_log(std::span<uint8_t> region) {
+  if (region.size() < kTxnControlBytes) return data_loss("txn: a region smaller than the control block");
+  uint8_t* c = region.data();
+  const auto log_bytes = load_word<uint64_t>(c + 8);
+  const auto db_bytes = load_word<uint64_t>(c + 16);
+  if (load_word<uint64_t>(c) != kTxnMagic || log_bytes == 0 || log_bytes % kTxnRecordAlign != 0 ||
+      log_bytes > region.size() || db_bytes > region.size() - log_bytes ||
+      kTxnControlBytes > region.size() - log_bytes - db_bytes) {
+    return data_loss("txn: the region holds no transaction layout");
+  }
+  TxnReplay out;
+  out.head_before = out.head_after = load_word<uint64_t>(c + kTxnHeadOffset);
+  const std::span<uint8_t> ring = region.subspan(kTxnControlBytes, log_bytes);
+  uint8_t* db = region.data() + kTxnControlBytes + log_bytes;
+  for (const TxnRecord& r : scan_log(ring, out.head_before, db_bytes)) {
+    for (const TxnRecord::Entry& e : r.entries) {
+      std::memmove(db + e.offset, ring.data() + e.data_at, e.len);
+      out.bytes_applied += e.len;
+    }
+    out.head_after = r.lsn + r.bytes;
+    ++out.records;
+  }
+  store_word<uint64_t>(c + kTxnHeadOffset, out.head_after);
+  return out;
+}
+
+// ---- ReplicaLocks ----
+
+std::atomic_ref<uint64_t> ReplicaLocks::at(uint32_t lock) const {
+  FERRY_ASSERT((static_cast<size_t>(lock) + 1) * 8 <= bytes_, "ReplicaLocks: no such lock");
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(words_ + static_cast<size_t>(lock) * 8));
+}
+
+bool ReplicaLocks::try_rd_lock(uint32_t lock) {
+  auto w = at(lock);
+  uint64_t v = w.load(std::memory_order_acquire);
+  while ((v & kWriter) == 0) {
+    if (w.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) return true;
+  }
+  return false;
+}
+
+void ReplicaLocks::rd_unlock(uint32_t lock) { at(lock).fetch_sub(1, std::memory_order_release); }
+
+uint64_t ReplicaLocks::word(uint32_t lock) const { return at(lock).load(std::memory_order_acquire); }
+
+}  // namespace ferry::hyperloop

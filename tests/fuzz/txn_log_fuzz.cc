@@ -1,0 +1,123 @@
+// libFuzzer target: HyperLoop's transaction log (txn.h): the record decoder,
+// the recovery scan and a replica's replay, which read whatever a crashed
+// replica's region holds.
+//
+// Input: [mode] [log lines] bytes...
+//  - mode bit 0 clear: a region whose control block is a valid layout (the
+//    ring of `log lines` x 64 bytes, a 4 KiB database) and whose log ring and
+//    database are the bytes: replay_txn_log must stay inside the region,
+//    move the head forward by at most one lap over whole records, and a
+//    second replay must find nothing more.
+//  - mode bit 0 set: the bytes steer valid records (offsets, lengths,
+//    contents) written back to back into the ring, which is then corrupted
+//    at a fuzzer-chosen bit: every record the scan accepts must be
+//    byte-identical to one that was written there (a corrupted record is
+//    never accepted).
+// The region is a heap allocation of exactly its size, so ASan reports any
+// access past it.
+//
+// Run: ./txn_log_fuzz -max_total_time=60 ../tests/fuzz/corpus/txn_log_fuzz
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ferry/hyperloop/txn.h"
+
+namespace {
+
+using namespace ferry::hyperloop;
+
+#define FUZZ_CHECK(cond)            \
+  do {                              \
+    if (!(cond)) __builtin_trap();  \
+  } while (0)
+
+constexpr uint64_t kDbBytes = 4096;
+constexpr uint64_t kMagic = 0x314E5854504C4846ULL;  // the control block's (txn.cc)
+
+void put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+void replay_region(const uint8_t* data, size_t size, uint64_t log_bytes) {
+  const size_t region_bytes = kTxnControlBytes + log_bytes + kDbBytes;
+  std::unique_ptr<uint8_t[]> region(new uint8_t[region_bytes]);
+  std::memset(region.get(), 0, region_bytes);
+  put64(region.get(), kMagic);
+  put64(region.get() + 8, log_bytes);
+  put64(region.get() + 16, kDbBytes);
+  const uint64_t head = size >= 8 ? [&] {
+    uint64_t h;
+    std::memcpy(&h, data, 8);
+    return h / kTxnRecordAlign * kTxnRecordAlign % (1u << 20);
+  }() : 0;
+  put64(region.get() + kTxnHeadOffset, head);
+  const size_t body = std::min(size > 8 ? size - 8 : 0, region_bytes - kTxnControlBytes);
+  if (body > 0) std::memcpy(region.get() + kTxnControlBytes, data + 8, body);
+  const std::span<uint8_t> span(region.get(), region_bytes);
+  auto first = replay_txn_log(span);
+  FUZZ_CHECK(first.ok());
+  FUZZ_CHECK(first->head_before == head);
+  FUZZ_CHECK(first->head_after >= first->head_before);
+  FUZZ_CHECK(first->head_after - first->head_before <= log_bytes);
+  FUZZ_CHECK((first->head_after - first->head_before) % kTxnRecordAlign == 0);
+  auto second = replay_txn_log(span);
+  FUZZ_CHECK(second.ok());
+  FUZZ_CHECK(second->records == 0 && second->head_after == first->head_after);
+}
+
+void corrupt_built_ring(const uint8_t* data, size_t size, uint64_t log_bytes) {
+  std::vector<uint8_t> ring(log_bytes, 0);
+  std::map<uint64_t, std::vector<uint8_t>> written;  // position -> record bytes
+  size_t at = 0;
+  uint64_t lsn = log_bytes * 3;  // a later lap: stale-LSN checks matter
+  while (at + 4 <= size) {
+    const uint32_t n = 1 + data[at] % 3;
+    std::vector<std::vector<uint8_t>> values;
+    std::vector<TxnWrite> writes;
+    for (uint32_t i = 0; i < n && at + 4 <= size; ++i) {
+      const uint32_t len = 1 + data[at + 1] % 120;
+      const uint64_t off = (static_cast<uint64_t>(data[at + 2]) << 4) % (kDbBytes - len);
+      values.emplace_back(len, data[at + 3]);
+      writes.push_back({off, {}});
+      at += 4;
+    }
+    for (size_t i = 0; i < writes.size(); ++i) writes[i].data = values[i];
+    const std::vector<uint8_t> rec = encode_txn_record(lsn, writes);
+    const uint64_t pos = lsn % log_bytes;
+    if (pos + rec.size() > log_bytes) break;
+    std::memcpy(ring.data() + pos, rec.data(), rec.size());
+    written[pos] = rec;
+    lsn += rec.size();
+  }
+  if (size >= 2) {
+    const uint64_t bit = (static_cast<uint64_t>(data[size - 1]) << 8 | data[size - 2]) % (log_bytes * 8);
+    ring[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  for (const TxnRecord& r : scan_log(ring, log_bytes * 3, kDbBytes)) {
+    const uint64_t pos = r.lsn % log_bytes;
+    auto it = written.find(pos);
+    FUZZ_CHECK(it != written.end());
+    FUZZ_CHECK(it->second.size() == r.bytes);
+    FUZZ_CHECK(std::memcmp(it->second.data(), ring.data() + pos, r.bytes) == 0);
+    for (const auto& e : r.entries) {
+      FUZZ_CHECK(e.data_at + e.len <= pos + r.bytes);
+      FUZZ_CHECK(e.offset + e.len <= kDbBytes);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  const uint8_t mode = data[0];
+  const uint64_t log_bytes = (1 + data[1] % 64) * kTxnRecordAlign;
+  if ((mode & 1) == 0) {
+    replay_region(data + 2, size - 2, log_bytes);
+  } else {
+    corrupt_built_ring(data + 2, size - 2, log_bytes);
+  }
+  return 0;
+}
