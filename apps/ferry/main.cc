@@ -22,6 +22,7 @@
 #include "nic_bench.h"
 #include "oq_bench.h"
 #include "pm_bench.h"
+#include "store_bench.h"
 #include "tailwind_bench.h"
 #include "udp_pingpong.h"
 
@@ -500,6 +501,38 @@ int main(int argc, char** argv) {
                "a small configuration of every experiment and system (seconds, for tests); explicit options win");
   oq->add_flag("--json", oq_opts.json, "print one JSON object per point");
 
+  CLI::App* store = bench->add_subcommand(
+      "store",
+      "HyperLoop §6.2 Fig. 12: the replicated transactional store (YCSB A, B, D, F) on HyperLoop and on the "
+      "Naive-RDMA baselines, quiet and with the replica CPU loaded");
+  ferry::bench::StoreBenchOptions store_opts;
+  std::string store_media = "pm";
+  bool store_quick = false, store_full = false;
+  store->add_option("--systems", store_opts.systems, "hyperloop, naive-event, naive-poll")
+      ->delimiter(',')
+      ->capture_default_str();
+  store->add_option("--workloads", store_opts.workloads, "YCSB workloads A, B, D, E (skipped: no ordered index yet), F")
+      ->delimiter(',')
+      ->capture_default_str();
+  store->add_option("--loads", store_opts.loads, "quiet, load (busy processes on the replica CPU), or both")
+      ->delimiter(',')
+      ->capture_default_str();
+  store->add_option("--records", store_opts.records, "records loaded before the points (the paper: 100 K)")
+      ->capture_default_str();
+  store->add_option("--ops", store_opts.ops, "operations per point")->capture_default_str();
+  store->add_option("--max-seconds", store_opts.max_seconds, "cap on a point")->capture_default_str();
+  store->add_option("--key-bytes", store_opts.key_bytes, "key size")->capture_default_str();
+  store->add_option("--value-bytes", store_opts.value_bytes, "value size")->capture_default_str();
+  store->add_option("--load-processes", store_opts.load_processes, "stress-ng workers on the replica CPU")
+      ->capture_default_str();
+  store->add_option("--media", store_media, "the replicas' regions: pm or dram")
+      ->check(CLI::IsMember({"pm", "dram"}))
+      ->capture_default_str();
+  store->add_option("--seed", store_opts.seed, "seed of keys and values")->capture_default_str();
+  store->add_flag("--quick", store_quick, "a short run: 2,000 records, 2,000 ops per point");
+  store->add_flag("--full", store_full, "the paper's larger table: 1 M records");
+  store->add_flag("--json", store_opts.json, "one JSON object per point");
+
   CLI::App* tw = bench->add_subcommand(
       "tailwind",
       "Tailwind §5 (Figs. 7-10, 13) on LogKv: one-sided replication against RAMCloud's RPC replication on the same "
@@ -645,6 +678,16 @@ int main(int argc, char** argv) {
       return exit_code("ferry bench group", ferry::bench::run_group_udp_bench(u, std::cout, std::cerr));
     }
     return exit_code("ferry bench group", ferry::bench::run_group_bench(group_opts, std::cout, std::cerr));
+  }
+  if (store->parsed()) {
+    if (store_quick) {
+      store_opts.records = std::min<uint64_t>(store_opts.records, 2000);
+      store_opts.ops = std::min<uint64_t>(store_opts.ops, 2000);
+      store_opts.max_seconds = std::min(store_opts.max_seconds, 5.0);
+    }
+    if (store_full) store_opts.records = 1'000'000;
+    store_opts.media = store_media == "dram" ? ferry::pm::Media::kDram : ferry::pm::Media::kPm;
+    return exit_code("ferry bench store", ferry::bench::run_store_bench(store_opts, std::cout, std::cerr));
   }
   if (tw->parsed()) {
     if (tw_quick_flag) {
