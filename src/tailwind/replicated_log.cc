@@ -334,10 +334,21 @@ struct ReplicatedLog::Impl {
   }
 
   void wait_replicated_locked(Segment& s, uint64_t end, std::unique_lock<std::mutex>& lock) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
     while (true) {
       poll_locked();
       if (needs_repair()) return;
       if (replicated(s, end)) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        // Silent backups are failed backups: the repair replaces them.
+        for (const Replica& r : s.replicas) {
+          if (!dead[r.backup] && r.completed < end) {
+            ++counters.replication_timeouts;
+            mark_dead(r.backup);
+          }
+        }
+        return;
+      }
       lock.unlock();
       std::this_thread::yield();
       lock.lock();

@@ -345,5 +345,39 @@ TEST(ReplicationNoBackupCpu, RpcBaselineAppendsWaitForTheBackupWorkers) {
   EXPECT_TRUE(pending.get());
 }
 
+// A backup whose CPU is gone after its NIC acknowledged a replication
+// request (RPC mode: its process died between the ACK and the reply) leaves
+// nothing outstanding on the wire, so no QP error ever tells the primary.
+// The append must not wait forever: after replication_timeout_ms the silent
+// backup is declared failed and its replica recreated elsewhere.
+TEST(ReplicationTimeout, ABackupThatAcknowledgesButNeverRepliesIsReplaced) {
+  ClusterOptions co;
+  co.pumped_workers = true;
+  Cluster cluster(co);
+  auto links = cluster.link_all(7, false);
+  LogOptions lo = log_options(Replication::kRpc, 1 << 20);
+  lo.replication_timeout_ms = 200;
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("first"), bytes_of("opens the segment")).ok());
+  const uint64_t seg = log->open_segment_id();
+  const size_t silent = log->replicas_of(seg).front();
+  cluster.silence_backup(silent);
+  auto pending = std::async(std::launch::async, [&] {
+    return log->append_object(1, 1, bytes_of("second"), bytes_of("one backup never answers")).ok();
+  });
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the append waited for a backup that will never reply";
+  EXPECT_TRUE(pending.get());
+  EXPECT_GE(log->counters().replication_timeouts, 1u);
+  const auto now = log->replicas_of(seg);
+  EXPECT_EQ(now.size(), 3u);
+  EXPECT_EQ(std::count(now.begin(), now.end(), silent), 0) << "the silent backup still holds a replica";
+  const auto primary = log->segment(seg);
+  for (size_t b : now) {
+    const auto buffer = cluster.host(b).backup->buffer(7, seg);
+    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::tailwind

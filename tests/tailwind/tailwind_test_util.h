@@ -99,7 +99,9 @@ class Cluster {
           if (paused_.load()) {
             std::this_thread::yield();
           } else {
-            for (auto& h : hosts_) h->server->poll_worker(0);
+            for (size_t i = 0; i < hosts_.size(); ++i) {
+              if (static_cast<int>(i) != silenced_.load()) hosts_[i]->server->poll_worker(0);
+            }
           }
           passes_.fetch_add(1);
         }
@@ -145,6 +147,14 @@ class Cluster {
     while (passes_.load() == now) std::this_thread::yield();
   }
 
+  // Backup i's CPU stops for good (its process died) while its NIC still
+  // acknowledges what arrives: requests are taken and never answered.
+  void silence_backup(size_t i) {
+    silenced_ = static_cast<int>(i);
+    const uint64_t now = passes_.load();
+    while (passes_.load() == now) std::this_thread::yield();
+  }
+
   nic::Engine& engine() { return *engine_; }
   nic::Nic& primary_nic() { return *primary_nic_; }
   BackupHost& host(size_t i) { return *hosts_[i]; }
@@ -161,6 +171,7 @@ class Cluster {
   std::thread pump_;
   std::atomic<bool> stop_pump_{false};
   std::atomic<bool> paused_{false};
+  std::atomic<int> silenced_{-1};  // a backup whose RPCs are never served
   std::atomic<uint64_t> passes_{0};  // passes of the pump completed
 };
 

@@ -121,6 +121,12 @@ struct LogOptions {
   // unflushed limit (its flushes lag), the primary waits for one to flush
   // and retries for up to this long before the append fails kUnavailable.
   uint32_t open_wait_ms = 10000;
+  // An append whose replicas have not all acknowledged it this long after
+  // it was sent declares the silent backups failed and replaces them
+  // (§3.3.3). What catches a backup whose process died after its NIC
+  // acknowledged a replication request (RPC mode): nothing is outstanding
+  // on the wire, so its QP never errors.
+  uint32_t replication_timeout_ms = 3000;
   // Called (under the log's lock) when a segment's replica version moves
   // on: a coordinator records it, so recovery can tell stale replicas.
   std::function<void(uint64_t segment_id, uint64_t replica_version)> on_version;
@@ -144,6 +150,7 @@ struct LogCounters {
   uint64_t writes_posted = 0;   // RDMA WRITEs (kTailwind)
   uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc)
   uint64_t opens_deferred = 0;  // times every candidate was at its unflushed limit and the primary waited
+  uint64_t replication_timeouts = 0;  // backups declared failed for not acknowledging within replication_timeout_ms
 };
 
 class ReplicatedLog {
