@@ -24,6 +24,7 @@ packages=(
   libcurl4-openssl-dev              # HTTP client for etcd's v3 JSON gateway (membership/)
   libtomlplusplus-dev               # TOML configuration of the ferry services (hyperloop replica/client)
   iproute2                          # network namespaces and veth pairs for the multi-host tests
+  librocksdb-dev                    # RocksDB whose write-ahead log is replicated with HyperLoop Append (src/rocksdb/)
 )
 
 missing=()
