@@ -54,7 +54,6 @@ Outcome run(bool locked, uint64_t max_transactions, std::chrono::milliseconds bu
       while (!stop.load(std::memory_order_acquire)) {
         if (locked && !lk.try_rd_lock(0)) continue;
         uint64_t a, b;
-        std::atomic_thread_fence(std::memory_order_acquire);
         std::memcpy(&a, db + kFieldA, 8);
         std::memcpy(&b, db + kFieldB, 8);
         if (locked) lk.rd_unlock(0);
