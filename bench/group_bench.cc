@@ -100,22 +100,7 @@ Result<std::unique_ptr<SystemUnderTest>> start_system(const std::string& name, c
   nic::EngineOptions eo;
   eo.threaded = false;  // stepped by the client thread: see group_bench.h
   s->engine = std::make_unique<nic::Engine>(eo);
-  hyperloop::ClientOptions co;
-  co.op_timeout_ns = 120'000'000'000ULL;
-  co.replica_cpu = o.replica_cpu;
-  if (name == "hyperloop") {
-    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(*s->engine, co));
-    s->client = std::move(c);
-  } else if (name == "naive-event" || name == "naive-poll") {
-    hyperloop::NaiveOptions no;
-    no.mode = name == "naive-event" ? hyperloop::NaiveMode::kEvent : hyperloop::NaiveMode::kPoll;
-    no.client = co;
-    no.replica_cpu = o.replica_cpu;
-    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::NaiveClient::create(*s->engine, no));
-    s->client = std::move(c);
-  } else {
-    return invalid_argument("unknown system '" + name + "' (hyperloop, naive-event, naive-poll)");
-  }
+  FERRY_ASSIGN_OR_RETURN(s->client, make_group_client(name, *s->engine, o.replica_cpu));
   return s;
 }
 
@@ -342,6 +327,26 @@ void print_row(std::ostream& out, const Point& p) {
 bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
+
+Result<std::unique_ptr<GroupClient>> make_group_client(const std::string& system, nic::Engine& engine,
+                                                       int replica_cpu) {
+  hyperloop::ClientOptions co;
+  co.op_timeout_ns = 120'000'000'000ULL;
+  co.replica_cpu = replica_cpu;
+  if (system == "hyperloop") {
+    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(engine, co));
+    return std::unique_ptr<GroupClient>(std::move(c));
+  }
+  if (system == "naive-event" || system == "naive-poll") {
+    hyperloop::NaiveOptions no;
+    no.mode = system == "naive-event" ? hyperloop::NaiveMode::kEvent : hyperloop::NaiveMode::kPoll;
+    no.client = co;
+    no.replica_cpu = replica_cpu;
+    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::NaiveClient::create(engine, no));
+    return std::unique_ptr<GroupClient>(std::move(c));
+  }
+  return invalid_argument("unknown system '" + system + "' (hyperloop, naive-event, naive-poll)");
+}
 
 Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostream& log) {
   for (const auto& e : o.experiments) {

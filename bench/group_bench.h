@@ -18,11 +18,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "ferry/common/status.h"
+#include "ferry/hyperloop/group.h"
+#include "ferry/nic/engine.h"
 #include "ferry/pm/region.h"
 
 namespace ferry::bench {
@@ -50,5 +53,12 @@ struct GroupBenchOptions {
 };
 
 Status run_group_bench(const GroupBenchOptions& options, std::ostream& out, std::ostream& log);
+
+// A group client of `system` ("hyperloop", "naive-event" or "naive-poll") on
+// `engine`, its replicas' application threads pinned to replica_cpu (-1:
+// not pinned); kInvalidArgument for another name. Shared by the benchmarks
+// that compare the three.
+Result<std::unique_ptr<hyperloop::GroupClient>> make_group_client(const std::string& system, nic::Engine& engine,
+                                                                  int replica_cpu);
 
 }  // namespace ferry::bench

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cpu_load.h"
+#include "group_bench.h"
 #include "ferry/common/clock.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
@@ -57,22 +58,7 @@ Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, con
   nic::EngineOptions eo;
   eo.threaded = false;  // stepped by the client thread
   s->engine = std::make_unique<nic::Engine>(eo);
-  hyperloop::ClientOptions co;
-  co.op_timeout_ns = 120'000'000'000ULL;
-  co.replica_cpu = o.replica_cpu;
-  if (name == "hyperloop") {
-    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::HyperLoopClient::create(*s->engine, co));
-    s->client = std::move(c);
-  } else if (name == "naive-event" || name == "naive-poll") {
-    hyperloop::NaiveOptions no;
-    no.mode = name == "naive-event" ? hyperloop::NaiveMode::kEvent : hyperloop::NaiveMode::kPoll;
-    no.client = co;
-    no.replica_cpu = o.replica_cpu;
-    FERRY_ASSIGN_OR_RETURN(auto c, hyperloop::NaiveClient::create(*s->engine, no));
-    s->client = std::move(c);
-  } else {
-    return invalid_argument("unknown system '" + name + "' (hyperloop, naive-event, naive-poll)");
-  }
+  FERRY_ASSIGN_OR_RETURN(s->client, make_group_client(name, *s->engine, o.replica_cpu));
   s->kv_options.slots = static_cast<uint32_t>(std::max<uint64_t>(64, capacity * 2));  // load factor <= 0.5
   s->kv_options.key_max = o.key_bytes;
   s->kv_options.value_max = o.value_bytes;

@@ -2,6 +2,7 @@
 // write locks by gCAS with undo, read locks on one replica, and a replica's
 // replay of its log at restart.
 #include "ferry/hyperloop/txn.h"
+#include "le_words.h"
 
 #include <chrono>
 #include <cstring>
@@ -16,16 +17,6 @@ namespace {
 constexpr uint64_t kTxnMagic = 0x314E5854504C4846ULL;  // "FHLPTXN1"
 constexpr uint64_t kWriterWord = ReplicaLocks::kWriter | 1;
 
-template <typename T>
-T load_word(const uint8_t* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
-}
-template <typename T>
-void store_word(uint8_t* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
 
 uint8_t all_replicas(uint32_t n) { return static_cast<uint8_t>((1u << n) - 1); }
 
@@ -57,11 +48,11 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
     // process; a deployed client would READ it).
     FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client.replica(data_gid, 0));
     std::memcpy(c, v.region->data(), need);
-    if (load_word<uint64_t>(c) != kTxnMagic || load_word<uint64_t>(c + 8) != options.log_bytes ||
-        load_word<uint64_t>(c + 16) != options.db_bytes) {
+    if (detail::load_le<uint64_t>(c) != kTxnMagic || detail::load_le<uint64_t>(c + 8) != options.log_bytes ||
+        detail::load_le<uint64_t>(c + 16) != options.db_bytes) {
       return invalid_argument("txn: resume finds another layout (or none) in the region");
     }
-    t->head_ = t->tail_ = load_word<uint64_t>(c + kTxnHeadOffset);
+    t->head_ = t->tail_ = detail::load_le<uint64_t>(c + kTxnHeadOffset);
     // Records appended but not executed before the restart run again.
     for (auto& r : scan_log(t->mem_.subspan(kTxnControlBytes, options.log_bytes), t->head_, options.db_bytes)) {
       t->tail_ = r.lsn + r.bytes;
@@ -70,10 +61,10 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
     return t;
   }
   std::memset(c, 0, need);
-  store_word<uint64_t>(c, kTxnMagic);
-  store_word<uint64_t>(c + 8, options.log_bytes);
-  store_word<uint64_t>(c + 16, options.db_bytes);
-  store_word<uint64_t>(c + kTxnHeadOffset, 0);
+  detail::store_le<uint64_t>(c, kTxnMagic);
+  detail::store_le<uint64_t>(c + 8, options.log_bytes);
+  detail::store_le<uint64_t>(c + 16, options.db_bytes);
+  detail::store_le<uint64_t>(c + kTxnHeadOffset, 0);
   FERRY_RETURN_IF_ERROR(t->write_and_flush(0, kTxnControlBytes));
   return t;
 }
@@ -149,7 +140,7 @@ Status TxnClient::execute_and_advance() {
     std::memmove(mem_.data() + dst, mem_.data() + src, e.len);  // the client's mirror
   }
   // Then the persistent head moves past the record: one aligned word.
-  store_word<uint64_t>(mem_.data() + kTxnHeadOffset, r.lsn + r.bytes);
+  detail::store_le<uint64_t>(mem_.data() + kTxnHeadOffset, r.lsn + r.bytes);
   FERRY_RETURN_IF_ERROR(write_and_flush(kTxnHeadOffset, 8));
   head_ = r.lsn + r.bytes;
   pending_.erase(pending_.begin());
@@ -207,15 +198,15 @@ Result<std::span<const uint8_t>> TxnClient::replica_log(uint32_t r) const {
 Result<TxnReplay> replay_txn_log(std::span<uint8_t> region) {
   if (region.size() < kTxnControlBytes) return data_loss("txn: a region smaller than the control block");
   uint8_t* c = region.data();
-  const auto log_bytes = load_word<uint64_t>(c + 8);
-  const auto db_bytes = load_word<uint64_t>(c + 16);
-  if (load_word<uint64_t>(c) != kTxnMagic || log_bytes == 0 || log_bytes % kTxnRecordAlign != 0 ||
+  const auto log_bytes = detail::load_le<uint64_t>(c + 8);
+  const auto db_bytes = detail::load_le<uint64_t>(c + 16);
+  if (detail::load_le<uint64_t>(c) != kTxnMagic || log_bytes == 0 || log_bytes % kTxnRecordAlign != 0 ||
       log_bytes > region.size() || db_bytes > region.size() - log_bytes ||
       kTxnControlBytes > region.size() - log_bytes - db_bytes) {
     return data_loss("txn: the region holds no transaction layout");
   }
   TxnReplay out;
-  out.head_before = out.head_after = load_word<uint64_t>(c + kTxnHeadOffset);
+  out.head_before = out.head_after = detail::load_le<uint64_t>(c + kTxnHeadOffset);
   const std::span<uint8_t> ring = region.subspan(kTxnControlBytes, log_bytes);
   uint8_t* db = region.data() + kTxnControlBytes + log_bytes;
   for (const TxnRecord& r : scan_log(ring, out.head_before, db_bytes)) {
@@ -226,7 +217,7 @@ Result<TxnReplay> replay_txn_log(std::span<uint8_t> region) {
     out.head_after = r.lsn + r.bytes;
     ++out.records;
   }
-  store_word<uint64_t>(c + kTxnHeadOffset, out.head_after);
+  detail::store_le<uint64_t>(c + kTxnHeadOffset, out.head_after);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "ferry/common/checksum.h"
 #include "ferry/hyperloop/txn.h"
+#include "le_words.h"
 
 namespace ferry::hyperloop {
 
@@ -13,16 +14,6 @@ namespace {
 constexpr uint32_t kRecordMagic = 0x52544C48;   // "HLTR"
 constexpr uint32_t kPaddingMagic = 0x44504C48;  // "HLPD"
 
-template <typename T>
-void put(uint8_t* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
-template <typename T>
-T get(const uint8_t* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
-}
 
 uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -40,29 +31,29 @@ std::vector<uint8_t> encode_txn_record(uint64_t lsn, std::span<const TxnWrite> w
   const uint64_t bytes = round_up(kTxnRecordHeaderBytes + body, kTxnRecordAlign);
   std::vector<uint8_t> out(bytes, 0);
   uint8_t* r = out.data();
-  put<uint32_t>(r, writes.empty() ? kPaddingMagic : kRecordMagic);
-  put<uint32_t>(r + 4, static_cast<uint32_t>(bytes));
-  put<uint64_t>(r + 8, lsn);
-  put<uint32_t>(r + 16, static_cast<uint32_t>(writes.size()));
+  detail::store_le<uint32_t>(r, writes.empty() ? kPaddingMagic : kRecordMagic);
+  detail::store_le<uint32_t>(r + 4, static_cast<uint32_t>(bytes));
+  detail::store_le<uint64_t>(r + 8, lsn);
+  detail::store_le<uint32_t>(r + 16, static_cast<uint32_t>(writes.size()));
   size_t at = kTxnRecordHeaderBytes;
   for (const TxnWrite& w : writes) {
-    put<uint64_t>(r + at, w.offset);
-    put<uint32_t>(r + at + 8, static_cast<uint32_t>(w.data.size()));
+    detail::store_le<uint64_t>(r + at, w.offset);
+    detail::store_le<uint32_t>(r + at + 8, static_cast<uint32_t>(w.data.size()));
     at += kTxnEntryHeaderBytes;
     if (!w.data.empty()) std::memcpy(r + at, w.data.data(), w.data.size());
     at += round_up(w.data.size(), 8);
   }
-  put<uint64_t>(r + 24, record_checksum(r, static_cast<uint32_t>(bytes)));
+  detail::store_le<uint64_t>(r + 24, record_checksum(r, static_cast<uint32_t>(bytes)));
   return out;
 }
 
 std::vector<uint8_t> encode_txn_padding(uint64_t lsn, uint32_t bytes) {
   std::vector<uint8_t> out(bytes, 0);
   uint8_t* r = out.data();
-  put<uint32_t>(r, kPaddingMagic);
-  put<uint32_t>(r + 4, bytes);
-  put<uint64_t>(r + 8, lsn);
-  put<uint64_t>(r + 24, record_checksum(r, bytes));
+  detail::store_le<uint32_t>(r, kPaddingMagic);
+  detail::store_le<uint32_t>(r + 4, bytes);
+  detail::store_le<uint64_t>(r + 8, lsn);
+  detail::store_le<uint64_t>(r + 24, record_checksum(r, bytes));
   return out;
 }
 
@@ -72,20 +63,20 @@ Result<TxnRecord> decode_txn_record(std::span<const uint8_t> ring, uint64_t lsn,
   if (pos % kTxnRecordAlign != 0) return not_found("txn: an LSN off a 64-byte line");
   const uint8_t* r = ring.data() + pos;
   const uint64_t room = ring.size() - pos;
-  const auto magic = get<uint32_t>(r);
-  const auto bytes = get<uint32_t>(r + 4);
+  const auto magic = detail::load_le<uint32_t>(r);
+  const auto bytes = detail::load_le<uint32_t>(r + 4);
   if ((magic != kRecordMagic && magic != kPaddingMagic) || bytes == 0 || bytes % kTxnRecordAlign != 0 ||
-      bytes > room || get<uint64_t>(r + 8) != lsn || get<uint32_t>(r + 20) != 0) {
+      bytes > room || detail::load_le<uint64_t>(r + 8) != lsn || detail::load_le<uint32_t>(r + 20) != 0) {
     return not_found("txn: no record of LSN " + std::to_string(lsn));
   }
-  if (get<uint64_t>(r + 24) != record_checksum(r, bytes)) {
+  if (detail::load_le<uint64_t>(r + 24) != record_checksum(r, bytes)) {
     return not_found("txn: the record of LSN " + std::to_string(lsn) + " fails its checksum");
   }
   TxnRecord out;
   out.lsn = lsn;
   out.bytes = bytes;
   out.padding = magic == kPaddingMagic;
-  const auto entries = get<uint32_t>(r + 16);
+  const auto entries = detail::load_le<uint32_t>(r + 16);
   if (out.padding) {
     if (entries != 0) return not_found("txn: a padding record with entries");
     return out;
@@ -95,9 +86,9 @@ Result<TxnRecord> decode_txn_record(std::span<const uint8_t> ring, uint64_t lsn,
   for (uint32_t e = 0; e < entries; ++e) {
     if (bytes - at < kTxnEntryHeaderBytes) return not_found("txn: an entry past the record's end");
     TxnRecord::Entry entry;
-    entry.offset = get<uint64_t>(r + at);
-    entry.len = get<uint32_t>(r + at + 8);
-    if (get<uint32_t>(r + at + 12) != 0) return not_found("txn: an entry's reserved field is set");
+    entry.offset = detail::load_le<uint64_t>(r + at);
+    entry.len = detail::load_le<uint32_t>(r + at + 8);
+    if (detail::load_le<uint32_t>(r + at + 12) != 0) return not_found("txn: an entry's reserved field is set");
     at += kTxnEntryHeaderBytes;
     const uint64_t padded = round_up(entry.len, 8);
     if (entry.len == 0 || padded > bytes - at) return not_found("txn: an entry's data past the record's end");

@@ -2,6 +2,7 @@
 // in the front end's mirror, one log record per operation or transaction,
 // striped group write locks, and replicas' locked reads.
 #include "ferry/hyperloop/txn_kv.h"
+#include "le_words.h"
 
 #include <algorithm>
 #include <cstring>
@@ -28,36 +29,26 @@ uint64_t key_hash(std::string_view key) {
   return checksum64({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, 0x5EED);
 }
 
-template <typename T>
-T read_at(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <typename T>
-void write_at(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 uint64_t slot_checksum(const uint8_t* slot, uint64_t bytes) {
-  return checksum64({slot + 16, bytes - 16}, read_at<uint64_t>(slot));
+  return checksum64({slot + 16, bytes - 16}, detail::load_le<uint64_t>(slot));
 }
 
 // A slot's bytes: state, key, value and the checksum over them.
 std::vector<uint8_t> make_slot(const TxnKvOptions& o, uint64_t state, std::string_view key,
                                std::span<const uint8_t> value) {
   std::vector<uint8_t> s(slot_bytes(o), 0);
-  write_at<uint64_t>(s.data(), state);
-  write_at<uint16_t>(s.data() + 16, static_cast<uint16_t>(key.size()));
-  write_at<uint32_t>(s.data() + 20, static_cast<uint32_t>(value.size()));
+  detail::store_le<uint64_t>(s.data(), state);
+  detail::store_le<uint16_t>(s.data() + 16, static_cast<uint16_t>(key.size()));
+  detail::store_le<uint32_t>(s.data() + 20, static_cast<uint32_t>(value.size()));
   std::memcpy(s.data() + kSlotHeaderBytes, key.data(), key.size());
   if (!value.empty()) std::memcpy(s.data() + kSlotHeaderBytes + o.key_max, value.data(), value.size());
-  write_at<uint64_t>(s.data() + 8, slot_checksum(s.data(), s.size()));
+  detail::store_le<uint64_t>(s.data() + 8, slot_checksum(s.data(), s.size()));
   return s;
 }
 
 bool slot_has_key(const uint8_t* slot, const TxnKvOptions& o, std::string_view key) {
-  return read_at<uint16_t>(slot + 16) == key.size() && key.size() <= o.key_max &&
+  return detail::load_le<uint16_t>(slot + 16) == key.size() && key.size() <= o.key_max &&
          std::memcmp(slot + kSlotHeaderBytes, key.data(), key.size()) == 0;
 }
 
@@ -70,7 +61,7 @@ std::optional<uint32_t> find_slot(const TxnKvOptions& o, std::string_view key, c
     const uint32_t idx = (start + i) % o.slots;
     const uint8_t* s = slot_at(idx);
     if (s == nullptr) return std::nullopt;  // the caller stopped (torn)
-    const auto state = read_at<uint64_t>(s);
+    const auto state = detail::load_le<uint64_t>(s);
     if (state == kEmpty) return std::nullopt;
     if (state == kLive && slot_has_key(s, o, key)) return idx;
   }
@@ -91,10 +82,10 @@ Result<std::unique_ptr<TxnKv>> TxnKv::create(TxnClient& txn, const TxnKvOptions&
   }
   std::unique_ptr<TxnKv> kv(new TxnKv(txn, options));
   uint8_t header[kHeaderBytes] = {};
-  write_at<uint64_t>(header, kKvMagic);
-  write_at<uint32_t>(header + 8, options.slots);
-  write_at<uint32_t>(header + 12, options.key_max);
-  write_at<uint32_t>(header + 16, options.value_max);
+  detail::store_le<uint64_t>(header, kKvMagic);
+  detail::store_le<uint32_t>(header + 8, options.slots);
+  detail::store_le<uint32_t>(header + 12, options.key_max);
+  detail::store_le<uint32_t>(header + 16, options.value_max);
   const TxnWrite w[] = {{0, {header, kHeaderBytes}}};
   FERRY_RETURN_IF_ERROR(txn.append(w).status());
   FERRY_RETURN_IF_ERROR(txn.execute_all());
@@ -115,7 +106,7 @@ Result<uint32_t> TxnKv::place(std::string_view key, const std::vector<uint32_t>&
     const uint32_t idx = (start + i) % options_.slots;
     if (std::find(planned.begin(), planned.end(), idx) != planned.end()) continue;  // this record's other key
     const uint8_t* s = base + idx * sb;
-    const auto state = read_at<uint64_t>(s);
+    const auto state = detail::load_le<uint64_t>(s);
     if (state == kLive && slot_has_key(s, options_, key)) return idx;
     if (state == kDeleted && !reusable) reusable = idx;
     if (state == kEmpty) return reusable.value_or(idx);
@@ -140,8 +131,8 @@ Status TxnKv::apply(std::span<const TxnKvOp> ops) {
       if (!idx) return not_found("txn kv: no key '" + std::string(op.key) + "'");
       planned.push_back(*idx);
       std::vector<uint8_t> s(base + *idx * sb, base + (*idx + 1) * sb);
-      write_at<uint64_t>(s.data(), kDeleted);
-      write_at<uint64_t>(s.data() + 8, slot_checksum(s.data(), s.size()));
+      detail::store_le<uint64_t>(s.data(), kDeleted);
+      detail::store_le<uint64_t>(s.data() + 8, slot_checksum(s.data(), s.size()));
       slots.push_back(std::move(s));
     }
   }
@@ -220,7 +211,7 @@ Result<std::vector<uint8_t>> TxnKv::get(std::string_view key) const {
   if (!idx) return not_found("txn kv: no key '" + std::string(key) + "'");
   const uint8_t* s = base + *idx * sb;
   const uint8_t* v = s + kSlotHeaderBytes + options_.key_max;
-  return std::vector<uint8_t>(v, v + read_at<uint32_t>(s + 20));
+  return std::vector<uint8_t>(v, v + detail::load_le<uint32_t>(s + 20));
 }
 
 Status TxnKv::read_modify_write(
@@ -266,7 +257,7 @@ Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
     std::optional<std::vector<uint8_t>> value;
     const auto idx = find_slot(options_, key, [&](uint32_t i) -> const uint8_t* {
       std::memcpy(copy.data(), db_.data() + kHeaderBytes + i * sb, sb);
-      if (read_at<uint64_t>(copy.data()) != kEmpty && read_at<uint64_t>(copy.data() + 8) != slot_checksum(copy.data(), sb)) {
+      if (detail::load_le<uint64_t>(copy.data()) != kEmpty && detail::load_le<uint64_t>(copy.data() + 8) != slot_checksum(copy.data(), sb)) {
         torn = true;  // another key's writer is changing it: look again
         return nullptr;
       }
@@ -274,7 +265,7 @@ Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
     });
     if (idx && !torn) {
       const uint8_t* v = copy.data() + kSlotHeaderBytes + options_.key_max;
-      value.emplace(v, v + read_at<uint32_t>(copy.data() + 20));
+      value.emplace(v, v + detail::load_le<uint32_t>(copy.data() + 20));
     }
     locks_.rd_unlock(lock);
     if (torn) {
