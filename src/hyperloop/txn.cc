@@ -185,6 +185,20 @@ Status TxnClient::wr_unlock(uint32_t lock) {
   return ok_status();
 }
 
+Result<uint64_t> TxnClient::release_stale_locks(uint32_t locks) {
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
+  if (static_cast<uint64_t>(locks) * 8 > o.region_bytes) {
+    return invalid_argument("txn: the lock group's region holds " + std::to_string(o.region_bytes / 8) + " locks");
+  }
+  const uint8_t all = all_replicas(o.replicas);
+  uint64_t released = 0;
+  for (uint32_t l = 0; l < locks; ++l) {
+    FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{l} * 8, kWriterWord, 0, all));
+    released += static_cast<uint64_t>(__builtin_popcount(r.succeeded));
+  }
+  return released;
+}
+
 Result<std::span<const uint8_t>> TxnClient::replica_db(uint32_t r) const {
   FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client_.replica(data_, r));
   return std::span<const uint8_t>(v.region->data() + db_offset(), options_.db_bytes);

@@ -311,6 +311,38 @@ TEST(TxnLocks, AWriteLockExcludesReadersAndAPartialLockIsUndone) {
   EXPECT_EQ(f.txn->wr_lock(1 << 20).code(), Code::kInvalidArgument);
 }
 
+// The client crashes holding a write lock, with a record appended and not
+// executed: readers on the replicas are shut out until a client resumes in
+// its place, releases the crashed client's locks and executes the record.
+TEST(TxnLocks, AWriteLockHeldByACrashedClientIsReleasedByItsSuccessor) {
+  TxnFixture f;
+  const std::vector<uint8_t> v(16, 0x5A);
+  const TxnWrite w[] = {{256, v}};
+  ASSERT_TRUE(f.txn->wr_lock(2).ok());
+  ASSERT_TRUE(f.txn->append(w).ok());
+  f.txn.reset();  // the client crashes: no execute, no unlock
+  ReplicaLocks r0 = f.reader(0);
+  EXPECT_FALSE(r0.try_rd_lock(2)) << "the crashed writer's lock vanished by itself";
+  ASSERT_TRUE(r0.try_rd_lock(3));  // a reader elsewhere is unaffected, and stays
+  TxnOptions o;
+  o.log_bytes = 8 << 10;
+  o.db_bytes = 16 << 10;
+  o.resume = true;
+  o.lock_timeout_ns = 20'000'000;
+  auto next = TxnClient::initialize(*f.client, f.data, f.locks, o);
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  auto released = next.value()->release_stale_locks(64);
+  ASSERT_TRUE(released.ok()) << released.status().to_string();
+  EXPECT_EQ(released.value(), 3u) << "lock 2 on each of the three replicas";
+  EXPECT_EQ(r0.word(3), 1u) << "a reader's count was touched";
+  ASSERT_TRUE(next.value()->execute_all().ok());
+  ASSERT_TRUE(r0.try_rd_lock(2));
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(next.value()->replica_db(r).value()[256], 0x5A) << "replica " << r;
+  r0.rd_unlock(2);
+  r0.rd_unlock(3);
+  EXPECT_TRUE(next.value()->wr_lock(2).ok());
+}
+
 // ---- the decoder on hand-made bytes ----------------------------------------
 
 TEST(TxnFormat, TheDecoderRefusesEveryDamage) {

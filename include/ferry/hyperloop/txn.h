@@ -155,6 +155,11 @@ class TxnClient {
   // writer on some replica).
   Status wr_lock(uint32_t lock);
   Status wr_unlock(uint32_t lock);
+  // After a client crash (this client resumed in its place): releases every
+  // write lock in [0, locks) that the crashed client held, on every replica
+  // (gCAS writer -> 0; a lock word holding readers or nothing is left
+  // alone). Returns how many replica words were released.
+  Result<uint64_t> release_stale_locks(uint32_t locks);
 
   uint64_t head() const { return head_; }  // LSN of the next record to execute
   uint64_t tail() const { return tail_; }  // LSN the next append starts at
