@@ -30,6 +30,12 @@ uint64_t key_hash(std::string_view key) {
 }
 
 
+// The lock stripe of a key: the front end's write lock and a replica
+// reader's read lock must agree on it.
+uint32_t lock_stripe(std::string_view key, const TxnKvOptions& o) {
+  return static_cast<uint32_t>(mix64(key_hash(key)) % o.locks);
+}
+
 uint64_t slot_checksum(const uint8_t* slot, uint64_t bytes) {
   return checksum64({slot + 16, bytes - 16}, detail::load_le<uint64_t>(slot));
 }
@@ -93,9 +99,7 @@ Result<std::unique_ptr<TxnKv>> TxnKv::create(TxnClient& txn, const TxnKvOptions&
   return kv;
 }
 
-uint32_t TxnKv::lock_of(std::string_view key) const {
-  return static_cast<uint32_t>(mix64(key_hash(key)) % options_.locks);
-}
+uint32_t TxnKv::lock_of(std::string_view key) const { return lock_stripe(key, options_); }
 
 Result<uint32_t> TxnKv::place(std::string_view key, const std::vector<uint32_t>& planned) const {
   const uint8_t* base = txn_.db().data() + kHeaderBytes;
@@ -245,7 +249,7 @@ Status TxnKv::transaction(std::span<const TxnKvOp> ops) {
 Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
   if (key.empty() || key.size() > options_.key_max) return invalid_argument("txn kv: a key of 1..key_max bytes");
   const uint64_t sb = slot_bytes(options_);
-  const uint32_t lock = static_cast<uint32_t>(mix64(key_hash(key)) % options_.locks);
+  const uint32_t lock = lock_stripe(key, options_);
   std::vector<uint8_t> copy(sb);
   for (;;) {
     if (!locks_.try_rd_lock(lock)) {

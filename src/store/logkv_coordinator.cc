@@ -308,16 +308,10 @@ Status CoordinatorService::Impl::recover(uint32_t dead) {
     versions = min_versions[dead_log];
   }
   // Read the log back from the surviving backups (find fences it there).
-  const rpc::ServerInfo info = detail::rpc_info(d.server);
   std::vector<std::unique_ptr<tailwind::BackupLink>> backup_links;
   std::vector<tailwind::BackupLink*> raw;
   for (uint32_t j : live) {
-    tailwind::BackupLink::Remote remote;
-    remote.name = "server-" + std::to_string(j);
-    remote.address = d.servers[j].listen;
-    remote.rpc_service = detail::kServerService;
-    remote.data_service = detail::kBackupDataService;
-    remote.server = info;
+    const tailwind::BackupLink::Remote remote = backup_remote(d, j);
     FERRY_ASSIGN_OR_RETURN(auto link, tailwind::BackupLink::connect(*nic, remote, dead_log, false, d.server.workers));
     raw.push_back(link.get());
     backup_links.push_back(std::move(link));

@@ -73,6 +73,16 @@ Status check_deployment(const Deployment& d) {
   return ok_status();
 }
 
+tailwind::BackupLink::Remote backup_remote(const Deployment& d, uint32_t j) {
+  tailwind::BackupLink::Remote remote;
+  remote.name = "server-" + std::to_string(j);
+  remote.address = d.servers[j].listen;
+  remote.rpc_service = detail::kServerService;
+  remote.data_service = detail::kBackupDataService;
+  remote.server = detail::rpc_info(d.server);
+  return remote;
+}
+
 struct StorageServer::Impl {
   Deployment d;
   uint32_t index = 0;
@@ -186,17 +196,11 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(nic::Nic& nic, cm::L
 
   // Backup links to every other server, as they come up.
   const auto deadline = Clock::now() + std::chrono::milliseconds(d.connect_timeout_ms);
-  const rpc::ServerInfo info = detail::rpc_info(d.server);
   const bool data_path = d.server.replication == tailwind::Replication::kTailwind;
   std::vector<tailwind::BackupLink*> candidates;
   for (uint32_t j = 0; j < d.servers.size(); ++j) {
     if (j == index) continue;
-    tailwind::BackupLink::Remote remote;
-    remote.name = "server-" + std::to_string(j);
-    remote.address = d.servers[j].listen;
-    remote.rpc_service = detail::kServerService;
-    remote.data_service = detail::kBackupDataService;
-    remote.server = info;
+    const tailwind::BackupLink::Remote remote = backup_remote(d, j);
     auto link = retry_until(deadline, [&] {
       return tailwind::BackupLink::connect(nic, remote, s.log_id, data_path, d.server.workers);
     });

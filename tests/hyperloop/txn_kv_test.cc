@@ -16,7 +16,7 @@
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
-#include "group_test_util.h"
+#include "txn_test_util.h"
 
 namespace ferry::hyperloop {
 namespace txn_kv_test {
@@ -24,29 +24,16 @@ namespace txn_kv_test {
 std::span<const uint8_t> bytes(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
-struct KvFixture {
-  explicit KvFixture(TxnKvOptions kv_options = small(), const nic::FaultModel& faults = {}) : kv_options(kv_options) {
-    nic::EngineOptions eo;
-    eo.threaded = false;
-    eo.clock = &clock;
-    eo.faults = faults;
-    engine = std::make_unique<nic::Engine>(eo);
-    client = HyperLoopClient::create(*engine).value();
-    data = testing::make_group(*client, 3, pm::Media::kPm, 256 << 10, 16, 4, false);
-    locks = testing::make_group(*client, 3, pm::Media::kDram, 4096, 16, 4, false);
-    TxnOptions o;
-    o.log_bytes = 32 << 10;
-    o.db_bytes = txn_kv_db_bytes(kv_options);
-    txn = TxnClient::initialize(*client, data, locks, o).value();
+// The store on a chain (txn_test_util.h) whose database fits its table.
+struct KvFixture : testing::TxnChain {
+  explicit KvFixture(TxnKvOptions kv_options = small(), const nic::FaultModel& faults = {})
+      : TxnChain(testing::txn_chain_options(256 << 10, 32 << 10, txn_kv_db_bytes(kv_options), faults)),
+        kv_options(kv_options) {
     auto k = TxnKv::create(*txn, kv_options);
     EXPECT_TRUE(k.ok()) << k.status().to_string();
-    kv = std::move(k).value();
+    if (k.ok()) kv = std::move(k).value();
   }
-  ~KvFixture() {
-    kv.reset();
-    txn.reset();
-    client.reset();
-  }
+  ~KvFixture() { kv.reset(); }
   static TxnKvOptions small() {
     TxnKvOptions o;
     o.slots = 128;
@@ -56,16 +43,10 @@ struct KvFixture {
     return o;
   }
   TxnKvReplicaReader reader(uint32_t r) {
-    ReplicaView v = client->replica(locks, r).value();
-    return TxnKvReplicaReader(txn->replica_db(r).value(), ReplicaLocks(v.region->data(), 4096), kv_options);
+    return TxnKvReplicaReader(txn->replica_db(r).value(), TxnChain::reader(r), kv_options);
   }
 
   TxnKvOptions kv_options;
-  FakeClock clock;
-  std::unique_ptr<nic::Engine> engine;
-  std::unique_ptr<HyperLoopClient> client;
-  GroupId data = 0, locks = 0;
-  std::unique_ptr<TxnClient> txn;
   std::unique_ptr<TxnKv> kv;
 };
 

@@ -15,7 +15,7 @@
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
-#include "group_test_util.h"
+#include "txn_test_util.h"
 
 namespace ferry::hyperloop {
 namespace txn_test {
@@ -25,41 +25,11 @@ uint64_t seed_from_env(uint64_t fallback) {
   return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
 }
 
-struct TxnFixture {
-  explicit TxnFixture(uint64_t log_bytes = 8 << 10, uint64_t db_bytes = 16 << 10, pm::Media media = pm::Media::kPm) {
-    nic::EngineOptions eo;
-    eo.threaded = false;
-    eo.clock = &clock;
-    engine = std::make_unique<nic::Engine>(eo);
-    client = HyperLoopClient::create(*engine).value();
-    data = testing::make_group(*client, 3, media, 64 << 10, 16, 4, false);
-    locks = testing::make_group(*client, 3, pm::Media::kDram, 4096, 16, 4, false);
-    TxnOptions o;
-    o.log_bytes = log_bytes;
-    o.db_bytes = db_bytes;
-    o.lock_timeout_ns = 20'000'000;
-    auto t = TxnClient::initialize(*client, data, locks, o);
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    txn = std::move(t).value();
-  }
-  ~TxnFixture() {
-    txn.reset();
-    client.reset();
-  }
-  ReplicaLocks reader(uint32_t r) {
-    ReplicaView v = client->replica(locks, r).value();
-    return ReplicaLocks(v.region->data(), 4096);
-  }
-  std::span<uint8_t> replica_region(uint32_t r) {
-    ReplicaView v = client->replica(data, r).value();
-    return {v.region->data(), 64 << 10};
-  }
-
-  FakeClock clock;
-  std::unique_ptr<nic::Engine> engine;
-  std::unique_ptr<HyperLoopClient> client;
-  GroupId data = 0, locks = 0;
-  std::unique_ptr<TxnClient> txn;
+// The chain the tests run on (txn_test_util.h), with the sizes they use.
+struct TxnFixture : testing::TxnChain {
+  explicit TxnFixture(uint64_t log_bytes = 8 << 10, uint64_t db_bytes = 16 << 10)
+      : TxnChain(testing::txn_chain_options(64 << 10, log_bytes, db_bytes)) {}
+  std::span<uint8_t> replica_region(uint32_t r) { return region(r); }
 };
 
 // A random record of 1-4 writes inside the database; applied to `model` too.

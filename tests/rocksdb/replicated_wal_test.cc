@@ -28,16 +28,13 @@
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
+#include "txn_test_util.h"
 
 namespace ferry::rocksdb_wal_test {
 
 namespace fs = std::filesystem;
-using hyperloop::GroupId;
-using hyperloop::GroupOptions;
-using hyperloop::HyperLoopClient;
 using hyperloop::ReplicaView;
 using hyperloop::TxnClient;
-using hyperloop::TxnOptions;
 using rocks::ReplicatedWalFileSystem;
 using rocks::ReplicatedWalOptions;
 
@@ -70,52 +67,11 @@ class TempDir {
   std::string path_;
 };
 
-// The head's TxnClient over three PM replicas (data group) and their DRAM
-// lock words, on a manual engine (hyperloop/txn_test.cc's fixture).
-struct Chain {
-  static constexpr size_t kRegionBytes = 512 << 10;
-
-  explicit Chain(uint64_t log_bytes = 16 << 10, uint64_t db_bytes = 256 << 10) {
-    nic::EngineOptions eo;
-    eo.threaded = false;
-    eo.clock = &clock;
-    engine = std::make_unique<nic::Engine>(eo);
-    client = HyperLoopClient::create(*engine).value();
-    data = make_group(pm::Media::kPm, kRegionBytes);
-    locks = make_group(pm::Media::kDram, 4096);
-    TxnOptions o;
-    o.log_bytes = log_bytes;
-    o.db_bytes = db_bytes;
-    auto t = TxnClient::initialize(*client, data, locks, o);
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    if (t.ok()) txn = std::move(t).value();
-  }
-  ~Chain() {
-    txn.reset();
-    client.reset();
-  }
-  GroupId make_group(pm::Media media, size_t region_bytes) {
-    GroupOptions o;
-    o.replicas = 3;
-    o.region_bytes = region_bytes;
-    o.media = media;
-    o.ring_ops = 16;
-    o.window = 4;
-    auto gid = client->create_group(o);
-    EXPECT_TRUE(gid.ok()) << gid.status().to_string();
-    return gid.ok() ? gid.value() : 0;
-  }
-  ReplicaView replica(uint32_t r) { return client->replica(data, r).value(); }
-  std::span<uint8_t> region(uint32_t r) {
-    ReplicaView v = replica(r);
-    return {v.region->data(), v.region->size()};
-  }
-
-  FakeClock clock;
-  std::unique_ptr<nic::Engine> engine;
-  std::unique_ptr<HyperLoopClient> client;
-  GroupId data = 0, locks = 0;
-  std::unique_ptr<TxnClient> txn;
+// The head's TxnClient over three PM replicas and their DRAM lock words, on
+// a manual engine (tests/hyperloop/txn_test_util.h).
+struct Chain : hyperloop::testing::TxnChain {
+  explicit Chain(uint64_t log_bytes = 16 << 10, uint64_t db_bytes = 256 << 10)
+      : TxnChain(hyperloop::testing::txn_chain_options(512 << 10, log_bytes, db_bytes)) {}
 };
 
 rocksdb::Options base_options() {

@@ -68,6 +68,9 @@ struct Deployment {
 // PM media, duplicate listen addresses, ...).
 Status check_deployment(const Deployment& d);
 
+// How a primary (or the coordinator) reaches server j's backup.
+tailwind::BackupLink::Remote backup_remote(const Deployment& d, uint32_t j);
+
 // What a member tells its operator as it goes (one line, "key=value ...").
 using EventLog = std::function<void(const std::string& line)>;
 
