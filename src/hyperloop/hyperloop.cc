@@ -4,6 +4,7 @@
 // replicas' control rings re-arm themselves (layout.h, ctl_block).
 #include "ferry/hyperloop/hyperloop.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <iterator>
@@ -100,6 +101,8 @@ struct Group {
   std::vector<FlushJoin> joins;
   Status failed;
   uint64_t next_seq = 0;
+  uint32_t hosts_made = 0;         // replica hosts built for this group so far (names)
+  uint64_t retired_cpu_ns = 0;     // replica CPU of data paths torn down by reconfigurations
 
   ~Group() {
     unserve();
@@ -131,13 +134,18 @@ struct HyperLoopClient::Impl {
   std::vector<std::unique_ptr<Group>> groups;
   HyperLoopStats stats;
   std::deque<std::pair<Callback, OpResult>> ready;  // finished, callback not yet run
+  std::function<void()> poll_hook;                  // set_poll_hook
 
   Result<Group*> find(GroupId gid) const {
     if (gid >= groups.size() || groups[gid] == nullptr) return not_found("unknown group " + std::to_string(gid));
     return groups[gid].get();
   }
 
-  Status build(Group& g);
+  // Builds g's data path over `hosts` (chain order; fresh ones are made
+  // for the missing tail positions) and its client host if it has none.
+  Status build(Group& g, std::vector<std::unique_ptr<detail::Host>> hosts = {});
+  Result<ReplacementReport> replace(GroupId gid, uint32_t failed);
+  Status copy_region(Group& g, detail::Host& from, detail::Host& to);
   Status build_client_side(Group& g);
   Status connect_remote(Group& g, const RemoteGroupOptions& ro);
   nic::Nic* nic = nullptr;  // a client created on a NIC (create(nic::Nic&)): its groups connect across processes
@@ -206,14 +214,16 @@ Status HyperLoopClient::Impl::build_client_side(Group& g) {
   return ok_status();
 }
 
-Status HyperLoopClient::Impl::build(Group& g) {
+Status HyperLoopClient::Impl::build(Group& g, std::vector<std::unique_ptr<detail::Host>> hosts) {
   nic::Engine& engine = *self->engine();
   const GroupOptions& o = g.options;
   const uint32_t n = g.n;
   const uint32_t d = o.ring_ops;
   const std::string prefix = "g" + std::to_string(g.id);
 
-  FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(engine, prefix + "-client", o, /*pm=*/false));
+  if (g.client == nullptr) {
+    FERRY_ASSIGN_OR_RETURN(g.client, detail::make_host(engine, prefix + "-client", o, /*pm=*/false));
+  }
   g.cnic = g.client->nic;
   g.cpd = g.client->pd.get();
   g.client_mem = std::span<uint8_t>(g.client->base(), g.client->region->size());
@@ -226,8 +236,12 @@ Status HyperLoopClient::Impl::build(Group& g) {
     r->index = i;
     r->replicas = n;
     r->options = o;
-    FERRY_ASSIGN_OR_RETURN(r->host, detail::make_host(engine, prefix + "-r" + std::to_string(i), o,
-                                                      o.media == pm::Media::kPm));
+    if (i < hosts.size()) {
+      r->host = std::move(hosts[i]);
+    } else {
+      FERRY_ASSIGN_OR_RETURN(r->host, detail::make_host(engine, prefix + "-r" + std::to_string(g.hosts_made++), o,
+                                                        o.media == pm::Media::kPm));
+    }
     r->agent = std::make_unique<detail::Agent>("hl-" + prefix + "-r" + std::to_string(i),
                                                self->client_options().replica_cpu);
     FERRY_RETURN_IF_ERROR(detail::attach_host(*r));
@@ -297,6 +311,137 @@ Status HyperLoopClient::Impl::build(Group& g) {
   g.head_rkey = g.replicas[0]->region_mr->rkey();
   for (auto& r : g.replicas) r->agent->wait_asleep();
   return ok_status();
+}
+
+// ---- chain reconfiguration (in process) ------------------------------------------
+
+// The new member's NIC READs `from`'s whole region into its own, over a QP
+// pair made for the copy (the control path: its CPU posts and polls), then
+// its CPU persists what arrived.
+Status HyperLoopClient::Impl::copy_region(Group& g, detail::Host& from, detail::Host& to) {
+  (void)g;
+  constexpr uint32_t kChunk = 64 << 10;
+  constexpr uint32_t kDepth = 16;
+  nic::CqInitAttr cqa;
+  cqa.cqe = 2 * kDepth;
+  FERRY_ASSIGN_OR_RETURN(auto cq_to, to.nic->create_cq(cqa));
+  FERRY_ASSIGN_OR_RETURN(auto cq_from, from.nic->create_cq(cqa));
+  nic::QpInitAttr qa;
+  qa.send_cq = qa.recv_cq = cq_to.get();
+  qa.cap.max_send_wr = kDepth;
+  qa.cap.max_recv_wr = 1;
+  FERRY_ASSIGN_OR_RETURN(auto qp_to, to.nic->create_qp(*to.pd, qa));
+  nic::QpInitAttr qb = qa;
+  qb.send_cq = qb.recv_cq = cq_from.get();
+  FERRY_ASSIGN_OR_RETURN(auto qp_from, from.nic->create_qp(*from.pd, qb));
+  nic::ConnectOptions co;
+  co.access_flags = nic::kAccessRemoteRead;  // the copy only reads the neighbour
+  FERRY_RETURN_IF_ERROR(nic::connect_qps(*qp_to, *to.nic, *qp_from, *from.nic, co));
+  const size_t bytes = std::min(from.region->size(), to.region->size());
+  size_t posted = 0, done = 0;
+  uint32_t in_flight = 0;
+  Status failure;
+  while (done < bytes) {
+    while (in_flight < kDepth && posted < bytes) {
+      const auto len = static_cast<uint32_t>(std::min<size_t>(kChunk, bytes - posted));
+      const Sge sge = to.mr->sge(posted, len);
+      SendWr rd;
+      rd.opcode = WrOpcode::kRdmaRead;
+      rd.wr_id = posted;
+      rd.flags = nic::kSendSignaled;
+      rd.sg_list = std::span<const Sge>(&sge, 1);
+      rd.remote_addr = from.iova(posted);
+      rd.rkey = from.mr->rkey();
+      FERRY_RETURN_IF_ERROR(qp_to->post_send(rd));
+      posted += len;
+      ++in_flight;
+    }
+    auto reaped = [&] {
+      nic::WorkCompletion wcs[kDepth];
+      auto got = cq_to->poll(wcs);
+      if (!got.ok()) {
+        failure = got.status();
+        return true;
+      }
+      for (uint32_t j = 0; j < got.value(); ++j) {
+        if (wcs[j].status != nic::WcStatus::kSuccess) {
+          failure = unavailable("copying the neighbour's region: " + std::string(nic::wc_status_name(wcs[j].status)));
+        }
+        done += std::min<size_t>(kChunk, bytes - wcs[j].wr_id);
+        --in_flight;
+      }
+      return got.value() > 0 || !failure.ok();
+    };
+    FERRY_RETURN_IF_ERROR(self->wait_until(reaped));
+    FERRY_RETURN_IF_ERROR(failure);
+  }
+  to.region->persist(to.region->data(), bytes);
+  return ok_status();
+}
+
+Result<ReplacementReport> HyperLoopClient::Impl::replace(GroupId gid, uint32_t failed) {
+  FERRY_ASSIGN_OR_RETURN(Group * old, find(gid));
+  if (old->remote()) {
+    return failed_precondition("replace_replica: group " + std::to_string(gid) +
+                               " runs in replica processes; their chain is rebuilt by the replicas themselves");
+  }
+  if (failed >= old->n) {
+    return out_of_range("replace_replica: group " + std::to_string(gid) + " has " + std::to_string(old->n) +
+                        " replicas, not " + std::to_string(failed + 1));
+  }
+  if (old->n < 2) return failed_precondition("replace_replica: a chain of one replica has no neighbour to copy");
+  ReplacementReport report;
+  report.removed = failed;
+  for (const ClientChain& ch : old->chains) report.aborted_ops += ch.next - ch.acked;
+  // 1. Pause: nothing outstanding survives the old data path.
+  fail(*old, unavailable("group " + std::to_string(gid) + " is being reconfigured (replica " +
+                         std::to_string(failed) + " leaves the chain)"));
+  // 2. The new member copies log and database from its upstream neighbour,
+  //    the last survivor, while the old chains still exist.
+  const uint32_t neighbour = failed + 1 == old->n ? old->n - 2 : old->n - 1;
+  nic::Engine& engine = *self->engine();
+  FERRY_ASSIGN_OR_RETURN(auto fresh, detail::make_host(engine, "g" + std::to_string(gid) + "-r" +
+                                                                   std::to_string(old->hosts_made++),
+                                                       old->options, old->options.media == pm::Media::kPm));
+  FERRY_RETURN_IF_ERROR(copy_region(*old, *old->replicas[neighbour]->host, *fresh));
+  report.bytes_copied = std::min(fresh->region->size(), old->replicas[neighbour]->host->region->size());
+  // 3. Tear the old data path down, keeping the survivors' hosts and the
+  //    client's host (its memory).
+  auto g = std::make_unique<Group>();
+  g->id = old->id;
+  g->options = old->options;
+  g->n = old->n;
+  g->next_seq = old->next_seq;
+  g->hosts_made = old->hosts_made;
+  g->retired_cpu_ns = old->retired_cpu_ns;
+  for (ClientChain& c : old->chains) {
+    c.head.reset();
+    c.ack.reset();
+  }
+  for (ClientChain& c : old->chains) {
+    c.head_cq.reset();
+    c.ack_cq.reset();
+  }
+  old->buf_mr.reset();
+  if (old->buf != nullptr) old->client->domain->release(old->buf);
+  old->buf = nullptr;
+  g->client = std::move(old->client);
+  std::vector<std::unique_ptr<detail::Host>> hosts;
+  for (uint32_t i = 0; i < old->n; ++i) {
+    ReplicaNode& r = *old->replicas[i];
+    if (r.agent != nullptr) g->retired_cpu_ns += r.agent->cpu_ns();
+    if (i == failed) continue;
+    r.teardown();
+    hosts.push_back(std::move(r.host));
+  }
+  hosts.push_back(std::move(fresh));
+  report.source = static_cast<uint32_t>(hosts.size() - 2);
+  groups[gid].reset();  // the removed replica's host goes with it
+  // 4. A new data path over survivors (in their order) and the new tail.
+  Status st = build(*g, std::move(hosts));
+  if (!st.ok()) return Status(st.code(), "replace_replica: rebuilding the chain: " + st.message());
+  groups[gid] = std::move(g);
+  return report;
 }
 
 // ---- a group across processes ---------------------------------------------------
@@ -654,6 +799,21 @@ Result<GroupId> HyperLoopClient::create_group(const GroupOptions& options) {
   return impl_->groups.back()->id;
 }
 
+Status HyperLoopClient::kill_replica(GroupId gid, uint32_t index) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (g->remote()) return failed_precondition("kill_replica: replica " + std::to_string(index) + " runs in another process");
+  if (index >= g->n) return out_of_range("kill_replica: group " + std::to_string(gid) + " has " + std::to_string(g->n) + " replicas");
+  ReplicaNode& r = *g->replicas[index];
+  if (r.agent != nullptr) g->retired_cpu_ns += r.agent->cpu_ns();
+  r.teardown();
+  r.host->mr.reset();  // a dead process's memory registrations go with it
+  return ok_status();
+}
+
+Result<ReplacementReport> HyperLoopClient::replace_replica(GroupId gid, uint32_t failed) {
+  return impl_->replace(gid, failed);
+}
+
 Result<std::span<uint8_t>> HyperLoopClient::client_memory(GroupId gid) {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
   return g->client_mem;
@@ -775,7 +935,10 @@ Result<uint32_t> HyperLoopClient::outstanding(GroupId gid) const {
 uint64_t HyperLoopClient::replica_cpu_ns() const {
   uint64_t ns = 0;
   for (const auto& g : impl_->groups) {
-    for (const auto& r : g->replicas) ns += r->agent->cpu_ns();
+    ns += g->retired_cpu_ns;
+    for (const auto& r : g->replicas) {
+      if (r->agent != nullptr) ns += r->agent->cpu_ns();
+    }
   }
   return ns;
 }
@@ -789,6 +952,7 @@ Result<WireBytes> HyperLoopClient::wire_bytes(GroupId gid) const {
     detail::add_traffic(w, *ch.ack, QpRole::kResponder);
   }
   for (const auto& r : g->replicas) {
+    if (r->dead()) continue;  // its queues died with it
     for (const detail::ReplicaChain& rc : r->chains) {
       detail::add_traffic(w, *rc.up, QpRole::kResponder);
       detail::add_traffic(w, *rc.down, rc.tail ? QpRole::kAcknowledge : QpRole::kData);
@@ -807,6 +971,7 @@ Result<ReplicaRings> HyperLoopClient::replica_rings(GroupId gid, uint32_t index)
   if (index >= g->n) return out_of_range("replica " + std::to_string(index) + " of a group of " + std::to_string(g->n));
   if (g->remote()) return failed_precondition("replica " + std::to_string(index) + " runs in another process");
   const ReplicaNode& r = *g->replicas[index];
+  if (r.dead()) return failed_precondition("replica " + std::to_string(index) + " was killed: it has no rings");
   ReplicaRings rings;
   rings.nic = r.host->nic;
   rings.pd = r.host->pd.get();
@@ -828,8 +993,13 @@ Result<ReplicaRings> HyperLoopClient::replica_rings(GroupId gid, uint32_t index)
   return rings;
 }
 
+void HyperLoopClient::set_poll_hook(std::function<void()> hook) { impl_->poll_hook = std::move(hook); }
+
 size_t HyperLoopClient::poll_completions() {
-  for (auto& g : impl_->groups) impl_->poll_group(*g);
+  if (impl_->poll_hook) impl_->poll_hook();
+  for (auto& g : impl_->groups) {
+    if (g != nullptr) impl_->poll_group(*g);
+  }
   // Callbacks run last, one at a time off the queue: they may submit new
   // operations (and so poll again) without disturbing this loop.
   size_t ran = 0;

@@ -87,6 +87,11 @@ uint64_t Agent::cpu_ns() const { return thread_cpu_time_ns(const_cast<std::threa
 // ---- queues ------------------------------------------------------------------
 
 ReplicaNode::~ReplicaNode() {
+  teardown();
+  host.reset();
+}
+
+void ReplicaNode::teardown() {
   agent.reset();
   // Verbs order: QPs, then CQs, then MRs, then the memory.
   for (ReplicaChain& c : chains) {
@@ -105,7 +110,8 @@ ReplicaNode::~ReplicaNode() {
   misc_cq.reset();
   wq_mr.reset();
   if (wq_region != nullptr) host->domain->release(wq_region);
-  host.reset();
+  wq_region = nullptr;
+  wq = nullptr;
 }
 
 namespace {

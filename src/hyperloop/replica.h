@@ -105,6 +105,12 @@ struct ReplicaNode {
   ReplicaNode(const ReplicaNode&) = delete;
   ReplicaNode& operator=(const ReplicaNode&) = delete;
   ~ReplicaNode();
+  // Destroys the agent, the queues, the rings and their memory (in that
+  // verbs order), keeping `host` (its region and the NIC's PD): what dies
+  // with a replica's process, and what a reconfiguration rebuilds. Idempotent.
+  void teardown();
+  // The process is gone (teardown ran): the host's memory is all that is left.
+  bool dead() const { return agent == nullptr; }
 
   bool tail() const { return index + 1 == replicas; }
   uint64_t wq_iova(const void* p) const { return reinterpret_cast<uint64_t>(p); }

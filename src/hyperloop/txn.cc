@@ -4,6 +4,7 @@
 #include "ferry/hyperloop/txn.h"
 #include "le_words.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -66,6 +67,65 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
   detail::store_le<uint64_t>(c + 16, options.db_bytes);
   detail::store_le<uint64_t>(c + kTxnHeadOffset, 0);
   FERRY_RETURN_IF_ERROR(t->write_and_flush(0, kTxnControlBytes));
+  return t;
+}
+
+Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                      const TxnOptions& options, uint32_t lock_words,
+                                                      TxnRecovery* report) {
+  TxnOptions o = options;
+  o.resume = true;
+  // Replica 0 is the upstream-most survivor: its log holds every record any
+  // replica holds (a chain forwards downstream only).
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TxnClient> t, initialize(client, data_gid, lock_gid, o));
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions data_opts, client.group_options(data_gid));
+  uint64_t head = t->head_;
+  for (uint32_t r = 0; r < data_opts.replicas; ++r) {
+    FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client.replica(data_gid, r));
+    head = std::min(head, detail::load_le<uint64_t>(v.region->data() + kTxnHeadOffset));
+  }
+  TxnRecovery rep;
+  rep.head_source = t->head_;
+  rep.head = head;
+  if (head < t->head_) {
+    // A downstream replica had not applied [head, source's head) yet: those
+    // records run again everywhere (absolute writes, in order: harmless on
+    // the replicas that had them). The ring still holds them, since appends
+    // only overwrite what the client had seen executed on every replica.
+    const uint64_t source_head = t->head_;
+    t->pending_ = scan_log(t->mem_.subspan(kTxnControlBytes, o.log_bytes), head, o.db_bytes);
+    t->tail_ = t->pending_.empty() ? head : t->pending_.back().lsn + t->pending_.back().bytes;
+    if (t->tail_ < source_head) {
+      return data_loss("txn recovery: the log from head " + std::to_string(head) + " breaks at " +
+                       std::to_string(t->tail_) + " before the upstream head " + std::to_string(source_head));
+    }
+    t->head_ = head;
+    detail::store_le<uint64_t>(t->mem_.data() + kTxnHeadOffset, head);
+  }
+  rep.tail = t->tail_;
+  rep.records = t->pending_.size();
+  // The front end that failed may have held write locks: they are its own
+  // (one front end per chain). Then every lock is taken, so that no replica
+  // serves a read while records are applied again.
+  FERRY_ASSIGN_OR_RETURN(rep.locks_released, t->release_stale_locks(lock_words));
+  for (uint32_t l = 0; l < lock_words; ++l) FERRY_RETURN_IF_ERROR(t->wr_lock(l));
+  // Every member gets the control block and the valid log (the upstream's):
+  // what a member lacks is appended again; what does not verify beyond the
+  // tail is left to be overwritten.
+  FERRY_RETURN_IF_ERROR(client.gwrite(data_gid, 0, kTxnControlBytes, false));
+  uint64_t lsn = head;
+  while (lsn < t->tail_) {
+    const uint64_t pos = lsn % o.log_bytes;
+    const uint64_t len = std::min(t->tail_ - lsn, o.log_bytes - pos);
+    const auto chunk = static_cast<uint32_t>(std::min<uint64_t>(len, uint64_t{1} << 20));
+    FERRY_RETURN_IF_ERROR(client.gwrite(data_gid, kTxnControlBytes + pos, chunk, false));
+    rep.bytes_rereplicated += chunk;
+    lsn += chunk;
+  }
+  FERRY_RETURN_IF_ERROR(client.gflush(data_gid));
+  FERRY_RETURN_IF_ERROR(t->execute_all());
+  for (uint32_t l = lock_words; l-- > 0;) FERRY_RETURN_IF_ERROR(t->wr_unlock(l));
+  if (report != nullptr) *report = rep;
   return t;
 }
 

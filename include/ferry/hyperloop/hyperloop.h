@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -70,6 +71,14 @@ struct ReplicaRings {
   std::array<Chain, 3> chains;  // gWRITE, gCAS, gMEMCPY
 };
 
+// What replace_replica did (docs/hyperloop.md, "Chain failure and recovery").
+struct ReplacementReport {
+  uint32_t removed = 0;        // the replica that left (its index before)
+  uint32_t source = 0;         // the neighbour the new tail copied (its index after)
+  uint64_t bytes_copied = 0;   // by the new member's NIC, with RDMA READs
+  uint64_t aborted_ops = 0;    // operations of the old data path failed with kUnavailable
+};
+
 class HyperLoopClient final : public GroupClient {
  public:
   // A client whose groups are built in process: its own host and every
@@ -107,6 +116,31 @@ class HyperLoopClient final : public GroupClient {
   Result<uint32_t> outstanding(GroupId gid) const override;
   uint64_t replica_cpu_ns() const override;
   Result<WireBytes> wire_bytes(GroupId gid) const override;
+
+  // ---- failures and chain reconfiguration (groups built in process) ----
+  // Replica `index`'s process dies (a fault, for tests and the demo): its
+  // application thread and every queue and ring it created are destroyed, as
+  // the kernel destroys a dead process's QPs; its host and region remain (a PM
+  // file outlives the process; power_fail it through replica() for the power
+  // failure mode). Operations through it stop completing: the group times
+  // out (op_timeout_ns) or fails.
+  Status kill_replica(GroupId gid, uint32_t index);
+  // The data-path half of chain recovery: replica `failed` (dead or alive)
+  // leaves the chain and a new replica host joins at the tail. First every
+  // outstanding operation fails (kUnavailable: the chain is paused); the new
+  // member's NIC copies the whole region (log and database) from its
+  // upstream neighbour, the last survivor, with RDMA READs and persists it;
+  // then every chain is rebuilt over the survivors in their order plus the
+  // new tail, and the group is usable again (indices shift down past
+  // `failed`). What the application must do on top (reconcile the logs,
+  // re-execute, release locks) is TxnClient::recover's. kFailedPrecondition
+  // for a group of one replica or one connected across processes.
+  Result<ReplacementReport> replace_replica(GroupId gid, uint32_t failed);
+
+  // Fault injection at arbitrary points of an operation (tests): `hook`
+  // runs at the start of every poll, i.e. between engine steps while a
+  // synchronous call waits. It may kill replicas; it must not submit.
+  void set_poll_hook(std::function<void()> hook);
 
   HyperLoopStats stats() const;
   Result<ReplicaRings> replica_rings(GroupId gid, uint32_t index) const;

@@ -128,6 +128,16 @@ struct TxnCounters {
   uint64_t lock_undos = 0;       // partial gCAS results undone
 };
 
+// What TxnClient::recover found and did.
+struct TxnRecovery {
+  uint64_t head_source = 0;      // the log head on replica 0 (the upstream-most survivor)
+  uint64_t head = 0;             // the lowest head of any member: replay started here
+  uint64_t tail = 0;             // the end of the valid log on replica 0
+  uint64_t records = 0;          // records executed again (padding included)
+  uint64_t bytes_rereplicated = 0;
+  uint64_t locks_released = 0;   // write-lock words the failed front end held
+};
+
 class TxnClient {
  public:
   // Lays out (or, with resume, reads back) the data group's region, and
@@ -137,6 +147,25 @@ class TxnClient {
   // another layout.
   static Result<std::unique_ptr<TxnClient>> initialize(GroupClient& client, GroupId data_gid, GroupId lock_gid,
                                                        const TxnOptions& options = {});
+
+  // Chain recovery, the application's half (§5: "the entire chain flushes
+  // the log of all valid entries, rejects invalid entries, blocks reads
+  // temporarily"), once the data path was rebuilt (replace_replica on both
+  // groups, with the same index). Replica 0, the upstream-most survivor,
+  // holds every record any member holds; the replay starts at the lowest
+  // log head of any member. The failed front end's write locks are
+  // released, then all `lock_words` locks are taken (reads wait on every
+  // replica); the control block and the valid log [head, tail) are written
+  // to every member again (gWRITE + gFLUSH: a member that missed a record
+  // gets it; a torn record beyond the tail is left to be overwritten);
+  // every valid record is executed; the locks are given back. Returns the
+  // front end's TxnClient; a record that had been appended completely on
+  // replica 0 before the failure is applied, one that had not is not.
+  // Errors: those of initialize (resume) and of the primitives; kDataLoss if
+  // the log breaks between the lowest and the upstream head.
+  static Result<std::unique_ptr<TxnClient>> recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                    const TxnOptions& options, uint32_t lock_words,
+                                                    TxnRecovery* report = nullptr);
 
   // Appends a record (gWRITE + gFLUSH); returns its LSN once it is durable
   // on every replica. kResourceExhausted when the ring has no room until
