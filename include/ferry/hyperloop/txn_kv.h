@@ -162,7 +162,8 @@ class TxnKvReplicaReader {
   // (a crashed replica's region may hold anything): the walk checks every
   // node number, slot, size, checksum and that keys strictly ascend, so it
   // stays inside `db` and ends (at most slots steps per level).
-  // kInvalidArgument: a start key over key_max or `db` too small.
+  // kInvalidArgument: a start key over key_max, `db` too small, or a header
+  // of other options.
   Result<TxnKvEntries> scan(std::string_view start_key, uint32_t count);
   uint64_t retries() const { return retries_; }  // lookups repeated over a torn slot or a held lock
 
