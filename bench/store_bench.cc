@@ -97,12 +97,14 @@ Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, con
   return s;
 }
 
+constexpr uint64_t kScanLengthMax = 100;  // YCSB-E: uniform 1..100
+
 struct OpStats {
   Histogram hist;
 };
 
 struct PointResult {
-  std::map<std::string, OpStats> ops;  // by op: read, update, insert, rmw
+  std::map<std::string, OpStats> ops;  // by op: read, update, insert, rmw, scan
   uint64_t total = 0;
   uint64_t writes = 0;
   double seconds = 0;
@@ -133,6 +135,9 @@ Status run_point(StoreUnderTest& s, char workload, const StoreBenchOptions& o, u
       // Reads of recent records, 5 % inserts.
       key = *inserted - 1 - std::min<uint64_t>(*inserted - 1, static_cast<uint64_t>(zipf.next(rng) % 1000));
       op = u < 0.05 ? "insert" : "read";
+    } else if (workload == 'E') {
+      // Scans of uniform length 1..100 from a Zipfian key, 5 % inserts.
+      op = u < 0.05 ? "insert" : "scan";
     } else if (workload == 'F') {
       op = u < 0.5 ? "rmw" : "read";
     } else {
@@ -140,10 +145,13 @@ Status run_point(StoreUnderTest& s, char workload, const StoreBenchOptions& o, u
       op = u < update ? "update" : "read";
     }
     for (auto& b : value) b = static_cast<uint8_t>(rng.next());
+    const uint32_t scan_length = 1 + static_cast<uint32_t>(rng.below(kScanLengthMax));
     const uint64_t t0 = now_ns();
     Status st;
     if (op == "read") {
       st = reader.get(key_of(key, o.key_bytes)).status();
+    } else if (op == "scan") {
+      st = reader.scan(key_of(key, o.key_bytes), scan_length).status();
     } else if (op == "update") {
       st = s.kv->put(key_of(key, o.key_bytes), value);
     } else if (op == "insert") {
@@ -159,7 +167,7 @@ Status run_point(StoreUnderTest& s, char workload, const StoreBenchOptions& o, u
     if (!st.ok()) return Status(st.code(), s.name + " YCSB-" + workload + " " + op + ": " + st.message());
     r->ops[op].hist.record(t1 - t0);
     ++r->total;
-    if (op != "read") ++r->writes;
+    if (op != "read" && op != "scan") ++r->writes;
   }
   r->seconds = static_cast<double>(now_ns() - start) / 1e9;
   r->replica_cpu_ns = s.client->replica_cpu_ns() - cpu0;
@@ -189,11 +197,9 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
       "ferry bench store: the transactional store (YCSB, {} records, {} B keys, {} B values), {} ops per point; "
       "client thread and every NIC on CPU {}, replica threads and load ({} stress-ng workers) on CPU {}; writes "
       "by the front end (lock, Append, ExecuteAndAdvance, unlock), reads from the tail replica under its read "
-      "lock (that replica's CPU emulated on the client thread)\n",
+      "lock, scans there under read locks on every stripe and the index lock (that replica's CPU emulated on the "
+      "client thread)\n",
       o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes, replica_cpu);
-  if (std::find(o.workloads.begin(), o.workloads.end(), "E") != o.workloads.end()) {
-    log << "  YCSB-E skipped: range scans need the store's ordered index, which is not built yet\n";
-  }
   Placement placement;
   placement.client_cpu = client_cpu;
   placement.engine_cpu = client_cpu;
@@ -202,11 +208,10 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
   std::map<std::string, double> a_update_p99;
   for (const auto& system : o.systems) {
     log << fmt::format("{}:\n", system);
-    // Room for D's inserts: every point of D inserts at most 5 % of its ops.
+    // Room for D's and E's inserts: every point of them inserts about 5 % of its ops.
     FERRY_ASSIGN_OR_RETURN(auto s, start_store(system, opts, o.records + o.ops * o.loads.size(), log));
     uint64_t inserted = o.records;
     for (const auto& wl : o.workloads) {
-      if (wl == "E") continue;
       for (const auto& load_name : o.loads) {
         std::unique_ptr<CpuLoad> load;
         if (load_name == "load") {
@@ -239,6 +244,10 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
           j["key_bytes"] = o.key_bytes;
           j["value_bytes"] = o.value_bytes;
           j["reads_from"] = "tail replica, read lock";
+          if (op == "scan") {
+            j["reads_from"] = "tail replica, read locks on every stripe and the index lock";
+            j["scan_length"] = fmt::format("uniform 1..{}", kScanLengthMax);
+          }
           Placement p = placement;
           p.load = load_text;
           j["placement"] = placement_json(p);

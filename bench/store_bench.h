@@ -4,13 +4,14 @@
 // one run, with the replica CPU quiet and loaded.
 //
 //   YCSB A (50 % updates), B (5 %), D (5 % inserts, reads of recent keys),
-//   F (50 % read-modify-writes); 32-byte keys, 1 KB values, scrambled Zipfian
-//   (D: the latest keys). E (scans) needs the ordered index, which is not
-//   built yet: the bench says so and skips it.
+//   E (95 % scans of uniform length 1..100 from a Zipfian key over the
+//   store's ordered index, 5 % inserts), F (50 % read-modify-writes);
+//   32-byte keys, 1 KB values, scrambled Zipfian (D: the latest keys).
 //
 // Writes are the front end's: lock, Append, ExecuteAndAdvance, unlock, all by
-// group primitives. Reads are a replica's: its read lock and its own image
-// (the tail's), executed here by the client thread, which in this emulation
+// group primitives (an insert also takes the index lock). Reads and scans
+// are a replica's: its read lock (a scan: every stripe's and the index
+// lock) and its own image (the tail's), executed here by the client thread, which in this emulation
 // also stands for that replica's CPU. Placement as in `ferry bench group`:
 // the client thread (which steps the manual NIC engine, i.e. every host's
 // NIC) on client_cpu; the replicas' application threads and the load

@@ -362,12 +362,17 @@ write_corpus("logkv_request_fuzz", logkv_seeds)
 
 # HyperLoop's transaction log: [mode] [log lines] bytes (txn_log_fuzz.cc).
 # Mode 1 steers records (4 bytes each: entries, length, offset, value), the
-# last two bytes choose the corrupted bit; mode 0 is a raw region.
+# last two bytes choose the corrupted bit; mode 0 is a raw region (mode 2:
+# and its database read as a store image of 16 slots, key and value <= 16 B).
 txn_seeds = {
     "built_three_records": bytes([1, 32]) + bytes([1, 40, 3, 0x61, 0, 7, 9, 0x62, 2, 100, 200, 0x63, 5, 5, 5, 5]) + b"\x10\x00",
     "built_many": bytes([1, 63]) + pattern(160, 3) + b"\x00\x01",
     "raw_zero_ring": bytes([0, 8]) + bytes(8) + bytes(256),
     "raw_pattern": bytes([0, 16]) + pattern(600, 5),
+    # head 0, a 128-byte ring of zeros, then a TxnKv header (HLPTXKV2; slots,
+    # key_max, value_max, locks, index levels) and an index pointer or two.
+    "store_image": bytes([2, 1]) + bytes(8) + bytes(128) + b"HLPTXKV2" +
+    struct.pack("<5I", 16, 16, 16, 2, 12) + bytes(36 + 16 * 64) + struct.pack("<3I", 1, 2, 0),
 }
 write_corpus("txn_log_fuzz", txn_seeds)
 

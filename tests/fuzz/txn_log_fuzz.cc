@@ -7,7 +7,11 @@
 //    ring of `log lines` x 64 bytes, a 4 KiB database) and whose log ring and
 //    database are the bytes: replay_txn_log must stay inside the region,
 //    move the head forward by at most one lap over whole records, and a
-//    second replay must find nothing more.
+//    second replay must find nothing more. With mode bit 1 set too, the
+//    replayed database is then read as a TxnKv image (txn_kv.h) by a
+//    replica's reader: its scans must stay inside the image (an
+//    allocation of exactly the image's size), end, and answer sorted, in
+//    range, or kDataLoss (kInvalidArgument: a header of other options).
 //  - mode bit 0 set: the bytes steer valid records (offsets, lengths,
 //    contents) written back to back into the ring, which is then corrupted
 //    at a fuzzer-chosen bit: every record the scan accepts must be
@@ -22,9 +26,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ferry/hyperloop/txn.h"
+#include "ferry/hyperloop/txn_kv.h"
 
 namespace {
 
@@ -40,7 +46,45 @@ constexpr uint64_t kMagic = 0x314E5854504C4846ULL;  // the control block's (txn.
 
 void put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
-void replay_region(const uint8_t* data, size_t size, uint64_t log_bytes) {
+// A small store's image: fits the 4 KiB database.
+TxnKvOptions kv_options() {
+  TxnKvOptions o;
+  o.slots = 16;
+  o.key_max = 16;
+  o.value_max = 16;
+  o.locks = 2;
+  return o;
+}
+
+void read_as_store(std::span<const uint8_t> db, const uint8_t* data, size_t size) {
+  const TxnKvOptions o = kv_options();
+  const uint64_t image_bytes = txn_kv_db_bytes(o);
+  FUZZ_CHECK(image_bytes <= db.size());
+  std::unique_ptr<uint8_t[]> image(new uint8_t[image_bytes]);
+  std::memcpy(image.get(), db.data(), image_bytes);
+  uint64_t lock_words[8] = {};
+  TxnKvReplicaReader reader({image.get(), image_bytes},
+                            ReplicaLocks(reinterpret_cast<uint8_t*>(lock_words), sizeof lock_words), o);
+  const std::string start(reinterpret_cast<const char*>(data), std::min<size_t>(size, 3));
+  for (const uint32_t count : {1u, 5u, 1000u}) {
+    auto got = reader.scan(start, count);
+    if (!got.ok()) {
+      // A malformed image, or a header of other options.
+      FUZZ_CHECK(got.status().code() == ferry::Code::kDataLoss ||
+                 got.status().code() == ferry::Code::kInvalidArgument);
+      continue;
+    }
+    FUZZ_CHECK(got->size() <= count && got->size() <= o.slots);
+    for (size_t i = 0; i < got->size(); ++i) {
+      const auto& [k, v] = (*got)[i];
+      FUZZ_CHECK(k.size() <= o.key_max && v.size() <= o.value_max && k >= start);
+      if (i > 0) FUZZ_CHECK((*got)[i - 1].first < k);
+    }
+  }
+  for (uint32_t l = 0; l < 8; ++l) FUZZ_CHECK(lock_words[l] == 0);  // every read lock released
+}
+
+void replay_region(const uint8_t* data, size_t size, uint64_t log_bytes, bool as_store) {
   const size_t region_bytes = kTxnControlBytes + log_bytes + kDbBytes;
   std::unique_ptr<uint8_t[]> region(new uint8_t[region_bytes]);
   std::memset(region.get(), 0, region_bytes);
@@ -65,6 +109,7 @@ void replay_region(const uint8_t* data, size_t size, uint64_t log_bytes) {
   auto second = replay_txn_log(span);
   FUZZ_CHECK(second.ok());
   FUZZ_CHECK(second->records == 0 && second->head_after == first->head_after);
+  if (as_store) read_as_store(span.subspan(kTxnControlBytes + log_bytes), data, size);
 }
 
 void corrupt_built_ring(const uint8_t* data, size_t size, uint64_t log_bytes) {
@@ -115,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = data[0];
   const uint64_t log_bytes = (1 + data[1] % 64) * kTxnRecordAlign;
   if ((mode & 1) == 0) {
-    replay_region(data + 2, size - 2, log_bytes);
+    replay_region(data + 2, size - 2, log_bytes, (mode & 2) != 0);
   } else {
     corrupt_built_ring(data + 2, size - 2, log_bytes);
   }

@@ -3,12 +3,17 @@
 // read-modify-writes and multi-key transactions (seeded: FERRY_SEED) leave
 // the front end and every replica's image -- read by that replica under its
 // read lock -- equal to a model; a transaction's keys change together on
-// every replica; bad requests change nothing.
+// every replica; bad requests change nothing. Range scans over the ordered
+// index -- the front end's and every replica's -- equal a std::map model,
+// also after power failures and the replicas' replay, and after a front end
+// reattaches (TxnKv::open); a corrupt index ends a replica's scan with
+// kDataLoss instead of a wild read or an endless walk.
 #include "ferry/hyperloop/txn_kv.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,11 +78,13 @@ uint64_t seed_or(uint64_t fallback) {
 }
 
 // A seeded random workload of `ops` puts, removes, RMWs and transactions;
-// afterwards the front end and every replica equal the model.
-void random_workload(KvFixture& f, uint64_t seed, int ops) {
+// afterwards the front end and every replica equal the model (`*model_io`
+// if given: the state before, and after on return).
+void random_workload(KvFixture& f, uint64_t seed, int ops, std::map<std::string, std::string>* model_io = nullptr) {
   const uint64_t replica_cpu_before = f.client->replica_cpu_ns();
   Rng rng(seed);
-  std::map<std::string, std::string> model;
+  std::map<std::string, std::string> own_model;
+  std::map<std::string, std::string>& model = model_io != nullptr ? *model_io : own_model;
   std::vector<std::string> keys;
   for (int i = 0; i < 60; ++i) keys.push_back("key" + std::to_string(i));
   auto value = [&] { return std::string(1 + rng.below(60), static_cast<char>('a' + rng.below(26))); };
@@ -210,6 +217,221 @@ TEST(TxnKv, AReplicaReadWaitsForAWriterAndThenSeesItsRecord) {
   auto got = f.reader(2).get("x");
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(text(got.value()), "old");
+}
+
+// ---- range scans over the ordered index ------------------------------------------
+
+// The first `count` entries of `model` from `start` on.
+std::vector<std::pair<std::string, std::string>> model_scan(const std::map<std::string, std::string>& model,
+                                                            const std::string& start, uint32_t count) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto it = model.lower_bound(start); it != model.end() && out.size() < count; ++it) out.emplace_back(*it);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> as_text(const TxnKvEntries& entries) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [k, v] : entries) out.emplace_back(k, text(v));
+  return out;
+}
+
+// `scans` scans from random starts (a model key, a key between keys, the
+// beginning, past the end) and counts: the front end and every replica
+// answer what the model does.
+void expect_scans_match(KvFixture& f, const std::map<std::string, std::string>& model, Rng& rng, int scans) {
+  for (int i = 0; i < scans; ++i) {
+    std::string start;
+    switch (rng.below(4)) {
+      case 0:
+        start = "key" + std::to_string(rng.below(70));
+        break;
+      case 1:
+        start = "key" + std::to_string(rng.below(70)) + "~";
+        break;
+      case 2:
+        start = "";
+        break;
+      default:
+        start = "z";
+    }
+    const uint32_t count = rng.below(5) == 0 ? 1000 : static_cast<uint32_t>(rng.below(12));
+    const auto want = model_scan(model, start, count);
+    auto front = f.kv->scan(start, count);
+    ASSERT_TRUE(front.ok()) << front.status().to_string();
+    EXPECT_EQ(as_text(front.value()), want) << "front end, scan from '" << start << "', " << count;
+    for (uint32_t r = 0; r < 3; ++r) {
+      auto got = f.reader(r).scan(start, count);
+      ASSERT_TRUE(got.ok()) << "replica " << r << ": " << got.status().to_string();
+      EXPECT_EQ(as_text(got.value()), want) << "replica " << r << ", scan from '" << start << "', " << count;
+    }
+  }
+}
+
+TEST(TxnKvScan, ScansOfTheFrontEndAndEveryReplicaEqualAMapModel) {
+  const uint64_t seed = seed_or(5);
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
+  std::printf("seed %llu (FERRY_SEED)\n", static_cast<unsigned long long>(seed));
+  KvFixture f;
+  Rng rng(seed * 13 + 1);
+  std::map<std::string, std::string> model;
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_NO_FATAL_FAILURE(random_workload(f, seed + round, 80, &model));
+    ASSERT_NO_FATAL_FAILURE(expect_scans_match(f, model, rng, 25));
+  }
+  EXPECT_GT(f.kv->counters().removes, 0u);
+}
+
+// A larger table, so keys reach the skip list's upper levels: every key
+// inserted in a random order, half removed, the rest updated; scans from
+// every key.
+TEST(TxnKvScan, ManyKeysInRandomOrderThenHalfRemoved) {
+  const uint64_t seed = seed_or(9);
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
+  TxnKvOptions o = KvFixture::small();
+  o.slots = 512;
+  o.value_max = 16;
+  KvFixture f(o);
+  Rng rng(seed);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) keys.push_back(std::to_string(rng.next() % 100000));
+  std::map<std::string, std::string> model;
+  for (const auto& k : keys) {
+    ASSERT_TRUE(f.kv->put(k, bytes("v" + k)).ok());
+    model[k] = "v" + k;
+  }
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    if (model.erase(keys[i]) == 1) {
+      ASSERT_TRUE(f.kv->remove(keys[i]).ok());
+    }
+  }
+  // Updates of existing keys leave the index's bytes alone.
+  const uint64_t index_at = txn_kv_db_bytes(o) - (o.slots + 1) * 48ULL;
+  const auto index_bytes = [&] {
+    auto db = f.txn->replica_db(1).value();
+    return std::vector<uint8_t>(db.begin() + static_cast<std::ptrdiff_t>(index_at), db.end());
+  };
+  const auto before = index_bytes();
+  for (auto& [k, v] : model) {
+    v = "u" + k;
+    ASSERT_TRUE(f.kv->put(k, bytes(v)).ok());
+  }
+  EXPECT_EQ(index_bytes(), before) << "an update touched the index";
+  auto all = f.reader(2).scan("", 100000);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(as_text(all.value()), model_scan(model, "", 100000));
+  for (const auto& k : keys) {
+    const uint32_t count = static_cast<uint32_t>(1 + rng.below(20));
+    auto got = f.reader(static_cast<uint32_t>(rng.below(3))).scan(k, count);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(as_text(got.value()), model_scan(model, k, count)) << "from " << k;
+  }
+}
+
+TEST(TxnKvScan, AfterPowerFailuresAndReplayScansEqualTheAcknowledgedModel) {
+  const uint64_t seed = seed_or(21);
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
+  std::printf("seed %llu (FERRY_SEED)\n", static_cast<unsigned long long>(seed));
+  for (uint64_t k = 0; k < 3; ++k) {
+    KvFixture f;
+    std::map<std::string, std::string> model;
+    ASSERT_NO_FATAL_FAILURE(random_workload(f, seed + k, 120, &model));
+    for (uint32_t r = 0; r < 3; ++r) {
+      f.replica(r).domain->power_fail((seed + k) * 7 + r);
+      auto replay = replay_txn_log(f.region(r));
+      ASSERT_TRUE(replay.ok()) << replay.status().to_string();
+      auto got = f.reader(r).scan("", 1000);
+      ASSERT_TRUE(got.ok()) << "replica " << r << ": " << got.status().to_string();
+      EXPECT_EQ(as_text(got.value()), model_scan(model, "", 1000)) << "replica " << r << " lost an acknowledged write";
+    }
+    Rng rng(seed + k);
+    ASSERT_NO_FATAL_FAILURE(expect_scans_match(f, model, rng, 10));
+  }
+}
+
+TEST(TxnKvScan, OpenOnAResumedClientSeesTheSameDataAndRefusesOtherImages) {
+  KvFixture f;
+  std::map<std::string, std::string> model;
+  ASSERT_NO_FATAL_FAILURE(random_workload(f, 3, 100, &model));
+  // The front end and its TxnClient restart; the replicas keep their images.
+  f.kv.reset();
+  f.txn.reset();
+  TxnOptions to;
+  to.log_bytes = f.options.log_bytes;
+  to.db_bytes = f.options.db_bytes;
+  to.lock_timeout_ns = f.options.lock_timeout_ns;
+  to.resume = true;
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+  TxnKvOptions other = f.kv_options;
+  other.slots /= 2;
+  EXPECT_EQ(TxnKv::open(*f.txn, other).status().code(), Code::kInvalidArgument);
+  other = f.kv_options;
+  other.locks += 1;
+  EXPECT_EQ(TxnKv::open(*f.txn, other).status().code(), Code::kInvalidArgument);
+  other.slots = 1u << 20;  // more than the database holds
+  EXPECT_EQ(TxnKv::open(*f.txn, other).status().code(), Code::kInvalidArgument);
+  auto kv = TxnKv::open(*f.txn, f.kv_options);
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  f.kv = std::move(kv).value();
+  Rng rng(4);
+  ASSERT_NO_FATAL_FAILURE(expect_scans_match(f, model, rng, 10));
+  // It writes on where the old front end stopped.
+  ASSERT_NO_FATAL_FAILURE(random_workload(f, 4, 60, &model));
+  ASSERT_NO_FATAL_FAILURE(expect_scans_match(f, model, rng, 10));
+
+  // A database nobody formatted.
+  testing::TxnChain blank(testing::txn_chain_options(256 << 10, 32 << 10, txn_kv_db_bytes(f.kv_options)));
+  EXPECT_EQ(TxnKv::open(*blank.txn, f.kv_options).status().code(), Code::kDataLoss);
+}
+
+TEST(TxnKvScan, OpenRefusesAnIndexThatDoesNotListTheLiveSlots) {
+  KvFixture f;
+  for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(f.kv->put(k, bytes(k)).ok());
+  // A record that empties the head's level 0 (white box: the index is the
+  // last (slots + 1) * 48 bytes; the head's node comes first).
+  const uint64_t index_at = txn_kv_db_bytes(f.kv_options) - (f.kv_options.slots + 1) * 48ULL;
+  const uint8_t zero[4] = {};
+  const TxnWrite w[] = {{index_at, zero}};
+  ASSERT_TRUE(f.txn->append(w).ok());
+  ASSERT_TRUE(f.txn->execute_all().ok());
+  EXPECT_EQ(TxnKv::open(*f.txn, f.kv_options).status().code(), Code::kDataLoss);
+}
+
+uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+void set_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+// A replica's image after a crash may hold anything: a scan over a cycle or
+// a pointer out of range ends with kDataLoss, inside the image.
+TEST(TxnKvScan, AReplicaScanOfACorruptIndexEndsWithDataLoss) {
+  KvFixture f;
+  for (const char* k : {"a", "b", "c", "d"}) ASSERT_TRUE(f.kv->put(k, bytes(k)).ok());
+  const uint64_t index_at = txn_kv_db_bytes(f.kv_options) - (f.kv_options.slots + 1) * 48ULL;
+  uint8_t* db = f.region(1).data() + f.txn->db_offset();
+  const uint32_t first = u32_at(db + index_at);  // the head's level 0: node of "a"
+  ASSERT_NE(first, 0u);
+  // Find the last node on level 0 and point it back at the first: a cycle.
+  uint32_t last = first;
+  for (int i = 0; i < 3; ++i) last = u32_at(db + index_at + last * 48ULL);
+  ASSERT_NE(last, 0u);
+  set_u32(db + index_at + last * 48ULL, first);
+  auto got = f.reader(1).scan("", 1000);
+  EXPECT_EQ(got.status().code(), Code::kDataLoss);
+  // A pointer past the nodes.
+  set_u32(db + index_at + last * 48ULL, f.kv_options.slots + 7);
+  EXPECT_EQ(f.reader(1).scan("", 1000).status().code(), Code::kDataLoss);
+  // Scans that stop before the damage still answer; other replicas are whole.
+  auto head = f.reader(1).scan("", 2);
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head.value().size(), 2u);
+  auto whole = f.reader(0).scan("", 1000);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole.value().size(), 4u);
+  EXPECT_EQ(f.reader(0).scan(std::string(17, 'k'), 1).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace txn_kv_test

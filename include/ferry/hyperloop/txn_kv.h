@@ -8,17 +8,30 @@
 //
 // The database image (TxnClient's database area, the same on every replica;
 // docs/hyperloop.md "Transactional store"):
-//   [0, 64)        header: magic, slots, key_max, value_max
+//   [0, 64)        header: magic "HLPTXKV2", u32 slots, key_max, value_max,
+//                  locks, index_levels (a version-1 image had no index)
 //   slots          open addressing (linear probing from hash(key) % slots);
 //                  each slot {u64 state (0 empty, 1 live, 2 deleted), u64
 //                  checksum, u16 key_bytes, u16 0, u32 value_bytes, key,
 //                  value} padded to 64 bytes. The checksum covers the slot
 //                  (but itself): a reader probing past a slot another
 //                  writer is changing sees it torn and looks again.
+//   index          the ordered index, a skip list over the live slots in
+//                  key order (bytewise): slots + 1 nodes of index_levels
+//                  u32 next pointers (48 bytes); node 0 is the head, node
+//                  i + 1 belongs to slot i; a pointer is a node number, 0
+//                  ends a level. A key's height is a function of its hash
+//                  (1/4 of the keys go up a level), so every front end
+//                  builds the same list.
+// An insert of a new key or a remove writes its slot, its node and its
+// predecessors' nodes in ONE record (absolute writes, applied all or none,
+// also across a power failure); an update of an existing key writes its
+// slot only, never the index.
 // Locks are striped: key k takes lock hash(k) % locks; a transaction takes
-// its keys' locks in ascending order.
-//
-// Not here yet: the ordered index for range scans (YCSB-E).
+// its keys' locks in ascending order. Lock `locks` (one past the stripes) is
+// the index lock: a writer that changes the index takes it too, last. A
+// scan on a replica read-locks every stripe and the index lock, so it sees
+// the image between whole records (see TxnKvReplicaReader::scan).
 //
 // Threads: TxnKv is used by one thread (its TxnClient's rule); a
 // TxnKvReplicaReader by any threads of its replica.
@@ -26,8 +39,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -40,11 +56,17 @@ struct TxnKvOptions {
   uint32_t slots = 1024;
   uint32_t key_max = 32;
   uint32_t value_max = 1024;
-  uint32_t locks = 64;  // lock words used in the lock group (stripes)
+  uint32_t locks = 64;  // lock stripes; the lock group holds locks + 1 words (the index lock)
 };
 
 // Bytes of database the layout needs (TxnOptions::db_bytes at least this).
 uint64_t txn_kv_db_bytes(const TxnKvOptions& options);
+// Lock words the store uses in the lock group: the stripes and the index
+// lock (what TxnClient::release_stale_locks needs after a client crash).
+uint32_t txn_kv_lock_words(const TxnKvOptions& options);
+
+// A scan's answer: (key, value) in ascending key order.
+using TxnKvEntries = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
 
 struct TxnKvOp {
   enum Kind : uint8_t { kPut, kRemove };
@@ -65,6 +87,17 @@ class TxnKv {
   // Formats the database image (one record: the header) on a fresh
   // TxnClient. kInvalidArgument if the layout does not fit its database.
   static Result<std::unique_ptr<TxnKv>> create(TxnClient& txn, const TxnKvOptions& options = {});
+  // Attaches to the image an earlier front end formatted (TxnClient
+  // initialized with resume = true: after a client restart or a chain
+  // recovery). Runs the records the log still holds (appended, not
+  // executed) under every lock of the store, so the mirror and the replicas
+  // hold every logged record; after a crash of the old front end, release
+  // its locks first (txn.release_stale_locks(txn_kv_lock_words(options))),
+  // or this waits for them (kTimedOut). Checks the header and walks the
+  // whole index (O(slots)). kInvalidArgument: bad options, a database too
+  // small for them, or a TxnKv image of other options; kDataLoss: not a
+  // TxnKv image (another magic, a version-1 image) or a malformed index.
+  static Result<std::unique_ptr<TxnKv>> open(TxnClient& txn, const TxnKvOptions& options);
 
   // Each write is one record, applied on every replica under the key's
   // write lock before it returns. kInvalidArgument for a key or value over
@@ -74,6 +107,10 @@ class TxnKv {
   Status remove(std::string_view key);
   // The value as the front end knows it (its mirror of the image); kNotFound.
   Result<std::vector<uint8_t>> get(std::string_view key) const;
+  // Up to `count` entries with key >= start_key, in key order, from the
+  // front end's mirror (what every replica holds: this front end is the
+  // only writer). kInvalidArgument for a start key over key_max.
+  Result<TxnKvEntries> scan(std::string_view start_key, uint32_t count) const;
   // Reads the current value (nullopt: absent) under the write lock and
   // writes what `fn` returns (nullopt: remove), atomically.
   Status read_modify_write(std::string_view key,
@@ -94,6 +131,9 @@ class TxnKv {
   // (slots this record already claims). kResourceExhausted when full.
   Result<uint32_t> place(std::string_view key, const std::vector<uint32_t>& planned) const;
   Status apply(std::span<const TxnKvOp> ops);
+  // Whether `ops` insert a key the mirror lacks or remove one: then the
+  // writer takes the index lock too.
+  bool changes_index(std::span<const TxnKvOp> ops) const;
 
   TxnClient& txn_;
   TxnKvOptions options_;
@@ -109,6 +149,22 @@ class TxnKvReplicaReader {
       : db_(db), locks_(locks), options_(options) {}
   // kNotFound if absent. Waits (spinning) while a writer holds the key's lock.
   Result<std::vector<uint8_t>> get(std::string_view key);
+  // Up to `count` entries with key >= start_key, in key order, from this
+  // replica's image. Read-locks every stripe and the index lock, ascending,
+  // all or none (a held one: release those taken, spin, try again; a reader
+  // never waits holding a lock, so a writer's gCAS is never blocked by a
+  // waiting reader). Linearizable: every record is applied while its writer
+  // holds at least one stripe (its keys' stripes), so while the scan holds
+  // all of them no record is half-applied and none starts; the image is the
+  // state after exactly the records whose writes completed before the last
+  // read lock was taken, which is the scan's linearization point.
+  // kDataLoss: the image is not a well-formed TxnKv image of these options
+  // (a crashed replica's region may hold anything): the walk checks every
+  // node number, slot, size, checksum and that keys strictly ascend, so it
+  // stays inside `db` and ends (at most slots steps per level).
+  // kInvalidArgument: a start key over key_max, `db` too small, or a header
+  // of other options.
+  Result<TxnKvEntries> scan(std::string_view start_key, uint32_t count);
   uint64_t retries() const { return retries_; }  // lookups repeated over a torn slot or a held lock
 
  private:
