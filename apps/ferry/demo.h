@@ -20,6 +20,10 @@ int run_juneberry_demo(std::ostream& out, int engine_cpu);
 // workers idle, a primary crash while a client writes, recovery, the data
 // served again.
 int run_tailwind_demo(std::ostream& out);
+// Part 5: HyperLoop storage -- the replicated transactional store, a read from
+// the tail under its read lock, a replica killed and replaced while writes
+// continue, nothing lost.
+int run_storage_demo(std::ostream& out);
 
 // Numbered steps and verified checks, printed to `out` (which must outlive
 // this object); shared by both parts of the demo.

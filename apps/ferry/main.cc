@@ -127,8 +127,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   demo->add_option("--part", demo_part,
                    "nic (the software RNIC), group (HyperLoop primitives), juneberry (the Ordered Queue), "
-                   "tailwind (LogKv with Tailwind replication, a crash and its recovery) or all")
-      ->check(CLI::IsMember({"nic", "group", "juneberry", "tailwind", "all"}))
+                   "tailwind (LogKv with Tailwind replication, a crash and its recovery), storage (HyperLoop's "
+                   "transactional store, a replica replaced under writes) or all")
+      ->check(CLI::IsMember({"nic", "group", "juneberry", "tailwind", "storage", "all"}))
       ->capture_default_str();
 
   CLI::App* nicd_cmd = app.add_subcommand(
@@ -615,6 +616,7 @@ int main(int argc, char** argv) {
     if (demo_part == "all" || demo_part == "group") rc |= ferry::apps::run_group_demo(std::cout, demo_engine_cpu);
     if (demo_part == "all" || demo_part == "juneberry") rc |= ferry::apps::run_juneberry_demo(std::cout, demo_engine_cpu);
     if (demo_part == "all" || demo_part == "tailwind") rc |= ferry::apps::run_tailwind_demo(std::cout);
+    if (demo_part == "all" || demo_part == "storage") rc |= ferry::apps::run_storage_demo(std::cout);
     return rc;
   }
   if (nicd_cmd->parsed()) {
