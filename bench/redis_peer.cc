@@ -175,7 +175,8 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::start(const RedisPeerOptions& o, s
     for (;;) {
       if (!peer->servers_[i]->running()) {
         return unavailable(fmt::format("redis {}: exited at start ({}); its log: {}{}", roles[i],
-                                       peer->servers_[i]->exit_text(), log_tail(peer->dir_ + "/" + roles[i] + "/redis.log"),
+                                       peer->servers_[i]->exit_text(),
+                                       log_tail(peer->dir_ + "/" + roles[i] + "/redis.log"),
                                        peer->servers_[i]->output()));
       }
       if (redisContext* c = connect_redis(peer->ports_[i], 200)) {
@@ -247,7 +248,9 @@ Status RedisPeer::command_status(void* r, std::string_view what) {
     return unavailable(fmt::format("redis {}: {}", what, primary_->errstr));
   }
   Status s;
-  if (reply->type == REDIS_REPLY_ERROR) s = unavailable(fmt::format("redis {}: {}", what, std::string(reply->str, reply->len)));
+  if (reply->type == REDIS_REPLY_ERROR) {
+    s = unavailable(fmt::format("redis {}: {}", what, std::string(reply->str, reply->len)));
+  }
   freeReplyObject(reply);
   return s;
 }

@@ -301,8 +301,8 @@ Result<std::unique_ptr<RocksUnderTest>> start_rocks(const std::string& name, con
   bulk.disableWAL = true;
   for (uint64_t n = 0; n < o.records; ++n) {
     for (auto& b : value) b = static_cast<uint8_t>(rng.next());
-    const ::rocksdb::Status p =
-        s->db->Put(bulk, key_of(n, o.key_bytes), ::rocksdb::Slice(reinterpret_cast<const char*>(value.data()), value.size()));
+    const ::rocksdb::Slice v(reinterpret_cast<const char*>(value.data()), value.size());
+    const ::rocksdb::Status p = s->db->Put(bulk, key_of(n, o.key_bytes), v);
     if (!p.ok()) return internal_error("rocksdb: load: " + p.ToString());
   }
   const ::rocksdb::Status f = s->db->Flush(::rocksdb::FlushOptions());
@@ -389,8 +389,8 @@ struct PointContext {
   nlohmann::json peer;     // the Redis servers, or null
 };
 
-// Prints (or emits as JSON) every op of one point; returns the update p99
-// under load for the summary through `update_p99_us` (unchanged if none).
+// Prints (or emits as JSON) every op of one point; a YCSB-A update p99 under
+// load goes into `a_update_p99_load` under the system's name, for the summary.
 void emit_point(const PointContext& c, const std::string& wl, const std::string& load_name, const PointResult& r,
                 const StoreBenchOptions& o, const Placement& placement, const std::string& load_text,
                 std::ostream& out, std::map<std::string, double>* a_update_p99_load) {
@@ -464,7 +464,9 @@ Status run_points(YcsbTarget& target, const PointContext& c, const std::vector<s
   return ok_status();
 }
 
-bool store_has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool store_has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 }  // namespace
 
@@ -550,7 +552,8 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
     if (a_update_p99.count("hyperloop") != 0) {
       for (const auto& base : {"naive-event", "naive-poll"}) {
         if (a_update_p99.count(base) != 0) {
-          summary[std::string("p99_ratio_") + base + "_over_hyperloop"] = a_update_p99[base] / a_update_p99["hyperloop"];
+          summary[std::string("p99_ratio_") + base + "_over_hyperloop"] =
+              a_update_p99[base] / a_update_p99["hyperloop"];
         }
       }
       if (a_update_p99.count(kRedisSystem) != 0) {
