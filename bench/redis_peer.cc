@@ -116,9 +116,9 @@ std::string info_field(const std::string& info, const std::string& key) {
   return info.substr(at + key.size() + 1, end == std::string::npos ? std::string::npos : end - at - key.size() - 1);
 }
 
-std::string log_tail(const std::string& path) {
-  std::ifstream in(path);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+std::string output_tail(const ChildProcess& server) {
+  const std::string& all = server.output();
+  if (all.empty()) return "(none)";
   return all.size() > 1500 ? all.substr(all.size() - 1500) : all;
 }
 
@@ -148,18 +148,20 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::start(const RedisPeerOptions& o, s
   peer->dir_ = tmpl;
   peer->ports_ = pick_redis_ports();
   if (peer->ports_.empty()) return unavailable("redis: no three free loopback ports found");
+  // The servers write no file there (no persistence, diskless sync and
+  // load, the log on the pipe), so the fatal-signal handler can rmdir it.
+  set_cleanup_dir(peer->dir_);
   const char* roles[] = {"primary", "replica1", "replica2"};
   for (int i = 0; i < 3; ++i) {
-    const std::string work = peer->dir_ + "/" + roles[i];
-    std::error_code ec;
-    fs::create_directories(work, ec);
     std::vector<std::string> args = {
         "--port", std::to_string(peer->ports_[i]), "--bind", "127.0.0.1", "--daemonize", "no",
         // No persistence: WAIT acknowledges the replicas' memory only.
         "--save", "", "--appendonly", "no",
-        "--dir", work, "--logfile", work + "/redis.log", "--loglevel", "notice",
-        // A replica's first sync starts at once (the default waits 5 s for more replicas).
-        "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+        // Warnings only: nobody reads the pipe until a server fails.
+        "--dir", peer->dir_, "--logfile", "", "--loglevel", "warning",
+        // A replica's first sync starts at once (the default waits 5 s for
+        // more replicas) and loads from the socket, not from a file.
+        "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", "--repl-diskless-load", "on-empty-db",
         "--io-threads", "1"};
     if (i > 0) {
       args.push_back("--replicaof");
@@ -174,10 +176,9 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::start(const RedisPeerOptions& o, s
   for (int i = 0; i < 3; ++i) {
     for (;;) {
       if (!peer->servers_[i]->running()) {
-        return unavailable(fmt::format("redis {}: exited at start ({}); its log: {}{}", roles[i],
-                                       peer->servers_[i]->exit_text(),
-                                       log_tail(peer->dir_ + "/" + roles[i] + "/redis.log"),
-                                       peer->servers_[i]->output()));
+        (void)peer->servers_[i]->stop(100);  // reads what it said
+        return unavailable(fmt::format("redis {}: exited at start ({}); its output: {}", roles[i],
+                                       peer->servers_[i]->exit_text(), output_tail(*peer->servers_[i])));
       }
       if (redisContext* c = connect_redis(peer->ports_[i], 200)) {
         const std::string pong = reply_text(redisCommand(c, "PING"));
@@ -189,8 +190,9 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::start(const RedisPeerOptions& o, s
         if (pong == "PONG") break;
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        return unavailable(fmt::format("redis {}: no answer to PING within 20 s; its log: {}", roles[i],
-                                       log_tail(peer->dir_ + "/" + roles[i] + "/redis.log")));
+        (void)peer->servers_[i]->stop(1000);
+        return unavailable(fmt::format("redis {}: no answer to PING within 20 s; its output: {}", roles[i],
+                                       output_tail(*peer->servers_[i])));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -217,8 +219,9 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::start(const RedisPeerOptions& o, s
     }
     if (up) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      return unavailable("redis: the replicas did not come online within 20 s; replica1's log: " +
-                         log_tail(peer->dir_ + "/replica1/redis.log"));
+      (void)peer->servers_[1]->stop(1000);
+      return unavailable("redis: the replicas did not come online within 20 s; replica1's output: " +
+                         output_tail(*peer->servers_[1]));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -226,7 +229,7 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::start(const RedisPeerOptions& o, s
   if (peer->primary_ == nullptr) return unavailable("redis: cannot connect to the primary");
   peer->description_ = fmt::format(
       "redis-server {}: primary 127.0.0.1:{} (CPU {}), replicas :{} :{} (CPU {}); appendonly no, save off "
-      "(WAIT 2 0 acknowledges the replicas' memory, not a disk); working directories in {}",
+      "(WAIT 2 0 acknowledges the replicas' memory, not a disk); working directory {}",
       peer->version_, peer->ports_[0], o.primary_cpu, peer->ports_[1], peer->ports_[2], o.replica_cpu, peer->dir_);
   log << "  " << peer->description_ << "\n";
   return peer;
@@ -239,6 +242,7 @@ RedisPeer::~RedisPeer() {
   if (!dir_.empty()) {
     std::error_code ec;
     fs::remove_all(dir_, ec);
+    set_cleanup_dir("");
   }
 }
 

@@ -16,10 +16,11 @@
 // replicas' threads. Every thread of each server is pinned once it answers
 // PING (Redis starts its background threads before it listens).
 //
-// The servers' working directories and logs are in a temporary directory
-// removed when the peer is destroyed; the servers are stopped (SIGTERM,
-// then SIGKILL) on every exit path: the destructor, and ChildProcess's
-// fatal-signal handler.
+// The servers share one temporary working directory and write nothing
+// there (no persistence, diskless replication both ways, warnings on the
+// pipe ChildProcess reads when a server fails). The servers are stopped
+// (SIGTERM, then SIGKILL) on every exit path: the destructor, and
+// ChildProcess's fatal-signal handler, which also removes the directory.
 #pragma once
 
 #include <cstdint>
