@@ -100,10 +100,21 @@ void set_cleanup_dir(const std::string& path) {
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn_self(std::string name,
                                                                 const std::vector<std::string>& args) {
+  return spawn_executable(std::move(name), "/proc/self/exe", "ferry", false, args);
+}
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn_program(std::string name, const std::string& program,
+                                                                  const std::vector<std::string>& args) {
+  return spawn_executable(std::move(name), program, program, true, args);
+}
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn_executable(std::string name, const std::string& path,
+                                                                     const std::string& argv0, bool search_path,
+                                                                     const std::vector<std::string>& args) {
   install_handlers();
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return internal_error(name + ": pipe: " + std::strerror(errno));
-  std::vector<std::string> argv_strings = {"ferry"};
+  std::vector<std::string> argv_strings = {argv0};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_strings) argv.push_back(a.data());
@@ -122,13 +133,15 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn_self(std::string name,
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &files, &attr, argv.data(), environ);
+  const int rc = search_path ? posix_spawnp(&pid, path.c_str(), &files, &attr, argv.data(), environ)
+                             : posix_spawn(&pid, path.c_str(), &files, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
-    return internal_error(name + ": cannot start /proc/self/exe: " + std::strerror(rc));
+    if (rc == ENOENT) return not_found(name + ": " + path + " is not installed");
+    return internal_error(name + ": cannot start " + path + ": " + std::strerror(rc));
   }
   register_child(pid);
   std::unique_ptr<ChildProcess> child(new ChildProcess());

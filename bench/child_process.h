@@ -29,6 +29,10 @@ class ChildProcess {
   // Starts `/proc/self/exe args...` (argv[0] = "ferry"); `name` is for
   // messages ("nicd a", "udp-echo").
   static Result<std::unique_ptr<ChildProcess>> spawn_self(std::string name, const std::vector<std::string>& args);
+  // Starts another program, looked up in PATH (`program` is also argv[0]):
+  // a peer system's server, for instance. kNotFound if it is not installed.
+  static Result<std::unique_ptr<ChildProcess>> spawn_program(std::string name, const std::string& program,
+                                                             const std::vector<std::string>& args);
   // SIGTERM, then SIGKILL after 2 s if it is still there; reaps it.
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
@@ -56,6 +60,9 @@ class ChildProcess {
 
  private:
   ChildProcess() = default;
+  static Result<std::unique_ptr<ChildProcess>> spawn_executable(std::string name, const std::string& path,
+                                                                const std::string& argv0, bool search_path,
+                                                                const std::vector<std::string>& args);
   // Reads what is available (waiting up to timeout_ms); false at EOF.
   bool read_some(int timeout_ms);
   // Reaps it if it exited; true when it is gone.

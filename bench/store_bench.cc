@@ -3,7 +3,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/options.h>
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -16,7 +22,9 @@
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
 #include "ferry/hyperloop/txn_kv.h"
+#include "ferry/rocksdb/replicated_wal.h"
 #include "ferry/workload/zipf.h"
+#include "redis_peer.h"
 #include "report.h"
 
 namespace ferry::bench {
@@ -28,8 +36,28 @@ using hyperloop::GroupId;
 
 uint64_t now_ns() { return timing_clock().now_ns(); }
 
+// What a YCSB point drives: one system's store. Each call is one timed
+// operation; between_ops() runs untimed after each (a replica's work off
+// the critical path).
+class YcsbTarget {
+ public:
+  virtual ~YcsbTarget() = default;
+  virtual Status read(const std::string& key) = 0;
+  virtual Status write(const std::string& key, std::span<const uint8_t> value) = 0;
+  virtual Status read_modify_write(const std::string& key, std::span<const uint8_t> value) = 0;
+  // CPU time of the replicas' processes or threads so far, ns.
+  virtual uint64_t replica_cpu_ns() = 0;
+  virtual Status between_ops() { return ok_status(); }
+  // YCSB-E: `count` records from `key` on.
+  virtual Status scan(const std::string& key, uint32_t count) {
+    (void)key;
+    (void)count;
+    return unimplemented("this system has no range scans");
+  }
+};
+
 // One system's client, groups, transaction log and store.
-struct StoreUnderTest {
+struct StoreUnderTest : YcsbTarget {
   std::string name;
   std::unique_ptr<nic::Engine> engine;
   std::unique_ptr<GroupClient> client;
@@ -37,13 +65,32 @@ struct StoreUnderTest {
   std::unique_ptr<hyperloop::TxnClient> txn;
   std::unique_ptr<hyperloop::TxnKv> kv;
   hyperloop::TxnKvOptions kv_options;
-  ~StoreUnderTest() {
+  std::unique_ptr<hyperloop::TxnKvReplicaReader> reader;  // the tail's image, under its read lock
+  Status read(const std::string& key) override;
+  Status write(const std::string& key, std::span<const uint8_t> value) override;
+  Status read_modify_write(const std::string& key, std::span<const uint8_t> value) override;
+  Status scan(const std::string& key, uint32_t count) override { return reader->scan(key, count).status(); }
+  uint64_t replica_cpu_ns() override;
+  ~StoreUnderTest() override {
+    reader.reset();
     kv.reset();
     txn.reset();
     client.reset();
     engine.reset();
   }
 };
+
+Status StoreUnderTest::read(const std::string& key) { return reader->get(key).status(); }
+Status StoreUnderTest::write(const std::string& key, std::span<const uint8_t> value) { return kv->put(key, value); }
+Status StoreUnderTest::read_modify_write(const std::string& key, std::span<const uint8_t> value) {
+  return kv->read_modify_write(key, [&](std::optional<std::span<const uint8_t>> cur) {
+    std::vector<uint8_t> next = cur ? std::vector<uint8_t>(cur->begin(), cur->end())
+                                    : std::vector<uint8_t>(value.begin(), value.end());
+    if (!next.empty()) next[0] = static_cast<uint8_t>(next[0] + 1);
+    return std::optional<std::vector<uint8_t>>(std::move(next));
+  });
+}
+uint64_t StoreUnderTest::replica_cpu_ns() { return client->replica_cpu_ns(); }
 
 std::string key_of(uint64_t n, uint32_t key_bytes) {
   std::string k = fmt::format("user{:0{}}", n, key_bytes > 4 ? key_bytes - 4 : 1);
@@ -94,6 +141,184 @@ Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, con
   log << fmt::format("  {}: {} records loaded in {:.1f} s ({} slots, {} MB region per replica, {})\n", name,
                      o.records, static_cast<double>(now_ns() - t0) / 1e9, s->kv_options.slots,
                      g.region_bytes >> 20, o.media == pm::Media::kPm ? "PM" : "DRAM");
+  s->reader = std::make_unique<hyperloop::TxnKvReplicaReader>(
+      s->txn->replica_db(2).value(),
+      hyperloop::ReplicaLocks(s->client->replica(s->locks, 2).value().region->data(), 4096), s->kv_options);
+  return s;
+}
+
+
+// Redis with a primary and two replicas: a write is SET + WAIT 2 0, a read a
+// GET from the primary, a read-modify-write GET then SET + WAIT.
+struct RedisUnderTest : YcsbTarget {
+  std::unique_ptr<RedisPeer> peer;
+  Status read(const std::string& key) override {
+    auto v = peer->get(key);
+    if (!v.ok()) return v.status();
+    return v->has_value() ? ok_status() : not_found("redis GET " + key + ": absent");
+  }
+  Status write(const std::string& key, std::span<const uint8_t> value) override {
+    return peer->set_replicated(key, value);
+  }
+  Status read_modify_write(const std::string& key, std::span<const uint8_t> value) override {
+    auto cur = peer->get(key);
+    if (!cur.ok()) return cur.status();
+    std::vector<uint8_t> next = cur->has_value() ? std::vector<uint8_t>((*cur)->begin(), (*cur)->end())
+                                                 : std::vector<uint8_t>(value.begin(), value.end());
+    if (!next.empty()) next[0] = static_cast<uint8_t>(next[0] + 1);
+    return peer->set_replicated(key, next);
+  }
+  uint64_t replica_cpu_ns() override { return peer->replica_cpu_ns(); }
+};
+
+Result<std::unique_ptr<RedisUnderTest>> start_redis(const StoreBenchOptions& o, int client_cpu, std::ostream& log) {
+  auto r = std::make_unique<RedisUnderTest>();
+  RedisPeerOptions ro;
+  ro.primary_cpu = client_cpu;
+  ro.replica_cpu = o.replica_cpu;
+  FERRY_ASSIGN_OR_RETURN(r->peer, RedisPeer::start(ro, log));
+  const auto t0 = now_ns();
+  Rng rng(o.seed);
+  std::vector<std::string> keys;
+  keys.reserve(o.records);
+  for (uint64_t n = 0; n < o.records; ++n) keys.push_back(key_of(n, o.key_bytes));
+  // A few distinct random values, reused: loading is untimed and only the
+  // sizes matter to Redis.
+  std::vector<std::vector<uint8_t>> values(64, std::vector<uint8_t>(o.value_bytes));
+  for (auto& v : values) {
+    for (auto& b : v) b = static_cast<uint8_t>(rng.next());
+  }
+  FERRY_RETURN_IF_ERROR(r->peer->load(keys, values));
+  log << fmt::format("  redis-wait2: {} records loaded in {:.1f} s (pipelined SETs, then WAIT 2 0)\n", o.records,
+                     static_cast<double>(now_ns() - t0) / 1e9);
+  return r;
+}
+
+// Replicated RocksDB (§5.1, Figure 11): the real RocksDB with its WAL
+// replicated at every Sync through one system's TxnClient. Reads are the
+// head's (db->Get); updates are db->Put with sync = true, so that each one
+// returns after its WAL bytes are durable on every replica.
+struct RocksUnderTest : YcsbTarget {
+  std::string name;
+  std::string dir;  // RocksDB's own files (SST, MANIFEST, the head's WAL)
+  std::unique_ptr<nic::Engine> engine;
+  std::unique_ptr<GroupClient> client;
+  GroupId data = 0, locks = 0;
+  std::unique_ptr<hyperloop::TxnClient> txn;
+  std::shared_ptr<rocks::ReplicatedWalFileSystem> fs;  // outlives the Env and the DB
+  std::unique_ptr<::rocksdb::Env> env;
+  std::unique_ptr<::rocksdb::DB> db;
+  uint64_t writes_since_catch_up = 0;
+  std::string get_buffer;
+
+  ~RocksUnderTest() override {
+    db.reset();
+    env.reset();
+    fs.reset();
+    txn.reset();
+    client.reset();
+    engine.reset();
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+  Status read(const std::string& key) override {
+    const ::rocksdb::Status s = db->Get(::rocksdb::ReadOptions(), key, &get_buffer);
+    return s.ok() ? ok_status() : internal_error("rocksdb Get: " + s.ToString());
+  }
+  Status write(const std::string& key, std::span<const uint8_t> value) override {
+    ::rocksdb::WriteOptions wo;
+    wo.sync = true;  // the WAL's Sync: replicated to every replica before Put returns
+    const ::rocksdb::Status s =
+        db->Put(wo, key, ::rocksdb::Slice(reinterpret_cast<const char*>(value.data()), value.size()));
+    ++writes_since_catch_up;
+    return s.ok() ? ok_status() : internal_error("rocksdb Put: " + s.ToString());
+  }
+  Status read_modify_write(const std::string& key, std::span<const uint8_t> value) override {
+    FERRY_RETURN_IF_ERROR(read(key));
+    return write(key, value);
+  }
+  uint64_t replica_cpu_ns() override { return client->replica_cpu_ns(); }
+  // The replicas' WAL images catch up (ExecuteAndAdvance) off the critical
+  // path, every 64 synced writes: the paper's replicas that "wake up
+  // periodically"; the 1 MiB log ring then never fills during a Put.
+  Status between_ops() override {
+    if (writes_since_catch_up < 64) return ok_status();
+    writes_since_catch_up = 0;
+    return fs->catch_up();
+  }
+};
+
+constexpr uint64_t kRocksWriteBufferBytes = 4 << 20;
+
+Result<std::unique_ptr<RocksUnderTest>> start_rocks(const std::string& name, const StoreBenchOptions& o,
+                                                    std::ostream& log) {
+  auto s = std::make_unique<RocksUnderTest>();
+  s->name = name;
+  // On tmpfs when there is one, as the paper's testbed (battery-backed DRAM
+  // emulated with tmpfs): the head's own WAL fsync costs no disk.
+  std::error_code ec;
+  const auto base = std::filesystem::is_directory("/dev/shm", ec) ? std::filesystem::path("/dev/shm")
+                                                                  : std::filesystem::temp_directory_path();
+  std::string tmpl = (base / "ferry-bench-rocksdb-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) return internal_error("rocksdb: mkdtemp " + tmpl + " failed");
+  s->dir = tmpl;
+  nic::EngineOptions eo;
+  eo.threaded = false;  // stepped by the client thread
+  s->engine = std::make_unique<nic::Engine>(eo);
+  FERRY_ASSIGN_OR_RETURN(s->client, make_group_client(name, *s->engine, o.replica_cpu));
+  hyperloop::TxnOptions to;
+  to.log_bytes = 1 << 20;
+  // The image holds the newest WAL, which RocksDB switches with the
+  // memtable: a WAL stays under the write buffer's size (the memtable's
+  // per-entry overhead exceeds the WAL's); room for four of them.
+  to.db_bytes = rocks::kWalImageHeaderBytes + 4 * kRocksWriteBufferBytes;
+  hyperloop::GroupOptions g;
+  g.replicas = 3;
+  g.region_bytes = (hyperloop::kTxnControlBytes + to.log_bytes + to.db_bytes + 4095) / 4096 * 4096;
+  g.media = o.media;
+  g.ring_ops = 128;
+  g.window = 16;
+  FERRY_ASSIGN_OR_RETURN(s->data, s->client->create_group(g));
+  hyperloop::GroupOptions lg;
+  lg.replicas = 3;
+  lg.region_bytes = 4096;
+  lg.media = pm::Media::kDram;
+  lg.ring_ops = 128;
+  lg.window = 16;
+  FERRY_ASSIGN_OR_RETURN(s->locks, s->client->create_group(lg));
+  FERRY_ASSIGN_OR_RETURN(s->txn, hyperloop::TxnClient::initialize(*s->client, s->data, s->locks, to));
+  FERRY_ASSIGN_OR_RETURN(s->fs, rocks::ReplicatedWalFileSystem::create(::rocksdb::FileSystem::Default(), *s->txn));
+  s->env = ::rocksdb::NewCompositeEnv(s->fs);
+  ::rocksdb::Options ro;
+  ro.create_if_missing = true;
+  ro.env = s->env.get();
+  ro.write_buffer_size = kRocksWriteBufferBytes;
+  ro.info_log_level = ::rocksdb::InfoLogLevel::WARN_LEVEL;
+  ::rocksdb::DB* raw = nullptr;
+  const ::rocksdb::Status st = ::rocksdb::DB::Open(ro, s->dir, &raw);
+  if (!st.ok()) return internal_error("rocksdb: open " + s->dir + ": " + st.ToString());
+  s->db.reset(raw);
+  // Load without the WAL (untimed): the records land in SST files, the
+  // head's local files, as after a bulk load; only the timed writes go
+  // through the replicated WAL.
+  const auto t0 = now_ns();
+  Rng rng(o.seed);
+  std::vector<uint8_t> value(o.value_bytes);
+  ::rocksdb::WriteOptions bulk;
+  bulk.disableWAL = true;
+  for (uint64_t n = 0; n < o.records; ++n) {
+    for (auto& b : value) b = static_cast<uint8_t>(rng.next());
+    const ::rocksdb::Slice v(reinterpret_cast<const char*>(value.data()), value.size());
+    const ::rocksdb::Status p = s->db->Put(bulk, key_of(n, o.key_bytes), v);
+    if (!p.ok()) return internal_error("rocksdb: load: " + p.ToString());
+  }
+  const ::rocksdb::Status f = s->db->Flush(::rocksdb::FlushOptions());
+  if (!f.ok()) return internal_error("rocksdb: flush after load: " + f.ToString());
+  FERRY_RETURN_IF_ERROR(s->fs->catch_up());
+  log << fmt::format("  {}: RocksDB {} records loaded in {:.1f} s (WAL off, flushed to SST); RocksDB's files in {}; "
+                     "WAL replicated at every Sync to {} replicas ({} MB region each, {})\n",
+                     name, o.records, static_cast<double>(now_ns() - t0) / 1e9, s->dir, g.replicas,
+                     g.region_bytes >> 20, o.media == pm::Media::kPm ? "PM" : "DRAM");
   return s;
 }
 
@@ -112,15 +337,12 @@ struct PointResult {
   bool capped = false;
 };
 
-Status run_point(StoreUnderTest& s, char workload, const StoreBenchOptions& o, uint64_t* inserted,
-                 PointResult* r) {
+Status run_point(YcsbTarget& s, const std::string& name, char workload, const StoreBenchOptions& o,
+                 uint64_t* inserted, PointResult* r) {
   Rng rng(o.seed * 31 + static_cast<uint64_t>(workload));
   workload::ScrambledZipfianGenerator zipf(o.records);
-  hyperloop::TxnKvReplicaReader reader(
-      s.txn->replica_db(2).value(),
-      hyperloop::ReplicaLocks(s.client->replica(s.locks, 2).value().region->data(), 4096), s.kv_options);
   std::vector<uint8_t> value(o.value_bytes);
-  const uint64_t cpu0 = s.client->replica_cpu_ns();
+  const uint64_t cpu0 = s.replica_cpu_ns();
   const uint64_t start = now_ns();
   const uint64_t cap = start + static_cast<uint64_t>(o.max_seconds * 1e9);
   for (uint64_t i = 0; i < o.ops; ++i) {
@@ -149,29 +371,148 @@ Status run_point(StoreUnderTest& s, char workload, const StoreBenchOptions& o, u
     const uint64_t t0 = now_ns();
     Status st;
     if (op == "read") {
-      st = reader.get(key_of(key, o.key_bytes)).status();
+      st = s.read(key_of(key, o.key_bytes));
     } else if (op == "scan") {
-      st = reader.scan(key_of(key, o.key_bytes), scan_length).status();
+      st = s.scan(key_of(key, o.key_bytes), scan_length);
     } else if (op == "update") {
-      st = s.kv->put(key_of(key, o.key_bytes), value);
+      st = s.write(key_of(key, o.key_bytes), value);
     } else if (op == "insert") {
-      st = s.kv->put(key_of((*inserted)++, o.key_bytes), value);
+      st = s.write(key_of((*inserted)++, o.key_bytes), value);
     } else {
-      st = s.kv->read_modify_write(key_of(key, o.key_bytes), [&](std::optional<std::span<const uint8_t>> cur) {
-        std::vector<uint8_t> next = cur ? std::vector<uint8_t>(cur->begin(), cur->end()) : value;
-        if (!next.empty()) next[0] = static_cast<uint8_t>(next[0] + 1);
-        return std::optional<std::vector<uint8_t>>(std::move(next));
-      });
+      st = s.read_modify_write(key_of(key, o.key_bytes), value);
     }
     const uint64_t t1 = now_ns();
-    if (!st.ok()) return Status(st.code(), s.name + " YCSB-" + workload + " " + op + ": " + st.message());
+    if (!st.ok()) return Status(st.code(), name + " YCSB-" + workload + " " + op + ": " + st.message());
     r->ops[op].hist.record(t1 - t0);
     ++r->total;
     if (op != "read" && op != "scan") ++r->writes;
+    FERRY_RETURN_IF_ERROR(s.between_ops());
   }
   r->seconds = static_cast<double>(now_ns() - start) / 1e9;
-  r->replica_cpu_ns = s.client->replica_cpu_ns() - cpu0;
+  r->replica_cpu_ns = s.replica_cpu_ns() - cpu0;
   return ok_status();
+}
+
+constexpr const char* kRedisSystem = "redis-wait2";
+
+// How one system's points are described and where they go.
+struct PointContext {
+  std::string experiment;  // "ycsb" or "rocksdb"
+  std::string system;
+  std::string reads_from;
+  std::string writes;      // what a write is, for the JSON
+  nlohmann::json peer;     // the Redis servers, or null
+};
+
+// YCSB-A update percentiles under load, by system, for the summary. p50
+// too: when a baseline's p99 has too few samples (a capped Naive-event
+// point), its p50 over HyperLoop's p99 is a lower bound of the p99 ratio.
+struct UpdateTails {
+  std::map<std::string, double> p99_us;
+  std::map<std::string, double> p50_us;
+};
+
+// Prints (or emits as JSON) every op of one point; a YCSB-A update's tails
+// under load go into `tails` under the system's name.
+void emit_point(const PointContext& c, const std::string& wl, const std::string& load_name, const PointResult& r,
+                const StoreBenchOptions& o, const Placement& placement, const std::string& load_text,
+                std::ostream& out, UpdateTails* tails) {
+  for (const auto& [op, st] : r.ops) {
+    nlohmann::json j;
+    j["experiment"] = c.experiment;
+    j["system"] = c.system;
+    j["workload"] = wl;
+    j["op"] = op;
+    j["load"] = load_name;
+    j["records"] = o.records;
+    j["samples"] = st.hist.count();
+    j["p50_us"] = percentile_json(st.hist, 0.50, 1e-3);
+    j["p95_us"] = percentile_json(st.hist, 0.95, 1e-3);
+    j["p99_us"] = percentile_json(st.hist, 0.99, 1e-3);
+    j["p999_us"] = percentile_json(st.hist, 0.999, 1e-3);
+    j["max_us"] = static_cast<double>(st.hist.max()) / 1e3;
+    j["mops"] = static_cast<double>(r.total) / r.seconds / 1e6;
+    j["replica_cpu_ns_per_op"] =
+        r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
+                     : nlohmann::json(nullptr);
+    j["capped"] = r.capped;
+    j["key_bytes"] = o.key_bytes;
+    j["value_bytes"] = o.value_bytes;
+    j["reads_from"] = c.reads_from;
+    if (op == "scan") {
+      j["reads_from"] = "tail replica, read locks on every stripe and the index lock";
+      j["scan_length"] = fmt::format("uniform 1..{}", kScanLengthMax);
+    }
+    j["writes"] = c.writes;
+    if (!c.peer.is_null()) j["peer"] = c.peer;
+    Placement p = placement;
+    p.load = load_text;
+    j["placement"] = placement_json(p);
+    j["cpu_load"] = load_text;
+    add_provenance(j);
+    if (wl == "A" && op == "update" && load_name == "load") {
+      if (percentile_reportable(st.hist, 0.99)) {
+        tails->p99_us[c.system] = static_cast<double>(st.hist.percentile(0.99)) / 1e3;
+      }
+      if (percentile_reportable(st.hist, 0.5)) {
+        tails->p50_us[c.system] = static_cast<double>(st.hist.percentile(0.5)) / 1e3;
+      }
+    }
+    if (o.json) {
+      out << j.dump() << "\n";
+    } else {
+      out << fmt::format("{:<7} {:<12} YCSB-{} {:<6} {:<5} samples {:>6}  p50 {:>9} us  p99 {:>9} us  p99.9 {:>9} us  "
+                         "max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}\n",
+                         c.experiment, c.system, wl, op, load_name, st.hist.count(),
+                         percentile_text(st.hist, 0.5, 1e-3, 1), percentile_text(st.hist, 0.99, 1e-3, 1),
+                         percentile_text(st.hist, 0.999, 1e-3, 1), static_cast<double>(st.hist.max()) / 1e3,
+                         static_cast<double>(r.total) / r.seconds / 1e6,
+                         r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) /
+                                                                     static_cast<double>(r.writes))
+                                      : std::string("-"));
+    }
+  }
+}
+
+// Runs `workloads` x loads on one system's target.
+Status run_points(YcsbTarget& target, const PointContext& c, const std::vector<std::string>& workloads,
+                  const StoreBenchOptions& o, const Placement& placement, std::ostream& out, UpdateTails* tails) {
+  uint64_t inserted = o.records;
+  for (const auto& wl : workloads) {
+    for (const auto& load_name : o.loads) {
+      std::unique_ptr<CpuLoad> load;
+      if (load_name == "load") {
+        FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(o.replica_cpu, static_cast<int>(o.load_processes),
+                                                    o.max_seconds * 2 + 30));
+      }
+      PointResult r;
+      FERRY_RETURN_IF_ERROR(run_point(target, c.system, wl[0], o, &inserted, &r));
+      const std::string load_text = load ? load->description() : "none";
+      load.reset();
+      emit_point(c, wl, load_name, r, o, placement, load_text, out, tails);
+    }
+  }
+  return ok_status();
+}
+
+// The p99 ratios of each baseline over HyperLoop into `summary` as
+// `<prefix><base>_over_hyperloop`, or, without a p99 for the baseline,
+// `<prefix><base>_over_hyperloop_at_least` from its p50.
+void add_p99_ratios(const UpdateTails& t, const std::vector<std::string>& bases, const std::string& prefix,
+                    nlohmann::json& summary) {
+  const auto hl = t.p99_us.find("hyperloop");
+  if (hl == t.p99_us.end()) return;
+  for (const auto& base : bases) {
+    if (const auto b = t.p99_us.find(base); b != t.p99_us.end()) {
+      summary[prefix + base + "_over_hyperloop"] = b->second / hl->second;
+    } else if (const auto m = t.p50_us.find(base); m != t.p50_us.end()) {
+      summary[prefix + base + "_over_hyperloop_at_least"] = m->second / hl->second;
+    }
+  }
+}
+
+bool store_has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
 }
 
 }  // namespace
@@ -188,103 +529,116 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
   for (const auto& l : o.loads) {
     if (l != "quiet" && l != "load") return invalid_argument("unknown load '" + l + "' (quiet, load)");
   }
+  for (const auto& s : o.systems) {
+    if (s != "hyperloop" && s != "naive-event" && s != "naive-poll" && s != kRedisSystem) {
+      return invalid_argument("unknown system '" + s + "' (hyperloop, naive-event, naive-poll, redis-wait2)");
+    }
+  }
+  for (const auto& e : o.experiments) {
+    if (e != "ycsb" && e != "rocksdb") return invalid_argument("unknown experiment '" + e + "' (ycsb, rocksdb)");
+  }
   const int client_cpu = usable_cpu(o.client_cpu);
   const int replica_cpu = usable_cpu(o.replica_cpu);
   if (client_cpu >= 0) FERRY_RETURN_IF_ERROR(pin_current_thread(client_cpu));
   StoreBenchOptions opts = o;
   opts.replica_cpu = replica_cpu;
-  log << fmt::format(
-      "ferry bench store: the transactional store (YCSB, {} records, {} B keys, {} B values), {} ops per point; "
-      "client thread and every NIC on CPU {}, replica threads and load ({} stress-ng workers) on CPU {}; writes "
-      "by the front end (lock, Append, ExecuteAndAdvance, unlock), reads from the tail replica under its read "
-      "lock, scans there under read locks on every stripe and the index lock (that replica's CPU emulated on the "
-      "client thread)\n",
-      o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes, replica_cpu);
   Placement placement;
   placement.client_cpu = client_cpu;
   placement.engine_cpu = client_cpu;
   placement.engine_pinned = client_cpu >= 0;
-  // Each system's p99 of YCSB-A updates under load, for the ratios.
-  std::map<std::string, double> a_update_p99;
-  for (const auto& system : o.systems) {
-    log << fmt::format("{}:\n", system);
-    // Room for D's and E's inserts: every point of them inserts about 5 % of its ops.
-    FERRY_ASSIGN_OR_RETURN(auto s, start_store(system, opts, o.records + o.ops * o.loads.size(), log));
-    uint64_t inserted = o.records;
-    for (const auto& wl : o.workloads) {
-      for (const auto& load_name : o.loads) {
-        std::unique_ptr<CpuLoad> load;
-        if (load_name == "load") {
-          FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes),
-                                                      o.max_seconds * 2 + 30));
+  nlohmann::json summary;
+  summary["experiment"] = "summary";
+
+  if (store_has(o.experiments, "ycsb")) {
+    log << fmt::format(
+        "ferry bench store, ycsb: the transactional store (YCSB, {} records, {} B keys, {} B values), {} ops per "
+        "point; client thread and every NIC on CPU {}, replica threads and load ({} stress-ng workers) on CPU {}; "
+        "writes by the front end (lock, Append, ExecuteAndAdvance, unlock), reads from the tail replica under its "
+        "read lock, scans there under read locks on every stripe and the index lock (that replica's CPU emulated "
+        "on the client thread)\n",
+        o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes, replica_cpu);
+    std::vector<std::string> redis_workloads;
+    for (const auto& w : o.workloads) {
+      if (w != "E") redis_workloads.push_back(w);
+    }
+    UpdateTails a_update;
+    for (const auto& system : o.systems) {
+      log << fmt::format("{}:\n", system);
+      if (system == kRedisSystem) {
+        if (!RedisPeer::installed()) {
+          log << "  redis-wait2 skipped: redis-server is not installed (scripts/install-deps.sh installs it)\n";
+          summary["redis"] = "skipped: redis-server not installed";
+          continue;
         }
-        PointResult r;
-        FERRY_RETURN_IF_ERROR(run_point(*s, wl[0], opts, &inserted, &r));
-        const std::string load_text = load ? load->description() : "none";
-        load.reset();
-        for (const auto& [op, st] : r.ops) {
-          nlohmann::json j;
-          j["experiment"] = "ycsb";
-          j["system"] = system;
-          j["workload"] = wl;
-          j["op"] = op;
-          j["load"] = load_name;
-          j["records"] = o.records;
-          j["samples"] = st.hist.count();
-          j["p50_us"] = percentile_json(st.hist, 0.50, 1e-3);
-          j["p95_us"] = percentile_json(st.hist, 0.95, 1e-3);
-          j["p99_us"] = percentile_json(st.hist, 0.99, 1e-3);
-          j["p999_us"] = percentile_json(st.hist, 0.999, 1e-3);
-          j["max_us"] = static_cast<double>(st.hist.max()) / 1e3;
-          j["mops"] = static_cast<double>(r.total) / r.seconds / 1e6;
-          j["replica_cpu_ns_per_op"] =
-              r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
-                           : nlohmann::json(nullptr);
-          j["capped"] = r.capped;
-          j["key_bytes"] = o.key_bytes;
-          j["value_bytes"] = o.value_bytes;
-          j["reads_from"] = "tail replica, read lock";
-          if (op == "scan") {
-            j["reads_from"] = "tail replica, read locks on every stripe and the index lock";
-            j["scan_length"] = fmt::format("uniform 1..{}", kScanLengthMax);
-          }
-          Placement p = placement;
-          p.load = load_text;
-          j["placement"] = placement_json(p);
-          add_provenance(j);
-          if (wl == "A" && op == "update" && load_name == "load" && percentile_reportable(st.hist, 0.99)) {
-            a_update_p99[system] = static_cast<double>(st.hist.percentile(0.99)) / 1e3;
-          }
-          if (o.json) {
-            out << j.dump() << "\n";
-          } else {
-            out << fmt::format("{:<12} YCSB-{} {:<6} {:<5} samples {:>6}  p50 {:>9} us  p99 {:>9} us  p99.9 {:>9} us  "
-                               "max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}\n",
-                               system, wl, op, load_name, st.hist.count(), percentile_text(st.hist, 0.5, 1e-3, 1),
-                               percentile_text(st.hist, 0.99, 1e-3, 1), percentile_text(st.hist, 0.999, 1e-3, 1),
-                               static_cast<double>(st.hist.max()) / 1e3, static_cast<double>(r.total) / r.seconds / 1e6,
-                               r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) /
-                                                                           static_cast<double>(r.writes))
-                                            : std::string("-"));
-          }
+        FERRY_ASSIGN_OR_RETURN(auto r, start_redis(opts, client_cpu, log));
+        PointContext c;
+        c.experiment = "ycsb";
+        c.system = system;
+        c.reads_from = "primary (GET)";
+        c.writes = "SET then WAIT 2 0 (both replicas' memory; no persistence: appendonly no, save off)";
+        c.peer = {{"server", "redis-server"}, {"version", r->peer->version()},
+                  {"description", r->peer->description()}, {"primary_cpu", client_cpu},
+                  {"replica_cpu", replica_cpu}, {"durability", "replica memory (WAIT), not disk"}};
+        summary["redis"] = r->peer->description();
+        if (store_has(o.workloads, "E")) {
+          log << "  YCSB-E skipped for redis-wait2: its scans would need a sorted set beside the keys\n";
         }
+        FERRY_RETURN_IF_ERROR(run_points(*r, c, redis_workloads, opts, placement, out, &a_update));
+        continue;
       }
+      // Room for D's and E's inserts: every point of them inserts about 5 % of its ops.
+      FERRY_ASSIGN_OR_RETURN(auto s, start_store(system, opts, o.records + o.ops * o.loads.size(), log));
+      PointContext c;
+      c.experiment = "ycsb";
+      c.system = system;
+      c.reads_from = "tail replica, read lock";
+      c.writes = "lock, Append, ExecuteAndAdvance, unlock (durable in every replica's PM)";
+      FERRY_RETURN_IF_ERROR(run_points(*s, c, o.workloads, opts, placement, out, &a_update));
+    }
+    if (!a_update.p99_us.empty()) summary["ycsb_a_update_p99_us_under_load"] = a_update.p99_us;
+    add_p99_ratios(a_update, {"naive-event", "naive-poll"}, "p99_ratio_", summary);
+    if (a_update.p99_us.count("hyperloop") != 0 && a_update.p99_us.count(kRedisSystem) != 0) {
+      // Redis p99 / HyperLoop p99 (issue 13's target: >= 10).
+      summary["store_vs_redis_ycsb_a_update_p99_ratio_under_load"] =
+          a_update.p99_us[kRedisSystem] / a_update.p99_us["hyperloop"];
     }
   }
-  if (a_update_p99.count("hyperloop") != 0) {
-    nlohmann::json j;
-    j["experiment"] = "summary";
-    j["ycsb_a_update_p99_us_under_load"] = a_update_p99;
-    for (const auto& base : {"naive-event", "naive-poll"}) {
-      if (a_update_p99.count(base) != 0) {
-        j[std::string("p99_ratio_") + base + "_over_hyperloop"] = a_update_p99[base] / a_update_p99["hyperloop"];
-      }
+
+  if (store_has(o.experiments, "rocksdb")) {
+    log << fmt::format(
+        "ferry bench store, rocksdb (Figure 11): RocksDB {}.{} with its WAL replicated at every Sync through "
+        "rocks::ReplicatedWalFileSystem, YCSB-A ({} records, {} B keys, {} B values, {} ops per point; reads "
+        "db->Get at the head, updates db->Put with sync = true); RocksDB's files on tmpfs; client thread, RocksDB's "
+        "threads and every NIC on CPU {}, replica threads and load ({} stress-ng workers) on CPU {}\n",
+        ROCKSDB_MAJOR, ROCKSDB_MINOR, o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes,
+        replica_cpu);
+    UpdateTails update;
+    for (const auto& system : o.systems) {
+      if (system == kRedisSystem) continue;  // Redis has no RocksDB to replicate
+      log << fmt::format("{} (rocksdb):\n", system);
+      FERRY_ASSIGN_OR_RETURN(auto s, start_rocks(system, opts, log));
+      PointContext c;
+      c.experiment = "rocksdb";
+      c.system = system;
+      c.reads_from = "head (RocksDB Get)";
+      c.writes = "RocksDB Put, sync = true: the WAL's Sync appends its bytes to every replica's PM";
+      FERRY_RETURN_IF_ERROR(run_points(*s, c, {"A"}, opts, placement, out, &update));
+      const auto counters = s->fs->counters();
+      log << fmt::format("  {}: WAL syncs {}, records {}, bytes {}, executes for room {}, new WAL files {}\n", system,
+                         counters.syncs, counters.records, counters.bytes, counters.executes_for_room,
+                         counters.wal_files);
     }
-    j["redis"] = "not in this bench yet";
+    if (!update.p99_us.empty()) summary["rocksdb_ycsb_a_update_p99_us_under_load"] = update.p99_us;
+    // Issue 13's target: >= 5 for both.
+    add_p99_ratios(update, {"naive-event", "naive-poll"}, "rocksdb_p99_ratio_", summary);
+  }
+
+  if (summary.size() > 1) {
+    add_provenance(summary);
     if (o.json) {
-      out << j.dump() << "\n";
+      out << summary.dump() << "\n";
     } else {
-      out << "summary: " << j.dump() << "\n";
+      out << "summary: " << summary.dump() << "\n";
     }
   }
   return ok_status();

@@ -15,8 +15,20 @@
 // also stands for that replica's CPU. Placement as in `ferry bench group`:
 // the client thread (which steps the manual NIC engine, i.e. every host's
 // NIC) on client_cpu; the replicas' application threads and the load
-// (stress-ng, a separate executable) on replica_cpu. Redis (the issue's
-// real peer) is not in this bench yet.
+// (stress-ng, a separate executable) on replica_cpu.
+//
+// A real peer in the same run (system "redis-wait2", bench/redis_peer.h):
+// Debian's redis-server, a primary and two replicas on loopback, the
+// replicas pinned to replica_cpu under the same load; a write is SET then
+// WAIT 2 0 (both replicas' memory: Redis runs without persistence, while
+// Ferry's writes are durable in the replicas' PM), a read a GET from the
+// primary. Skipped with a message when redis-server is not installed.
+//
+// Experiment "rocksdb" (Figure 11): the real RocksDB with its write-ahead
+// log replicated at every Sync through rocks::ReplicatedWalFileSystem on
+// each system's group; YCSB-A, reads db->Get at the head, updates db->Put
+// with sync = true. RocksDB's own files go to a temporary directory on
+// tmpfs (/dev/shm), as the paper's testbed emulated NVM with tmpfs.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +42,9 @@
 namespace ferry::bench {
 
 struct StoreBenchOptions {
-  std::vector<std::string> systems = {"hyperloop", "naive-event", "naive-poll"};
+  std::vector<std::string> experiments = {"ycsb", "rocksdb"};
+  // redis-wait2 runs in the ycsb experiment only.
+  std::vector<std::string> systems = {"hyperloop", "naive-event", "naive-poll", "redis-wait2"};
   std::vector<std::string> workloads = {"A", "B", "D", "E", "F"};
   std::vector<std::string> loads = {"quiet", "load"};
   uint64_t records = 100'000;  // the paper's 100 K (--full: 1 M)

@@ -25,6 +25,8 @@ packages=(
   libtomlplusplus-dev               # TOML configuration of the ferry services (hyperloop replica/client)
   iproute2                          # network namespaces and veth pairs for the multi-host tests
   librocksdb-dev                    # RocksDB whose write-ahead log is replicated with HyperLoop Append (src/rocksdb/)
+  redis-server                      # the real peer of `ferry bench store`: a primary and two replicas, SET + WAIT 2 0
+  libhiredis-dev                    # Redis's own C client, for that peer (no hand-written RESP)
 )
 
 missing=()

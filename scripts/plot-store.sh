@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Plots `ferry bench store --json` output with gnuplot, after HyperLoop §6.2
-# Figure 12: the transactional store's write latency (p50, p99, p99.9) per
-# YCSB workload for HyperLoop and the Naive baselines, quiet and loaded.
+# Plots `ferry bench store --json` output with gnuplot, after HyperLoop §6.2:
+#   store-fig12.png  the transactional store's write latency (p50, p99,
+#                    p99.9) per YCSB workload for HyperLoop, the Naive
+#                    baselines and Redis (SET + WAIT 2 0), quiet and loaded
+#   store-fig11.png  replicated RocksDB's YCSB-A update latency (p50, p95,
+#                    p99, p99.9) for HyperLoop and the Naive baselines
 # Usage: scripts/plot-store.sh results/store.json [outdir]
-# Writes <outdir>/store-fig12.png and prints the summary (p99 ratios of
-# YCSB-A updates under load). A percentile with too few samples behind it is
-# null in the JSON and is drawn as missing.
+# Prints the summary (p99 ratios under load). A percentile with too few
+# samples behind it is null in the JSON and is drawn as missing.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 in=$1
@@ -38,7 +40,7 @@ done
 gnuplot <<GP
 set terminal pngcairo size 1600,600
 set output '$out/store-fig12.png'
-set title 'Transactional store: write latency per YCSB workload (HyperLoop vs Naive-RDMA), quiet and with the replica CPU loaded'
+set title 'Transactional store: write latency per YCSB workload (HyperLoop vs Naive-RDMA vs Redis WAIT 2), quiet and with the replica CPU loaded'
 set datafile separator "\t"
 set style data histograms
 set style histogram clustered gap 1
@@ -50,4 +52,36 @@ set key top left
 plot $series
 GP
 echo "wrote $out/store-fig12.png"
+
+# Figure 11: one row per (system, load) of RocksDB's YCSB-A updates.
+jq -r 'select(.experiment == "rocksdb" and .op == "update") |
+       ["\(.system) \(.load)", (.p50_us // "NaN"), (.p95_us // "NaN"), (.p99_us // "NaN"), (.p999_us // "NaN")] | @tsv' \
+  "$in" > "$tmp/rocksdb.tsv"
+if [[ -s "$tmp/rocksdb.tsv" ]]; then
+  series="'$tmp/rocksdb.tsv' using 2:xtic(1) title 'p50'"
+  col=3
+  for name in p95 p99 p99.9; do
+    if awk -F'\t' -v c=$col '$c != "NaN" { found = 1 } END { exit !found }' "$tmp/rocksdb.tsv"; then
+      series+=", '' using $col title '$name'"
+    fi
+    col=$(( col + 1 ))
+  done
+  gnuplot <<GP
+set terminal pngcairo size 1000,600
+set output '$out/store-fig11.png'
+set title 'Replicated RocksDB: YCSB-A update latency (WAL replicated at every Sync), quiet and with the replica CPU loaded'
+set datafile separator "\t"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set logscale y
+set ylabel 'latency (us, log)'
+set xtics rotate by -30
+set key top left
+plot $series
+GP
+  echo "wrote $out/store-fig11.png"
+else
+  echo "plot-store: no rocksdb points in $in (--experiments rocksdb); no Figure 11" >&2
+fi
 jq -c 'select(.experiment == "summary")' "$in"

@@ -504,12 +504,21 @@ int main(int argc, char** argv) {
 
   CLI::App* store = bench->add_subcommand(
       "store",
-      "HyperLoop §6.2 Fig. 12: the replicated transactional store (YCSB A, B, D, E, F) on HyperLoop and on the "
-      "Naive-RDMA baselines, quiet and with the replica CPU loaded");
+      "HyperLoop §6.2: Fig. 12, the replicated transactional store (YCSB A, B, D, E, F) on HyperLoop, on the "
+      "Naive-RDMA baselines and, as a real peer, on Redis (a primary and two replicas, SET + WAIT 2 0; no E); "
+      "Fig. 11, replicated RocksDB (its WAL replicated at every Sync) under YCSB-A; quiet and with the replica CPU "
+      "loaded");
   ferry::bench::StoreBenchOptions store_opts;
   std::string store_media = "pm";
   bool store_quick = false, store_full = false;
-  store->add_option("--systems", store_opts.systems, "hyperloop, naive-event, naive-poll")
+  store->add_option("--experiments", store_opts.experiments,
+                    "ycsb (Fig. 12: the transactional store, and Redis), rocksdb (Fig. 11: replicated RocksDB, "
+                    "YCSB-A)")
+      ->delimiter(',')
+      ->capture_default_str();
+  store->add_option("--systems", store_opts.systems,
+                    "hyperloop, naive-event, naive-poll, redis-wait2 (ycsb only; skipped with a message when "
+                    "redis-server is not installed)")
       ->delimiter(',')
       ->capture_default_str();
   store->add_option("--workloads", store_opts.workloads, "YCSB workloads A, B, D, E (scans), F")
