@@ -56,13 +56,44 @@ class YcsbTarget {
   }
 };
 
-// One system's client, groups, transaction log and store.
-struct StoreUnderTest : YcsbTarget {
-  std::string name;
+// One system's engine, client, data group (PM by default), DRAM lock group
+// (hint H8) and transaction log: what the store and RocksDB both run on.
+struct TxnChainParts {
   std::unique_ptr<nic::Engine> engine;
   std::unique_ptr<GroupClient> client;
   GroupId data = 0, locks = 0;
   std::unique_ptr<hyperloop::TxnClient> txn;
+};
+
+// Builds `parts` for `system` with a log of 1 MB and a database of `db_bytes`.
+Status start_txn_chain(const std::string& system, const StoreBenchOptions& o, uint64_t db_bytes,
+                       TxnChainParts* parts, hyperloop::GroupOptions* data_options) {
+  nic::EngineOptions eo;
+  eo.threaded = false;  // stepped by the client thread
+  parts->engine = std::make_unique<nic::Engine>(eo);
+  FERRY_ASSIGN_OR_RETURN(parts->client, make_group_client(system, *parts->engine, o.replica_cpu));
+  hyperloop::TxnOptions to;
+  to.log_bytes = 1 << 20;
+  to.db_bytes = db_bytes;
+  hyperloop::GroupOptions g;
+  g.replicas = 3;
+  g.region_bytes = (hyperloop::kTxnControlBytes + to.log_bytes + to.db_bytes + 4095) / 4096 * 4096;
+  g.media = o.media;
+  g.ring_ops = 128;
+  g.window = 16;
+  FERRY_ASSIGN_OR_RETURN(parts->data, parts->client->create_group(g));
+  hyperloop::GroupOptions lg = g;
+  lg.region_bytes = 4096;
+  lg.media = pm::Media::kDram;  // lock words (hint H8)
+  FERRY_ASSIGN_OR_RETURN(parts->locks, parts->client->create_group(lg));
+  FERRY_ASSIGN_OR_RETURN(parts->txn, hyperloop::TxnClient::initialize(*parts->client, parts->data, parts->locks, to));
+  *data_options = g;
+  return ok_status();
+}
+
+// One system's client, groups, transaction log and store.
+struct StoreUnderTest : YcsbTarget, TxnChainParts {
+  std::string name;
   std::unique_ptr<hyperloop::TxnKv> kv;
   hyperloop::TxnKvOptions kv_options;
   std::unique_ptr<hyperloop::TxnKvReplicaReader> reader;  // the tail's image, under its read lock
@@ -102,32 +133,12 @@ Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, con
                                                     uint64_t capacity, std::ostream& log) {
   auto s = std::make_unique<StoreUnderTest>();
   s->name = name;
-  nic::EngineOptions eo;
-  eo.threaded = false;  // stepped by the client thread
-  s->engine = std::make_unique<nic::Engine>(eo);
-  FERRY_ASSIGN_OR_RETURN(s->client, make_group_client(name, *s->engine, o.replica_cpu));
   s->kv_options.slots = static_cast<uint32_t>(std::max<uint64_t>(64, capacity * 2));  // load factor <= 0.5
   s->kv_options.key_max = o.key_bytes;
   s->kv_options.value_max = o.value_bytes;
   s->kv_options.locks = 64;
-  hyperloop::TxnOptions to;
-  to.log_bytes = 1 << 20;
-  to.db_bytes = hyperloop::txn_kv_db_bytes(s->kv_options);
   hyperloop::GroupOptions g;
-  g.replicas = 3;
-  g.region_bytes = (hyperloop::kTxnControlBytes + to.log_bytes + to.db_bytes + 4095) / 4096 * 4096;
-  g.media = o.media;
-  g.ring_ops = 128;
-  g.window = 16;
-  FERRY_ASSIGN_OR_RETURN(s->data, s->client->create_group(g));
-  hyperloop::GroupOptions lg;
-  lg.replicas = 3;
-  lg.region_bytes = 4096;
-  lg.media = pm::Media::kDram;  // lock words (hint H8)
-  lg.ring_ops = 128;
-  lg.window = 16;
-  FERRY_ASSIGN_OR_RETURN(s->locks, s->client->create_group(lg));
-  FERRY_ASSIGN_OR_RETURN(s->txn, hyperloop::TxnClient::initialize(*s->client, s->data, s->locks, to));
+  FERRY_RETURN_IF_ERROR(start_txn_chain(name, o, hyperloop::txn_kv_db_bytes(s->kv_options), s.get(), &g));
   FERRY_ASSIGN_OR_RETURN(s->kv, hyperloop::TxnKv::create(*s->txn, s->kv_options));
   // Load the records (quiet, untimed).
   const auto t0 = now_ns();
@@ -198,13 +209,9 @@ Result<std::unique_ptr<RedisUnderTest>> start_redis(const StoreBenchOptions& o, 
 // replicated at every Sync through one system's TxnClient. Reads are the
 // head's (db->Get); updates are db->Put with sync = true, so that each one
 // returns after its WAL bytes are durable on every replica.
-struct RocksUnderTest : YcsbTarget {
+struct RocksUnderTest : YcsbTarget, TxnChainParts {
   std::string name;
   std::string dir;  // RocksDB's own files (SST, MANIFEST, the head's WAL)
-  std::unique_ptr<nic::Engine> engine;
-  std::unique_ptr<GroupClient> client;
-  GroupId data = 0, locks = 0;
-  std::unique_ptr<hyperloop::TxnClient> txn;
   std::shared_ptr<rocks::ReplicatedWalFileSystem> fs;  // outlives the Env and the DB
   std::unique_ptr<::rocksdb::Env> env;
   std::unique_ptr<::rocksdb::DB> db;
@@ -262,31 +269,12 @@ Result<std::unique_ptr<RocksUnderTest>> start_rocks(const std::string& name, con
   std::string tmpl = (base / "ferry-bench-rocksdb-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) return internal_error("rocksdb: mkdtemp " + tmpl + " failed");
   s->dir = tmpl;
-  nic::EngineOptions eo;
-  eo.threaded = false;  // stepped by the client thread
-  s->engine = std::make_unique<nic::Engine>(eo);
-  FERRY_ASSIGN_OR_RETURN(s->client, make_group_client(name, *s->engine, o.replica_cpu));
-  hyperloop::TxnOptions to;
-  to.log_bytes = 1 << 20;
   // The image holds the newest WAL, which RocksDB switches with the
   // memtable: a WAL stays under the write buffer's size (the memtable's
   // per-entry overhead exceeds the WAL's); room for four of them.
-  to.db_bytes = rocks::kWalImageHeaderBytes + 4 * kRocksWriteBufferBytes;
   hyperloop::GroupOptions g;
-  g.replicas = 3;
-  g.region_bytes = (hyperloop::kTxnControlBytes + to.log_bytes + to.db_bytes + 4095) / 4096 * 4096;
-  g.media = o.media;
-  g.ring_ops = 128;
-  g.window = 16;
-  FERRY_ASSIGN_OR_RETURN(s->data, s->client->create_group(g));
-  hyperloop::GroupOptions lg;
-  lg.replicas = 3;
-  lg.region_bytes = 4096;
-  lg.media = pm::Media::kDram;
-  lg.ring_ops = 128;
-  lg.window = 16;
-  FERRY_ASSIGN_OR_RETURN(s->locks, s->client->create_group(lg));
-  FERRY_ASSIGN_OR_RETURN(s->txn, hyperloop::TxnClient::initialize(*s->client, s->data, s->locks, to));
+  FERRY_RETURN_IF_ERROR(
+      start_txn_chain(name, o, rocks::kWalImageHeaderBytes + 4 * kRocksWriteBufferBytes, s.get(), &g));
   FERRY_ASSIGN_OR_RETURN(s->fs, rocks::ReplicatedWalFileSystem::create(::rocksdb::FileSystem::Default(), *s->txn));
   s->env = ::rocksdb::NewCompositeEnv(s->fs);
   ::rocksdb::Options ro;

@@ -520,8 +520,20 @@ Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
   const uint64_t sb = slot_bytes(options_);
   const uint32_t lock = lock_stripe(key, options_);
   std::vector<uint8_t> copy(sb);
+  // After a torn slot, the next look holds every stripe's read lock: then no
+  // record is being applied anywhere, so a slot that still fails its
+  // checksum is damaged (an image after a crash), not torn: kDataLoss.
+  bool every_stripe = false;
   for (;;) {
-    if (!locks_.try_rd_lock(lock)) {
+    uint32_t first = lock, end = lock + 1;
+    if (every_stripe) {
+      first = 0;
+      end = options_.locks;
+    }
+    uint32_t held = first;
+    while (held < end && locks_.try_rd_lock(held)) ++held;
+    if (held != end) {
+      for (uint32_t l = first; l < held; ++l) locks_.rd_unlock(l);
       ++retries_;
       cpu_relax();
       continue;
@@ -540,9 +552,12 @@ Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
       const uint8_t* v = copy.data() + kSlotHeaderBytes + options_.key_max;
       value.emplace(v, v + detail::load_le<uint32_t>(copy.data() + 20));
     }
-    locks_.rd_unlock(lock);
+    for (uint32_t l = first; l < end; ++l) locks_.rd_unlock(l);
     if (torn) {
+      if (every_stripe) return data_loss("txn kv: a slot on the probe path of '" + std::string(key) +
+                                         "' fails its checksum with no writer active: the image is damaged");
       ++retries_;
+      every_stripe = true;
       continue;
     }
     if (!value) return not_found("txn kv: no key '" + std::string(key) + "'");

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -432,6 +434,24 @@ TEST(TxnKvScan, AReplicaScanOfACorruptIndexEndsWithDataLoss) {
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole.value().size(), 4u);
   EXPECT_EQ(f.reader(0).scan(std::string(17, 'k'), 1).status().code(), Code::kInvalidArgument);
+}
+
+// A damaged slot (a replica's image after a crash) is not a torn read: the
+// reader looks again with no writer active and says kDataLoss instead of
+// retrying forever.
+TEST(TxnKvReplicaReads, ADamagedSlotIsDataLossNotAnEndlessRetry) {
+  KvFixture f;
+  const std::vector<uint8_t> value(16, 0x5A);
+  ASSERT_TRUE(f.kv->put("victim", value).ok());
+  uint8_t* db = f.region(1).data() + f.txn->db_offset();
+  const size_t db_bytes = txn_kv_db_bytes(f.kv_options);
+  uint8_t* at = std::search(db, db + db_bytes, value.begin(), value.end());
+  ASSERT_NE(at, db + db_bytes) << "the value is not in replica 1's image";
+  at[3] ^= 0x01;
+  EXPECT_EQ(f.reader(1).get("victim").status().code(), Code::kDataLoss);
+  auto whole = f.reader(0).get("victim");
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_EQ(whole.value(), value);
 }
 
 }  // namespace txn_kv_test

@@ -114,6 +114,37 @@ TEST(TxnIsolation, WithoutLocksReadersDoSeeAHalfAppliedRecord) {
   EXPECT_GT(o.torn, 0u) << "no reader ever caught a record between its two gMEMCPYs: the locked test proves nothing";
 }
 
+// A store on a threaded engine (DRAM groups of three replicas, 64 slots of
+// 8-byte keys and values, `stripes` lock stripes): the front end on the test's
+// thread, readers on threads of their own.
+struct ThreadedStore {
+  explicit ThreadedStore(uint32_t stripes) : engine(engine_options()) {
+    client = HyperLoopClient::create(engine).value();
+    data = testing::make_group(*client, 3, pm::Media::kDram, 128 << 10, 64, 8, false);
+    locks = testing::make_group(*client, 3, pm::Media::kDram, 4096, 64, 8, false);
+    ko.slots = 64;
+    ko.key_max = 8;
+    ko.value_max = 8;
+    ko.locks = stripes;
+    TxnOptions o;
+    o.log_bytes = 16 << 10;
+    o.db_bytes = txn_kv_db_bytes(ko);
+    txn = TxnClient::initialize(*client, data, locks, o);
+    if (txn.ok()) kv = TxnKv::create(*txn.value(), ko);
+  }
+  static nic::EngineOptions engine_options() {
+    nic::EngineOptions eo;
+    eo.spin_ns = 20'000;
+    return eo;
+  }
+  nic::Engine engine;
+  std::unique_ptr<HyperLoopClient> client;
+  GroupId data = 0, locks = 0;
+  TxnKvOptions ko;
+  Result<std::unique_ptr<TxnClient>> txn = failed_precondition("not built");
+  Result<std::unique_ptr<TxnKv>> kv = failed_precondition("not built");
+};
+
 // The transactional store with a reader thread on every replica: the
 // history of the front end's puts and the replicas' locked gets must be
 // linearizable (tests/support/linearizability). One lock stripe: every
@@ -121,24 +152,14 @@ TEST(TxnIsolation, WithoutLocksReadersDoSeeAHalfAppliedRecord) {
 // stripes, a reader probing past another stripe's slot relies on the slot
 // checksum instead, which TSan would report as the race it is).
 TEST(TxnKvLinearizability, PutsByTheFrontEndAndGetsFromEveryReplica) {
-  nic::EngineOptions eo;
-  eo.spin_ns = 20'000;
-  nic::Engine engine(eo);
-  auto client = HyperLoopClient::create(engine).value();
-  const GroupId data = testing::make_group(*client, 3, pm::Media::kDram, 128 << 10, 64, 8, false);
-  const GroupId locks = testing::make_group(*client, 3, pm::Media::kDram, 4096, 64, 8, false);
-  TxnKvOptions ko;
-  ko.slots = 64;
-  ko.key_max = 8;
-  ko.value_max = 8;
-  ko.locks = 1;
-  TxnOptions o;
-  o.log_bytes = 16 << 10;
-  o.db_bytes = txn_kv_db_bytes(ko);
-  auto txn = TxnClient::initialize(*client, data, locks, o);
-  ASSERT_TRUE(txn.ok()) << txn.status().to_string();
-  auto kv = TxnKv::create(*txn.value(), ko);
-  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  ThreadedStore st(1);
+  ASSERT_TRUE(st.txn.ok()) << st.txn.status().to_string();
+  ASSERT_TRUE(st.kv.ok()) << st.kv.status().to_string();
+  auto& client = st.client;
+  auto& txn = st.txn;
+  auto& kv = st.kv;
+  const GroupId locks = st.locks;
+  const TxnKvOptions& ko = st.ko;
   const auto now = [] {
     return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   };
@@ -196,24 +217,14 @@ TEST(TxnKvLinearizability, PutsByTheFrontEndAndGetsFromEveryReplica) {
 // never a version older than one acknowledged before the scan began, nor
 // older than its previous scan saw (linearizable).
 TEST(TxnKvLinearizability, ScansFromEveryReplicaSeeTransactionsWholeAndInOrder) {
-  nic::EngineOptions eo;
-  eo.spin_ns = 20'000;
-  nic::Engine engine(eo);
-  auto client = HyperLoopClient::create(engine).value();
-  const GroupId data = testing::make_group(*client, 3, pm::Media::kDram, 128 << 10, 64, 8, false);
-  const GroupId locks = testing::make_group(*client, 3, pm::Media::kDram, 4096, 64, 8, false);
-  TxnKvOptions ko;
-  ko.slots = 64;
-  ko.key_max = 8;
-  ko.value_max = 8;
-  ko.locks = 4;
-  TxnOptions o;
-  o.log_bytes = 16 << 10;
-  o.db_bytes = txn_kv_db_bytes(ko);
-  auto txn = TxnClient::initialize(*client, data, locks, o);
-  ASSERT_TRUE(txn.ok()) << txn.status().to_string();
-  auto kv = TxnKv::create(*txn.value(), ko);
-  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  ThreadedStore st(4);
+  ASSERT_TRUE(st.txn.ok()) << st.txn.status().to_string();
+  ASSERT_TRUE(st.kv.ok()) << st.kv.status().to_string();
+  auto& client = st.client;
+  auto& txn = st.txn;
+  auto& kv = st.kv;
+  const GroupId locks = st.locks;
+  const TxnKvOptions& ko = st.ko;
   const auto version_of = [](const std::vector<uint8_t>& v) {
     uint64_t x = 0;
     std::memcpy(&x, v.data(), std::min<size_t>(8, v.size()));

@@ -147,7 +147,10 @@ class TxnKvReplicaReader {
   // its own process); `locks`: its lock words.
   TxnKvReplicaReader(std::span<const uint8_t> db, ReplicaLocks locks, const TxnKvOptions& options)
       : db_(db), locks_(locks), options_(options) {}
-  // kNotFound if absent. Waits (spinning) while a writer holds the key's lock.
+  // kNotFound if absent. Waits (spinning) while a writer holds the key's
+  // lock. A slot on the probe path that fails its checksum is looked at
+  // again under every stripe's read lock; if it still fails, kDataLoss (a
+  // damaged image, e.g. after a crash), never an endless retry.
   Result<std::vector<uint8_t>> get(std::string_view key);
   // Up to `count` entries with key >= start_key, in key order, from this
   // replica's image. Read-locks every stripe and the index lock, ascending,
