@@ -1,4 +1,4 @@
-// The transaction log's records (docs/hyperloop.md, "Transaction log"):
+// The transaction log's records (docs/hyperloop-storage.md, "Transaction log"):
 // encoding, the checked decoder and the recovery scan. Records come back
 // from a replica's memory after a crash: the decoder trusts nothing.
 #include <cstring>

@@ -30,7 +30,7 @@ constexpr uint64_t kEmpty = 0, kLive = 1, kDeleted = 2;
 // searches logarithmic up to 4^11 (4 M) keys.
 constexpr uint32_t kIndexLevels = 12;
 constexpr uint64_t kNodeBytes = kIndexLevels * 4;
-static_assert(kNodeBytes == 48, "docs/hyperloop.md gives the node as 48 bytes");
+static_assert(kNodeBytes == 48, "docs/hyperloop-storage.md gives the node as 48 bytes");
 
 uint64_t slot_bytes(const TxnKvOptions& o) { return (kSlotHeaderBytes + o.key_max + o.value_max + 63) / 64 * 64; }
 uint64_t index_offset(const TxnKvOptions& o) { return kHeaderBytes + uint64_t{o.slots} * slot_bytes(o); }

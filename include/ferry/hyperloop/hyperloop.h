@@ -71,7 +71,7 @@ struct ReplicaRings {
   std::array<Chain, 3> chains;  // gWRITE, gCAS, gMEMCPY
 };
 
-// What replace_replica did (docs/hyperloop.md, "Chain failure and recovery").
+// What replace_replica did (docs/hyperloop-storage.md, "Chain failure and recovery").
 struct ReplacementReport {
   uint32_t removed = 0;        // the replica that left (its index before)
   uint32_t source = 0;         // the neighbour the new tail copied (its index after)

@@ -29,7 +29,7 @@
 //                                  LSN: bytes of log executed since the log
 //                                  began; never wraps, position = LSN mod
 //                                  log_bytes)
-//   [64, 64 + log_bytes)           the log ring (records, docs/hyperloop.md
+//   [64, 64 + log_bytes)           the log ring (records, docs/hyperloop-storage.md
 //                                  "Transaction log")
 //   [64 + log_bytes, +db_bytes)    the database image
 // Lock words live in a second group whose regions are DRAM (hint H8 of the

@@ -7,7 +7,7 @@
 // lock, so reads are linearizable on every replica.
 //
 // The database image (TxnClient's database area, the same on every replica;
-// docs/hyperloop.md "Transactional store"):
+// docs/hyperloop-storage.md "Transactional store"):
 //   [0, 64)        header: magic "HLPTXKV2", u32 slots, key_max, value_max,
 //                  locks, index_levels (a version-1 image had no index)
 //   slots          open addressing (linear probing from hash(key) % slots);

@@ -32,7 +32,7 @@
 //     failure may lose it, as a machine crash may in plain RocksDB.
 //
 // The image, in TxnClient's database area (the same offsets on every
-// replica; docs/hyperloop.md "Replicated RocksDB"), little-endian:
+// replica; docs/hyperloop-storage.md "Replicated RocksDB"), little-endian:
 //   [0, 32)          header: u64 magic "FRWALIM1", u64 WAL file number,
 //                    u64 length (bytes of that WAL the image holds), u64
 //                    checksum (XXH3-64 of the first 24 bytes)
