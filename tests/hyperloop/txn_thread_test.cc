@@ -165,6 +165,7 @@ TEST(TxnKvLinearizability, PutsByTheFrontEndAndGetsFromEveryReplica) {
   };
   constexpr uint64_t kKeys = 4;
   std::atomic<bool> stop{false};
+  std::atomic<uint64_t> gets{0};
   std::vector<std::vector<ferry::testing::KvOp>> histories(4);
   std::vector<std::thread> readers;
   for (uint32_t r = 0; r < 3; ++r) {
@@ -186,11 +187,17 @@ TEST(TxnKvLinearizability, PutsByTheFrontEndAndGetsFromEveryReplica) {
           EXPECT_EQ(got.status().code(), Code::kNotFound);
         }
         histories[r + 1].push_back(ferry::testing::KvOp::get(r + 1, key, value, t0, t1));
+        gets.fetch_add(1, std::memory_order_relaxed);
         if (histories[r + 1].size() >= 3000) std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
   }
-  for (uint64_t v = 1; v <= 300; ++v) {
+  // The readers get going before the writes start, and the writes go on
+  // (up to 3000) until the readers have overlapped them with 300 gets: on a
+  // loaded machine reader threads may be scheduled late.
+  while (gets.load(std::memory_order_relaxed) < 3) std::this_thread::yield();
+  const uint64_t gets_before = gets.load(std::memory_order_relaxed);
+  for (uint64_t v = 1; v <= 300 || (v <= 3000 && gets.load(std::memory_order_relaxed) - gets_before < 300); ++v) {
     const uint64_t key = v % kKeys;
     const uint64_t t0 = now();
     ASSERT_TRUE(kv.value()->put("k" + std::to_string(key), {reinterpret_cast<const uint8_t*>(&v), 8}).ok());
