@@ -31,12 +31,12 @@ struct StoreClientOptions {
   std::string config;
   std::string nicd;
   std::string listen;
-  uint64_t puts = 1000;           // puts of key000000.. (one record each, applied on every replica)
-  uint32_t value_bytes = 64;      // bytes per value (at most value_max)
-  uint64_t seed = 1;              // the values
-  bool verify = false;            // read every key back from every replica, and scan each
-  uint32_t scan_page = 64;        // entries per SCAN request of the verification
-  uint32_t op_timeout_ms = 10000; // a group operation stuck this long fails the run
+  uint64_t puts = 1000;            // puts of key000000.. (one record each, applied on every replica)
+  uint32_t value_bytes = 64;       // bytes per value (at most value_max)
+  uint64_t seed = 1;               // the values
+  bool verify = false;             // read every key back from every replica, and scan each
+  uint32_t scan_page = 64;         // entries per SCAN request of the verification
+  uint32_t op_timeout_ms = 10000;  // a group operation stuck this long fails the run
   bool json = false;
   // Wait for SIGUSR1 after setup (before the first put) and again after the
   // puts (before the verification): a test stops the replicas in between.
