@@ -12,9 +12,7 @@
 
 namespace ferry::apps {
 
-namespace {
-
-Result<MemberConfig> member(const toml::table& t, std::string_view source, const std::string& path, bool replica) {
+Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view source, const std::string& path, bool replica) {
   if (replica) {
     FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"nicd", "listen", "region"}));
   } else {
@@ -30,8 +28,6 @@ Result<MemberConfig> member(const toml::table& t, std::string_view source, const
   }
   return m;
 }
-
-}  // namespace
 
 Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view source) {
   FERRY_ASSIGN_OR_RETURN(toml::table root, parse_toml(text, source));
@@ -80,7 +76,7 @@ Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view s
 
   const toml::table* client = root["client"].as_table();
   if (client == nullptr) return invalid_argument(std::string(source) + ": the [client] table is missing");
-  FERRY_ASSIGN_OR_RETURN(c.client, member(*client, source, "client", false));
+  FERRY_ASSIGN_OR_RETURN(c.client, parse_member_config(*client, source, "client", false));
 
   const toml::array* list = root["replica"].as_array();
   if (list == nullptr) return invalid_argument(std::string(source) + ": no [[replica]] tables");
@@ -88,7 +84,7 @@ Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view s
     const toml::table* t = (*list)[i].as_table();
     const std::string path = "replica[" + std::to_string(i) + "]";
     if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[replica]])");
-    FERRY_ASSIGN_OR_RETURN(MemberConfig m, member(*t, source, path, true));
+    FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true));
     c.replicas.push_back(std::move(m));
   }
   if (c.replicas.size() != o.replicas) {

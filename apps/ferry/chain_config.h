@@ -22,6 +22,8 @@
 //   region = "/dev/shm/ferry-g0-r0.pm"   # the file the region lives in (optional: anonymous memory)
 #pragma once
 
+#include <toml++/toml.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,5 +54,11 @@ struct ChainConfig {
 // kNotFound for a file that cannot be read.
 Result<ChainConfig> parse_chain_config(std::string_view toml_text, std::string_view source_name);
 Result<ChainConfig> load_chain_config(const std::string& path);
+
+// One member's table ([client], or a [[replica]] with `replica`): nicd
+// (default /run/ferry/nicd.sock), listen (required, checked), region
+// (replicas only, optional). Errors name `source` and `path`.
+Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view source, const std::string& path,
+                                         bool replica);
 
 }  // namespace ferry::apps

@@ -23,6 +23,7 @@
 #include "oq_bench.h"
 #include "pm_bench.h"
 #include "store_bench.h"
+#include "store_cmd.h"
 #include "tailwind_bench.h"
 #include "udp_pingpong.h"
 
@@ -222,6 +223,53 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   hl_client->add_flag("--wait-for-sigusr1", hl_client_opts.wait_for_sigusr1,
                       "after connecting, wait for SIGUSR1 before the first operation (tests stop the replicas first)");
+
+  CLI::App* st_cmd = app.add_subcommand(
+      "store",
+      "HyperLoop's replicated transactional store (TxnKv) as processes: replicas whose NICs apply every write, "
+      "reads served by any replica's CPU, and a client front end, each attached to its host's NIC daemon "
+      "(docs/deployment.md, The transactional store as processes)");
+  st_cmd->require_subcommand(1);
+  ferry::apps::StoreReplicaOptions st_replica_opts;
+  CLI::App* st_replica = st_cmd->add_subcommand(
+      "replica",
+      "Serve as replica --index of the store described by --config: the data group over its region and the lock "
+      "group over DRAM (their chains need no CPU once connected), and GET/SCAN from its own image under its read "
+      "locks. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
+  st_replica->add_option("--config", st_replica_opts.config, "the store's TOML file (docs/deployment.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  st_replica->add_option("--index", st_replica_opts.index, "which [[replica]] of the file this process is (0: head)")
+      ->required();
+  st_replica->add_option("--nicd", st_replica_opts.nicd, "the NIC daemon's socket (overrides the file)");
+  st_replica->add_option("--listen", st_replica_opts.listen, "this replica's CM address (overrides the file)");
+  st_replica->add_option("--region", st_replica_opts.region,
+                         "file holding the data region, e.g. on /dev/shm or a DAX mount (overrides the file)");
+  ferry::apps::StoreClientOptions st_client_opts;
+  CLI::App* st_client = st_cmd->add_subcommand(
+      "client",
+      "The store's front end: connect both groups, format a fresh store (clearing every replica's data region), "
+      "put --puts keys (key000000..) and with --verify read each back from every replica and scan every replica's "
+      "table, printing the put and read latency distributions. Exit 0 only if every read matched");
+  st_client->add_option("--config", st_client_opts.config, "the store's TOML file")->required()->check(CLI::ExistingFile);
+  st_client->add_option("--nicd", st_client_opts.nicd, "the NIC daemon's socket (overrides the file)");
+  st_client->add_option("--listen", st_client_opts.listen, "the client's CM address (overrides the file)");
+  st_client->add_option("--puts", st_client_opts.puts, "keys to put (at most the table's slots)")->capture_default_str();
+  st_client->add_option("--value-bytes", st_client_opts.value_bytes, "bytes per value (at most value_max)")
+      ->capture_default_str();
+  st_client->add_option("--seed", st_client_opts.seed, "seed of the values")->capture_default_str();
+  st_client->add_flag("--verify", st_client_opts.verify,
+                      "read every key back through every replica's read service, and scan each replica's table");
+  st_client->add_option("--scan-page", st_client_opts.scan_page, "entries per SCAN request of --verify")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  st_client->add_option("--op-timeout-ms", st_client_opts.op_timeout_ms,
+                        "fail when a group operation does not complete for this long")
+      ->check(CLI::Range(1u, 3'600'000u))
+      ->capture_default_str();
+  st_client->add_flag("--json", st_client_opts.json, "print the summary as one JSON object");
+  st_client->add_flag("--pause-for-sigusr1", st_client_opts.pause_for_sigusr1,
+                      "wait for SIGUSR1 after setup and again after the puts (tests stop the replicas in between)");
 
   CLI::App* lk_cmd = app.add_subcommand(
       "logkv",
@@ -646,6 +694,8 @@ int main(int argc, char** argv) {
   }
   if (hl_replica->parsed()) return ferry::apps::run_hyperloop_replica(hl_replica_opts, std::cout, std::cerr);
   if (hl_client->parsed()) return ferry::apps::run_hyperloop_client(hl_client_opts, std::cout, std::cerr);
+  if (st_replica->parsed()) return ferry::apps::run_store_replica(st_replica_opts, std::cout, std::cerr);
+  if (st_client->parsed()) return ferry::apps::run_store_client(st_client_opts, std::cout, std::cerr);
   if (lk_coord->parsed()) return ferry::apps::run_logkv_coordinator(lk_coord_opts, std::cout, std::cerr);
   if (lk_server->parsed()) return ferry::apps::run_logkv_server(lk_server_opts, std::cout, std::cerr);
   if (lk_client->parsed()) {

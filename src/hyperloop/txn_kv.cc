@@ -550,7 +550,13 @@ Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
     });
     if (idx && !torn) {
       const uint8_t* v = copy.data() + kSlotHeaderBytes + options_.key_max;
-      value.emplace(v, v + detail::load_le<uint32_t>(copy.data() + 20));
+      const uint32_t value_bytes = detail::load_le<uint32_t>(copy.data() + 20);
+      if (value_bytes > options_.value_max) {
+        // Only a damaged image has a whole slot with this: never read past it.
+        for (uint32_t l = first; l < end; ++l) locks_.rd_unlock(l);
+        return data_loss("txn kv: a slot's value is over value_max");
+      }
+      value.emplace(v, v + value_bytes);
     }
     for (uint32_t l = first; l < end; ++l) locks_.rd_unlock(l);
     if (torn) {
@@ -563,6 +569,11 @@ Result<std::vector<uint8_t>> TxnKvReplicaReader::get(std::string_view key) {
     if (!value) return not_found("txn kv: no key '" + std::string(key) + "'");
     return std::move(*value);
   }
+}
+
+Status TxnKvReplicaReader::check_image() const {
+  if (db_.size() < txn_kv_db_bytes(options_)) return invalid_argument("txn kv: the replica's database is too small");
+  return check_header(db_, options_);
 }
 
 Result<TxnKvEntries> TxnKvReplicaReader::scan(std::string_view start_key, uint32_t count) {

@@ -374,6 +374,15 @@ txn_seeds = {
     "store_image": bytes([2, 1]) + bytes(8) + bytes(128) + b"HLPTXKV2" +
     struct.pack("<5I", 16, 16, 16, 2, 12) + bytes(36 + 16 * 64) + struct.pack("<3I", 1, 2, 0),
 }
+# Mode bit 2: the bytes are also parsed as a read-service request (8-byte
+# header: u16 key bytes, u8 flags, u8 0, u32 count; the key) and reply
+# (u8 status, u8 flags, u16 0, u32 entries; per entry u16 key, u16 0, u32
+# value bytes, key, value).
+txn_seeds["read_get"] = bytes([4, 1]) + struct.pack("<HBBI", 9, 0, 0, 0) + b"key000001"
+txn_seeds["read_scan_after"] = bytes([4, 1]) + struct.pack("<HBBI", 3, 1, 0, 64) + b"key"
+txn_seeds["read_reply"] = bytes([4, 1]) + struct.pack("<BBHI", 0, 1, 0, 2) + \
+    struct.pack("<HHI", 1, 0, 2) + b"ab1" + struct.pack("<HHI", 2, 0, 0) + b"b2"
+txn_seeds["store_image_read"] = bytes([6]) + txn_seeds["store_image"][1:]
 write_corpus("txn_log_fuzz", txn_seeds)
 
 if __name__ == "__main__":

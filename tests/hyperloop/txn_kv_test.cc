@@ -7,7 +7,8 @@
 // index -- the front end's and every replica's -- equal a std::map model,
 // also after power failures and the replicas' replay, and after a front end
 // reattaches (TxnKv::open); a corrupt index ends a replica's scan with
-// kDataLoss instead of a wild read or an endless walk.
+// kDataLoss instead of a wild read or an endless walk. A replica's read
+// service (txn_kv_wire.h) answers GETs and paged scans from its image.
 #include "ferry/hyperloop/txn_kv.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
+#include "ferry/hyperloop/txn_kv_wire.h"
 #include "txn_test_util.h"
 
 namespace ferry::hyperloop {
@@ -452,6 +454,85 @@ TEST(TxnKvReplicaReads, ADamagedSlotIsDataLossNotAnEndlessRetry) {
   auto whole = f.reader(0).get("victim");
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
   EXPECT_EQ(whole.value(), value);
+}
+
+// ---- the read service of a replica in its own process (txn_kv_wire.h) ------------
+
+// A replica's answer to one request, parsed as the client parses it.
+TxnKvReadReply ask(TxnKvReplicaReader& reader, const TxnKvReadRequest& request, size_t capacity) {
+  const std::vector<uint8_t> answer =
+      answer_txn_kv_read(reader, request.type, encode_txn_kv_read(request), capacity);
+  EXPECT_LE(answer.size(), capacity);
+  auto reply = parse_txn_kv_reply(answer);
+  EXPECT_TRUE(reply.ok()) << reply.status().to_string();
+  return reply.ok() ? std::move(reply).value() : TxnKvReadReply{};
+}
+
+TEST(TxnKvReadService, EveryReplicaAnswersGetsAndPagedScansOverTheWire) {
+  KvFixture f;
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 40; ++i) {
+    const std::string key = "k" + std::to_string(100 + i * 7 % 40);
+    const std::string value(1 + i % 30, static_cast<char>('a' + i % 26));
+    ASSERT_TRUE(f.kv->put(key, bytes(value)).ok());
+    model[key] = value;
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    TxnKvReplicaReader reader = f.reader(r);
+    TxnKvReadRequest get;
+    get.key = "k117";
+    TxnKvReadReply got = ask(reader, get, 4096);
+    ASSERT_EQ(got.status, TxnKvReadStatus::kOk);
+    ASSERT_EQ(got.entries.size(), 1u);
+    EXPECT_EQ(got.entries[0].first, "k117");
+    EXPECT_EQ(text(got.entries[0].second), model["k117"]);
+    get.key = "absent";
+    EXPECT_EQ(ask(reader, get, 4096).status, TxnKvReadStatus::kNotFound);
+    get.key = std::string(17, 'x');  // over key_max
+    EXPECT_EQ(ask(reader, get, 4096).status, TxnKvReadStatus::kInvalid);
+    // The whole table in pages of 7, each reply cut to 150 bytes: the pages
+    // join into the model, in order, each key once.
+    std::vector<std::pair<std::string, std::string>> joined;
+    std::string last;
+    for (int pages = 0; pages < 100; ++pages) {
+      TxnKvReadRequest scan;
+      scan.type = kTxnKvReadScan;
+      scan.key = last;
+      scan.after = !joined.empty();
+      scan.count = 7;
+      const TxnKvReadReply page = ask(reader, scan, 150);
+      ASSERT_EQ(page.status, TxnKvReadStatus::kOk);
+      EXPECT_LE(page.entries.size(), 7u);
+      for (const auto& [k, v] : page.entries) joined.emplace_back(k, text(v));
+      if (page.entries.empty() || (!page.more && page.entries.size() < 7)) break;
+      last = joined.back().first;
+    }
+    EXPECT_EQ(joined, model_scan(model, "", 1000)) << "replica " << r;
+  }
+  // Malformed requests and an image that is not a store are statuses.
+  TxnKvReplicaReader reader = f.reader(0);
+  const uint8_t truncated[] = {5, 0, 0, 0, 0, 0, 0, 0, 'a'};
+  EXPECT_EQ(parse_txn_kv_reply(answer_txn_kv_read(reader, kTxnKvReadGet, truncated, 4096))->status,
+            TxnKvReadStatus::kInvalid);
+  std::vector<uint8_t> blank(txn_kv_db_bytes(f.kv_options), 0);
+  uint64_t words[16] = {};
+  TxnKvReplicaReader unformatted(blank, ReplicaLocks(reinterpret_cast<uint8_t*>(words), sizeof words), f.kv_options);
+  TxnKvReadRequest get;
+  get.key = "k100";
+  EXPECT_EQ(ask(unformatted, get, 4096).status, TxnKvReadStatus::kUnreadable);
+  // A reply encodes back to the same bytes, and a byte more or less is refused.
+  TxnKvReadReply two;
+  two.more = true;
+  two.entries = {{"a", {'1'}}, {"bb", {}}};
+  std::vector<uint8_t> wire = encode_txn_kv_reply(two);
+  auto back = parse_txn_kv_reply(wire);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->more);
+  EXPECT_EQ(back->entries, two.entries);
+  wire.push_back(0);
+  EXPECT_FALSE(parse_txn_kv_reply(wire).ok());
+  wire.resize(wire.size() - 2);
+  EXPECT_FALSE(parse_txn_kv_reply(wire).ok());
 }
 
 }  // namespace txn_kv_test

@@ -168,6 +168,11 @@ class TxnKvReplicaReader {
   // kInvalidArgument: a start key over key_max, `db` too small, or a header
   // of other options.
   Result<TxnKvEntries> scan(std::string_view start_key, uint32_t count);
+  // Whether `db` holds a TxnKv image of these options (its header; no
+  // lock: the header is written once, by TxnKv::create). kInvalidArgument:
+  // `db` too small or other options; kDataLoss: no TxnKv image (a database
+  // not formatted yet reads as this).
+  Status check_image() const;
   uint64_t retries() const { return retries_; }  // lookups repeated over a torn slot or a held lock
 
  private:

@@ -1,0 +1,54 @@
+// `ferry store replica` and `ferry store client`: HyperLoop's replicated
+// transactional store (hyperloop/txn_kv.h) as processes, each against its
+// host's NIC daemon (docs/deployment.md "The transactional store as
+// processes").
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace ferry::apps {
+
+struct StoreReplicaOptions {
+  std::string config;  // the store's TOML file (store_config.h)
+  uint32_t index = 0;  // which [[replica]] this process is
+  // Overrides of the file's entries for this member (empty: the file's).
+  std::string nicd;
+  std::string listen;
+  std::string region;
+};
+
+// Serves as replica `index` of the store: two hyperloop::Replicas (the data
+// group over its region, the lock group over DRAM) that need no CPU once
+// connected, and the read service (GET and SCAN from its own image under its
+// read locks) polled by this thread, which sleeps when no read comes. Until
+// SIGINT/SIGTERM (exit 0) or until its NIC daemon dies (exit 1). Exit 1 also
+// when it cannot start (the reason on `err`), 2 for a bad configuration.
+int run_store_replica(const StoreReplicaOptions& options, std::ostream& out, std::ostream& err);
+
+struct StoreClientOptions {
+  std::string config;
+  std::string nicd;
+  std::string listen;
+  uint64_t puts = 1000;            // puts of key000000.. (one record each, applied on every replica)
+  uint32_t value_bytes = 64;       // bytes per value (at most value_max)
+  uint64_t seed = 1;               // the values
+  bool verify = false;             // read every key back from every replica, and scan each
+  uint32_t scan_page = 64;         // entries per SCAN request of the verification
+  uint32_t op_timeout_ms = 10000;  // a group operation stuck this long fails the run
+  bool json = false;
+  // Wait for SIGUSR1 after setup (before the first put) and again after the
+  // puts (before the verification): a test stops the replicas in between.
+  bool pause_for_sigusr1 = false;
+};
+
+// Connects both groups, formats a fresh store (clearing every replica's
+// data region), runs the puts and (--verify) reads every key through every
+// replica's read service and scans each replica's whole table, printing
+// the latency distributions. Exit 0 if every put succeeded and every read
+// and scan answered exactly the values put; 1 otherwise or if the store
+// could not be reached; 2 for a bad configuration or flags.
+int run_store_client(const StoreClientOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace ferry::apps

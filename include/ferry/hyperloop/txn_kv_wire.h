@@ -1,0 +1,80 @@
+// The read service of a transactional-store replica in its own process
+// (`ferry store replica`, docs/deployment.md "The transactional store as
+// processes"): the bytes of a GET or SCAN request and of its answer, carried
+// as the payload of an RPC (rpc/server.h, RawRPC) whose request type is the
+// operation. docs/rpc-format.md "The transactional store's read service"
+// specifies them. Every parser here reads bytes from the network: it checks
+// every size against the bytes it was given and refuses anything its encoder
+// could not have produced (fuzzed by txn_log_fuzz, mode bit 2).
+//
+// Threads: free functions; answer_txn_kv_read uses the reader as
+// TxnKvReplicaReader allows (one reader per thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ferry/common/status.h"
+#include "ferry/hyperloop/txn_kv.h"
+
+namespace ferry::hyperloop {
+
+// RPC request types of the read service.
+inline constexpr uint16_t kTxnKvReadGet = 1;
+inline constexpr uint16_t kTxnKvReadScan = 2;
+inline constexpr size_t kTxnKvReadRequestHeaderBytes = 8;
+inline constexpr size_t kTxnKvReadReplyHeaderBytes = 8;
+inline constexpr size_t kTxnKvReadEntryHeaderBytes = 8;
+
+struct TxnKvReadRequest {
+  uint16_t type = kTxnKvReadGet;
+  std::string_view key;  // GET: the key; SCAN: where to start (points into the parsed payload)
+  uint32_t count = 0;    // SCAN: entries wanted (1..); GET: 0
+  bool after = false;    // SCAN: start strictly after `key` (the next page of a scan)
+};
+
+// The answer's status byte.
+enum class TxnKvReadStatus : uint8_t {
+  kOk = 0,
+  kNotFound = 1,    // GET of an absent key
+  kInvalid = 2,     // a malformed request, or a key over key_max
+  kUnreadable = 3,  // the replica's image is not a store of its options (not formatted yet, or damaged)
+  kTooLarge = 4,    // one entry does not fit the reply (the server's reply size is too small)
+};
+
+struct TxnKvReadReply {
+  TxnKvReadStatus status = TxnKvReadStatus::kOk;
+  // SCAN: the reply was cut to fit; ask again after the last key.
+  bool more = false;
+  TxnKvEntries entries;  // GET found: one; SCAN: in ascending key order
+};
+
+// The request's payload (8-byte header and the key).
+std::vector<uint8_t> encode_txn_kv_read(const TxnKvReadRequest& request);
+// kInvalidArgument unless `payload` is exactly what encode_txn_kv_read
+// makes for a request of `type` (sizes tile the payload, reserved bits 0, a
+// GET has no count or flags, a SCAN a non-zero count). The key views
+// `payload`, which must outlive the result.
+Result<TxnKvReadRequest> parse_txn_kv_read(uint16_t type, std::span<const uint8_t> payload);
+
+std::vector<uint8_t> encode_txn_kv_reply(const TxnKvReadReply& reply);
+// kInvalidArgument unless `payload` is exactly an encoded reply (entries
+// tile it, sizes inside it, reserved bits 0, a known status, entries only
+// with kOk). Copies the keys and values.
+Result<TxnKvReadReply> parse_txn_kv_reply(std::span<const uint8_t> payload);
+
+// What a replica answers to a request of `type` with `payload`, from its
+// own image through `reader` (under its read locks): the encoded reply, at
+// most `capacity` bytes (a SCAN answers as many whole entries as fit and
+// sets `more` when it cut some). Never fails: a bad request or an
+// unreadable image is a status. `capacity` must hold at least the header.
+std::vector<uint8_t> answer_txn_kv_read(TxnKvReplicaReader& reader, uint16_t type, std::span<const uint8_t> payload,
+                                        size_t capacity);
+
+// Bytes of a reply carrying one entry of these sizes.
+size_t txn_kv_reply_bytes(size_t key_bytes, size_t value_bytes);
+
+}  // namespace ferry::hyperloop
