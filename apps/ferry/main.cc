@@ -258,6 +258,9 @@ int main(int argc, char** argv) {
   st_client->add_option("--value-bytes", st_client_opts.value_bytes, "bytes per value (at most value_max)")
       ->capture_default_str();
   st_client->add_option("--seed", st_client_opts.seed, "seed of the values")->capture_default_str();
+  st_client->add_flag("--format", st_client_opts.format,
+                      "format a new store even over an existing one (wipes every replica's data); without it a "
+                      "client refuses to start over a store");
   st_client->add_flag("--verify", st_client_opts.verify,
                       "read every key back through every replica's read service, and scan each replica's table");
   st_client->add_option("--scan-page", st_client_opts.scan_page, "entries per SCAN request of --verify")

@@ -278,6 +278,34 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
                      c.replicas[0].listen, listener.value()->address())
       << std::flush;
 
+  // An existing store (replica processes restarted over their region
+  // files) is never wiped by mistake: replica 0's read service, polled once
+  // its chains are up, answers a one-entry SCAN from its own image, which
+  // reads as a store only if one was formatted there.
+  {
+    const rpc::ServerInfo probe_expect = c.read_server_info();
+    auto probe = rpc::Client::connect(nic, c.replicas[0].listen, c.read_service(), rpc::ClientOptions{},
+                                      &probe_expect);
+    if (!probe.ok()) return fail(probe.status());
+    hyperloop::TxnKvReadRequest scan;
+    scan.type = hyperloop::kTxnKvReadScan;
+    scan.count = 1;
+    const std::vector<uint8_t> payload = hyperloop::encode_txn_kv_read(scan);
+    auto reply = probe.value()->session(0).call(scan.type, 0, payload, false);
+    if (!reply.ok()) return fail(Status(reply.status().code(), "asking replica 0 whether it holds a store: " +
+                                                                   reply.status().message()));
+    auto parsed = hyperloop::parse_txn_kv_reply(reply.value().payload);
+    if (!parsed.ok()) return fail(parsed.status());
+    if (parsed->status == hyperloop::TxnKvReadStatus::kOk) {
+      if (!opt.format) {
+        err << me << ": replica 0 (" << c.replicas[0].listen << ") already holds a store '" << c.name
+            << "'; this client would format a new one over it. Pass --format to wipe every replica's data and "
+               "start again (nothing was changed)\n";
+        return 2;
+      }
+      out << "event=formatting over an existing store (--format)\n" << std::flush;
+    }
+  }
   // A fresh store: every replica's data region is cleared (a region file
   // may hold an earlier run's slots, which the new table would read as its
   // own), then the log is laid out and the table formatted.

@@ -35,6 +35,10 @@ struct StoreClientOptions {
   uint32_t value_bytes = 64;       // bytes per value (at most value_max)
   uint64_t seed = 1;               // the values
   bool verify = false;             // read every key back from every replica, and scan each
+  // Wipe the replicas' regions and lay out a new store even if replica 0
+  // already holds one (without it the client refuses: nothing is lost by
+  // a second run by mistake).
+  bool format = false;
   uint32_t scan_page = 64;         // entries per SCAN request of the verification
   uint32_t op_timeout_ms = 10000;  // a group operation stuck this long fails the run
   bool json = false;
@@ -44,7 +48,8 @@ struct StoreClientOptions {
 };
 
 // Connects both groups, formats a fresh store (clearing every replica's
-// data region), runs the puts and (--verify) reads every key through every
+// data region; refused when replica 0's read service finds a store there
+// already, unless `format`), runs the puts and (--verify) reads every key through every
 // replica's read service and scans each replica's whole table, printing
 // the latency distributions. Exit 0 if every put succeeded and every read
 // and scan answered exactly the values put; 1 otherwise or if the store

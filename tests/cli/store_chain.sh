@@ -129,4 +129,21 @@ for i in 0 1 2; do
   (( reads >= puts )) || die "replica $i served $reads reads, fewer than the $puts GETs sent to it"
   echo "replica $i: $line"
 done
+
+# ---- 5. replicas restarted over their region files: a new client does not
+# wipe the store by mistake ----
+for i in 2 1 0; do
+  "$ferry" store replica --config "$dir/store.toml" --index $i >"$dir/again$i.log" 2>&1 &
+  replica_pid[$i]=$!
+  pids+=($!)
+done
+"$ferry" store client --config "$dir/store.toml" --puts 1 --op-timeout-ms 20000 >"$dir/client2.log" 2>&1
+s=$?
+[[ $s == 2 ]] || die "a client without --format over an existing store exited $s"
+grep -q "already holds a store" "$dir/client2.log" || die "no clear refusal from the second client"
+for i in 0 1 2; do
+  grep -qa "$last" "$dir/r$i.pm" || die "replica $i's region file lost $last after the refused client"
+  kill -TERM "${replica_pid[$i]}"
+done
+for i in 0 1 2; do wait "${replica_pid[$i]}" || true; done
 echo "PASS"
