@@ -488,7 +488,8 @@ TEST(TxnKvReadService, EveryReplicaAnswersGetsAndPagedScansOverTheWire) {
     EXPECT_EQ(text(got.entries[0].second), model["k117"]);
     get.key = "absent";
     EXPECT_EQ(ask(reader, get, 4096).status, TxnKvReadStatus::kNotFound);
-    get.key = std::string(17, 'x');  // over key_max
+    const std::string too_long(17, 'x');  // over key_max (the request views it: it must outlive the call)
+    get.key = too_long;
     EXPECT_EQ(ask(reader, get, 4096).status, TxnKvReadStatus::kInvalid);
     // The whole table in pages of 7, each reply cut to 150 bytes: the pages
     // join into the model, in order, each key once.
