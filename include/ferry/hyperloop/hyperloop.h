@@ -134,7 +134,9 @@ class HyperLoopClient final : public GroupClient {
   // new tail, and the group is usable again (indices shift down past
   // `failed`). What the application must do on top (reconcile the logs,
   // re-execute, release locks) is TxnClient::recover's. kFailedPrecondition
-  // for a group of one replica or one connected across processes.
+  // for a group of one replica or one connected across processes. If the
+  // copy fails the group stays as it was (failed; retry); if the rebuild
+  // itself fails, the group is gone (kNotFound from then on).
   Result<ReplacementReport> replace_replica(GroupId gid, uint32_t failed);
 
   // Fault injection at arbitrary points of an operation (tests): `hook`
