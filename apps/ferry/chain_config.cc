@@ -29,6 +29,28 @@ Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view 
   return m;
 }
 
+Status parse_chain_members(const toml::table& root, std::string_view source, uint32_t replicas,
+                           std::string_view count_key, MemberConfig* client, std::vector<MemberConfig>* members) {
+  const toml::table* c = root["client"].as_table();
+  if (c == nullptr) return invalid_argument(std::string(source) + ": the [client] table is missing");
+  FERRY_ASSIGN_OR_RETURN(*client, parse_member_config(*c, source, "client", false));
+  const toml::array* list = root["replica"].as_array();
+  if (list == nullptr) return invalid_argument(std::string(source) + ": no [[replica]] tables");
+  members->clear();
+  for (size_t i = 0; i < list->size(); ++i) {
+    const toml::table* t = (*list)[i].as_table();
+    const std::string path = "replica[" + std::to_string(i) + "]";
+    if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[replica]])");
+    FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true));
+    members->push_back(std::move(m));
+  }
+  if (members->size() != replicas) {
+    return invalid_argument(std::string(source) + ": " + std::string(count_key) + " = " + std::to_string(replicas) +
+                            " but " + std::to_string(members->size()) + " [[replica]] tables");
+  }
+  return ok_status();
+}
+
 Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view source) {
   FERRY_ASSIGN_OR_RETURN(toml::table root, parse_toml(text, source));
   FERRY_RETURN_IF_ERROR(check_keys(root, source, "the file", {"group", "client", "replica"}));
@@ -74,23 +96,7 @@ Result<ChainConfig> parse_chain_config(std::string_view text, std::string_view s
     return invalid_argument(std::string(source) + ": [group]: " + s.message());
   }
 
-  const toml::table* client = root["client"].as_table();
-  if (client == nullptr) return invalid_argument(std::string(source) + ": the [client] table is missing");
-  FERRY_ASSIGN_OR_RETURN(c.client, parse_member_config(*client, source, "client", false));
-
-  const toml::array* list = root["replica"].as_array();
-  if (list == nullptr) return invalid_argument(std::string(source) + ": no [[replica]] tables");
-  for (size_t i = 0; i < list->size(); ++i) {
-    const toml::table* t = (*list)[i].as_table();
-    const std::string path = "replica[" + std::to_string(i) + "]";
-    if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[replica]])");
-    FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true));
-    c.replicas.push_back(std::move(m));
-  }
-  if (c.replicas.size() != o.replicas) {
-    return invalid_argument(std::string(source) + ": group.replicas = " + std::to_string(o.replicas) + " but " +
-                            std::to_string(c.replicas.size()) + " [[replica]] tables");
-  }
+  FERRY_RETURN_IF_ERROR(parse_chain_members(root, source, o.replicas, "group.replicas", &c.client, &c.replicas));
   return c;
 }
 

@@ -61,4 +61,10 @@ Result<ChainConfig> load_chain_config(const std::string& path);
 Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view source, const std::string& path,
                                          bool replica);
 
+// The [client] table and the [[replica]] array of `root`, replicas in chain
+// order; their count is checked against `replicas` (`count_key` names the
+// key that set it, for the message). Errors name `source` and the table.
+Status parse_chain_members(const toml::table& root, std::string_view source, uint32_t replicas,
+                           std::string_view count_key, MemberConfig* client, std::vector<MemberConfig>* members);
+
 }  // namespace ferry::apps

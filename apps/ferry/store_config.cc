@@ -114,22 +114,7 @@ Result<StoreConfig> parse_store_config(std::string_view text, std::string_view s
                             std::to_string(4 * record_max) + ")");
   }
 
-  const toml::table* client = root["client"].as_table();
-  if (client == nullptr) return invalid_argument(std::string(source) + ": the [client] table is missing");
-  FERRY_ASSIGN_OR_RETURN(c.client, parse_member_config(*client, source, "client", false));
-  const toml::array* list = root["replica"].as_array();
-  if (list == nullptr) return invalid_argument(std::string(source) + ": no [[replica]] tables");
-  for (size_t i = 0; i < list->size(); ++i) {
-    const toml::table* t = (*list)[i].as_table();
-    const std::string path = "replica[" + std::to_string(i) + "]";
-    if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[replica]])");
-    FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true));
-    c.replicas.push_back(std::move(m));
-  }
-  if (c.replicas.size() != replicas) {
-    return invalid_argument(std::string(source) + ": store.replicas = " + std::to_string(replicas) + " but " +
-                            std::to_string(c.replicas.size()) + " [[replica]] tables");
-  }
+  FERRY_RETURN_IF_ERROR(parse_chain_members(root, source, replicas, "store.replicas", &c.client, &c.replicas));
   for (size_t i = 0; i < c.replicas.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (c.replicas[i].listen == c.replicas[j].listen) {

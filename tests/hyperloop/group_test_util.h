@@ -20,6 +20,18 @@ inline uint64_t word(const uint8_t* p) {
 }
 inline void set_word(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
+// The lossy fabric the chain tests run on: 2 % of packets dropped, 1 %
+// duplicated, 2 % held back up to 50 us (reordered), from `seed`.
+inline nic::FaultModel lossy_faults(uint64_t seed) {
+  nic::FaultModel faults;
+  faults.seed = seed;
+  faults.drop = 0.02;
+  faults.duplicate = 0.01;
+  faults.delay = 0.02;
+  faults.delay_max_ns = 50'000;
+  return faults;
+}
+
 // Creates a group; a failure fails the test (and returns group 0).
 inline GroupId make_group(GroupClient& c, uint32_t replicas, pm::Media media, size_t region_bytes, uint32_t ring_ops,
                           uint32_t window, bool flush_verb) {

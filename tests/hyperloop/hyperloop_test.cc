@@ -517,12 +517,7 @@ INSTANTIATE_TEST_SUITE_P(HyperLoop, GroupSizes, ::testing::Values(1u, 3u, 5u, 7u
 
 TEST(HyperLoop, RandomMixUnderPacketLossDuplicationAndReorderingStillCompletesInOrder) {
   for (uint64_t seed : {21, 22}) {
-    nic::FaultModel faults;
-    faults.seed = seed;
-    faults.drop = 0.02;
-    faults.duplicate = 0.01;
-    faults.delay = 0.02;
-    faults.delay_max_ns = 50'000;
+    const nic::FaultModel faults = testing::lossy_faults(seed);
     random_mix(3, seed, faults, 25);
   }
 }

@@ -159,12 +159,7 @@ TEST(TxnKv, RandomOperationsLeaveEveryReplicaEqualToTheModel) {
 TEST(TxnKv, UnderPacketLossEveryReplicaStillEqualsTheModel) {
   const uint64_t seed = seed_or(91);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
-  nic::FaultModel faults;
-  faults.seed = seed;
-  faults.drop = 0.02;
-  faults.duplicate = 0.01;
-  faults.delay = 0.02;
-  faults.delay_max_ns = 50'000;
+  const nic::FaultModel faults = testing::lossy_faults(seed);
   KvFixture f(KvFixture::small(), faults);
   random_workload(f, seed, 200);
   EXPECT_GT(f.engine->fabric().counters().dropped_fault.get(), 0u) << "no packet was dropped: the test proves nothing";
