@@ -33,8 +33,8 @@ Result<std::unique_ptr<ChainManager>> ChainManager::open(membership::MembershipS
       v.members.push_back({id, "", 1});
     }
     FERRY_ASSIGN_OR_RETURN(const membership::TxnResult r,
-                           store->compare_and_swap(m->view_key(), 0,
-                                                   membership::Mutation::put(m->view_key(), membership::encode_view(v))));
+                           store->compare_and_swap(
+                               m->view_key(), 0, membership::Mutation::put(m->view_key(), membership::encode_view(v))));
     if (r.succeeded) {
       m->view_ = v;
       m->view_mod_ = r.revision;
@@ -139,7 +139,8 @@ Result<membership::View> ChainManager::replace(std::string_view failed, const st
   next.members.push_back({joining, "", static_cast<membership::Revision>(next.version)});
   FERRY_ASSIGN_OR_RETURN(const membership::TxnResult r,
                          store_->compare_and_swap(view_key(), view_mod_,
-                                                  membership::Mutation::put(view_key(), membership::encode_view(next))));
+                                                  membership::Mutation::put(view_key(),
+                                                                            membership::encode_view(next))));
   if (!r.succeeded) {
     return failed_precondition("chain " + options_.chain + ": the view moved past version " +
                                std::to_string(view_.version) + " (another manager committed first)");

@@ -145,7 +145,8 @@ struct HyperLoopClient::Impl {
   // for the missing tail positions) and its client host if it has none.
   Status build(Group& g, std::vector<std::unique_ptr<detail::Host>> hosts = {});
   Result<ReplacementReport> replace(GroupId gid, uint32_t failed);
-  Status copy_region(Group& g, detail::Host& from, detail::Host& to);
+  // Returns the bytes copied.
+  Result<uint64_t> copy_region(detail::Host& from, detail::Host& to);
   Status build_client_side(Group& g);
   Status connect_remote(Group& g, const RemoteGroupOptions& ro);
   nic::Nic* nic = nullptr;  // a client created on a NIC (create(nic::Nic&)): its groups connect across processes
@@ -318,8 +319,7 @@ Status HyperLoopClient::Impl::build(Group& g, std::vector<std::unique_ptr<detail
 // The new member's NIC READs `from`'s whole region into its own, over a QP
 // pair made for the copy (the control path: its CPU posts and polls), then
 // its CPU persists what arrived.
-Status HyperLoopClient::Impl::copy_region(Group& g, detail::Host& from, detail::Host& to) {
-  (void)g;
+Result<uint64_t> HyperLoopClient::Impl::copy_region(detail::Host& from, detail::Host& to) {
   constexpr uint32_t kChunk = 64 << 10;
   constexpr uint32_t kDepth = 16;
   nic::CqInitAttr cqa;
@@ -376,7 +376,7 @@ Status HyperLoopClient::Impl::copy_region(Group& g, detail::Host& from, detail::
     FERRY_RETURN_IF_ERROR(failure);
   }
   to.region->persist(to.region->data(), bytes);
-  return ok_status();
+  return bytes;
 }
 
 Result<ReplacementReport> HyperLoopClient::Impl::replace(GroupId gid, uint32_t failed) {
@@ -403,8 +403,7 @@ Result<ReplacementReport> HyperLoopClient::Impl::replace(GroupId gid, uint32_t f
   FERRY_ASSIGN_OR_RETURN(auto fresh, detail::make_host(engine, "g" + std::to_string(gid) + "-r" +
                                                                    std::to_string(old->hosts_made++),
                                                        old->options, old->options.media == pm::Media::kPm));
-  FERRY_RETURN_IF_ERROR(copy_region(*old, *old->replicas[neighbour]->host, *fresh));
-  report.bytes_copied = std::min(fresh->region->size(), old->replicas[neighbour]->host->region->size());
+  FERRY_ASSIGN_OR_RETURN(report.bytes_copied, copy_region(*old->replicas[neighbour]->host, *fresh));
   // 3. Tear the old data path down, keeping the survivors' hosts and the
   //    client's host (its memory).
   auto g = std::make_unique<Group>();
@@ -801,8 +800,12 @@ Result<GroupId> HyperLoopClient::create_group(const GroupOptions& options) {
 
 Status HyperLoopClient::kill_replica(GroupId gid, uint32_t index) {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
-  if (g->remote()) return failed_precondition("kill_replica: replica " + std::to_string(index) + " runs in another process");
-  if (index >= g->n) return out_of_range("kill_replica: group " + std::to_string(gid) + " has " + std::to_string(g->n) + " replicas");
+  if (g->remote()) {
+    return failed_precondition("kill_replica: replica " + std::to_string(index) + " runs in another process");
+  }
+  if (index >= g->n) {
+    return out_of_range("kill_replica: group " + std::to_string(gid) + " has " + std::to_string(g->n) + " replicas");
+  }
   ReplicaNode& r = *g->replicas[index];
   if (r.agent != nullptr) g->retired_cpu_ns += r.agent->cpu_ns();
   r.teardown();

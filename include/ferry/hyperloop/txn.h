@@ -162,7 +162,9 @@ class TxnClient {
   // front end's TxnClient; a record that had been appended completely on
   // replica 0 before the failure is applied, one that had not is not.
   // Errors: those of initialize (resume) and of the primitives; kDataLoss if
-  // the log breaks between the lowest and the upstream head.
+  // the log breaks between the lowest and the upstream head;
+  // kFailedPrecondition for groups connected across processes (the members'
+  // heads are read from their regions, which only an in-process group has).
   static Result<std::unique_ptr<TxnClient>> recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
                                                     const TxnOptions& options, uint32_t lock_words,
                                                     TxnRecovery* report = nullptr);
