@@ -9,9 +9,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "cpu_load.h"
 #include "group_bench.h"
@@ -23,6 +26,7 @@
 #include "ferry/hyperloop/naive.h"
 #include "ferry/hyperloop/txn_kv.h"
 #include "ferry/rocksdb/replicated_wal.h"
+#include "ferry/workload/arrivals.h"
 #include "ferry/workload/zipf.h"
 #include "redis_peer.h"
 #include "report.h"
@@ -325,14 +329,36 @@ struct PointResult {
   bool capped = false;
 };
 
-Status run_point(YcsbTarget& s, const std::string& name, char workload, const StoreBenchOptions& o,
+// Open loop: returns at `t_ns` (timing_clock). Sleeps while the time is far,
+// then yields: the client's CPU is shared with the NIC engine, which a spin
+// would take the CPU from.
+void store_wait_until(uint64_t t_ns) {
+  for (;;) {
+    const uint64_t now = now_ns();
+    if (now >= t_ns) return;
+    if (t_ns - now > 200'000) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(t_ns - now - 100'000));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// One point, closed loop (rate 0: the next op when the last completes) or
+// open loop (Poisson arrivals at `rate` ops/s; each op's latency runs from
+// its scheduled arrival, so an op that waits behind a slow one counts the
+// wait -- arrivals.h).
+Status run_point(YcsbTarget& s, const std::string& name, char workload, const StoreBenchOptions& o, double rate,
                  uint64_t* inserted, PointResult* r) {
   Rng rng(o.seed * 31 + static_cast<uint64_t>(workload));
+  std::optional<workload::PoissonArrivals> arrivals;
+  if (rate > 0) arrivals.emplace(rate, o.seed * 131 + static_cast<uint64_t>(workload));
   workload::ScrambledZipfianGenerator zipf(o.records);
   std::vector<uint8_t> value(o.value_bytes);
   const uint64_t cpu0 = s.replica_cpu_ns();
   const uint64_t start = now_ns();
   const uint64_t cap = start + static_cast<uint64_t>(o.max_seconds * 1e9);
+  uint64_t scheduled = start;
   for (uint64_t i = 0; i < o.ops; ++i) {
     if (now_ns() > cap) {
       r->capped = true;
@@ -356,7 +382,11 @@ Status run_point(YcsbTarget& s, const std::string& name, char workload, const St
     }
     for (auto& b : value) b = static_cast<uint8_t>(rng.next());
     const uint32_t scan_length = 1 + static_cast<uint32_t>(rng.below(kScanLengthMax));
-    const uint64_t t0 = now_ns();
+    if (arrivals) {
+      scheduled += arrivals->next_gap_ns();
+      store_wait_until(scheduled);
+    }
+    const uint64_t t0 = arrivals ? scheduled : now_ns();
     Status st;
     if (op == "read") {
       st = s.read(key_of(key, o.key_bytes));
@@ -390,6 +420,7 @@ struct PointContext {
   std::string reads_from;
   std::string writes;      // what a write is, for the JSON
   nlohmann::json peer;     // the Redis servers, or null
+  double rate = 0;         // open loop at this many ops/s (Poisson), or 0: closed loop
 };
 
 // YCSB-A update percentiles under load, by system, for the summary. p50
@@ -424,6 +455,16 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
         r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                      : nlohmann::json(nullptr);
     j["capped"] = r.capped;
+    j["arrivals"] = c.rate > 0 ? "poisson" : "closed";
+    if (c.rate > 0) {
+      // Latency from the scheduled arrival; a system that cannot keep up
+      // queues, and its tail then grows with the length of the point.
+      const double achieved = static_cast<double>(r.total) / r.seconds;
+      j["offered_ops_per_s"] = c.rate;
+      j["achieved_ops_per_s"] = achieved;
+      j["overloaded"] = r.capped || achieved < 0.95 * c.rate;
+      j["latency_from"] = "scheduled arrival";
+    }
     j["key_bytes"] = o.key_bytes;
     j["value_bytes"] = o.value_bytes;
     j["reads_from"] = c.reads_from;
@@ -449,9 +490,10 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     if (o.json) {
       out << j.dump() << "\n";
     } else {
-      out << fmt::format("{:<7} {:<12} YCSB-{} {:<6} {:<5} samples {:>6}  p50 {:>9} us  p99 {:>9} us  p99.9 {:>9} us  "
-                         "max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}\n",
-                         c.experiment, c.system, wl, op, load_name, st.hist.count(),
+      out << fmt::format("{:<7} {:<12} YCSB-{} {:<6} {:<5} {:<6} samples {:>6}  p50 {:>9} us  p99 {:>9} us  "
+                         "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}\n",
+                         c.experiment, c.system, wl, op, load_name,
+                         c.rate > 0 ? fmt::format("{:.0f}/s", c.rate) : std::string("closed"), st.hist.count(),
                          percentile_text(st.hist, 0.5, 1e-3, 1), percentile_text(st.hist, 0.99, 1e-3, 1),
                          percentile_text(st.hist, 0.999, 1e-3, 1), static_cast<double>(st.hist.max()) / 1e3,
                          static_cast<double>(r.total) / r.seconds / 1e6,
@@ -474,7 +516,7 @@ Status run_points(YcsbTarget& target, const PointContext& c, const std::vector<s
                                                     o.max_seconds * 2 + 30));
       }
       PointResult r;
-      FERRY_RETURN_IF_ERROR(run_point(target, c.system, wl[0], o, &inserted, &r));
+      FERRY_RETURN_IF_ERROR(run_point(target, c.system, wl[0], o, c.rate, &inserted, &r));
       const std::string load_text = load ? load->description() : "none";
       load.reset();
       emit_point(c, wl, load_name, r, o, placement, load_text, out, tails);
@@ -508,6 +550,9 @@ bool store_has(const std::vector<std::string>& v, const std::string& x) {
 Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostream& log) {
   if (o.records == 0 || o.ops == 0 || o.key_bytes < 8 || o.value_bytes == 0) {
     return invalid_argument("--records, --ops, --value-bytes must be >= 1 and --key-bytes >= 8");
+  }
+  if (!(o.rocksdb_rate == 0 || (o.rocksdb_rate >= 1 && o.rocksdb_rate <= 1e6))) {
+    return invalid_argument("--rocksdb-rate must be 0 (closed loop only) or 1..1000000 ops/s");
   }
   for (const auto& w : o.workloads) {
     if (w != "A" && w != "B" && w != "D" && w != "E" && w != "F") {
@@ -600,7 +645,14 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
         "threads and every NIC on CPU {}, replica threads and load ({} stress-ng workers) on CPU {}\n",
         ROCKSDB_MAJOR, ROCKSDB_MINOR, o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes,
         replica_cpu);
-    UpdateTails update;
+    if (o.rocksdb_rate > 0) {
+      log << fmt::format(
+          "  each system also runs open loop: {} ops at Poisson arrivals of {:.0f} ops/s, latency from each op's "
+          "scheduled arrival (a closed-loop client waits out a descheduled replica on one op and then runs fast, "
+          "which hides how long the replica was away from every op that would have arrived meanwhile)\n",
+          std::min(o.ops, o.rocksdb_open_ops), o.rocksdb_rate);
+    }
+    UpdateTails update, open_update;
     for (const auto& system : o.systems) {
       if (system == kRedisSystem) continue;  // Redis has no RocksDB to replicate
       log << fmt::format("{} (rocksdb):\n", system);
@@ -611,6 +663,12 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
       c.reads_from = "head (RocksDB Get)";
       c.writes = "RocksDB Put, sync = true: the WAL's Sync appends its bytes to every replica's PM";
       FERRY_RETURN_IF_ERROR(run_points(*s, c, {"A"}, opts, placement, out, &update));
+      if (o.rocksdb_rate > 0) {
+        c.rate = o.rocksdb_rate;
+        StoreBenchOptions open = opts;
+        open.ops = std::min(o.ops, o.rocksdb_open_ops);
+        FERRY_RETURN_IF_ERROR(run_points(*s, c, {"A"}, open, placement, out, &open_update));
+      }
       const auto counters = s->fs->counters();
       log << fmt::format("  {}: WAL syncs {}, records {}, bytes {}, executes for room {}, new WAL files {}\n", system,
                          counters.syncs, counters.records, counters.bytes, counters.executes_for_room,
@@ -619,6 +677,11 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
     if (!update.p99_us.empty()) summary["rocksdb_ycsb_a_update_p99_us_under_load"] = update.p99_us;
     // Issue 13's target: >= 5 for both.
     add_p99_ratios(update, {"naive-event", "naive-poll"}, "rocksdb_p99_ratio_", summary);
+    if (o.rocksdb_rate > 0) summary["rocksdb_open_loop_ops_per_s"] = o.rocksdb_rate;
+    if (!open_update.p99_us.empty()) {
+      summary["rocksdb_open_loop_ycsb_a_update_p99_us_under_load"] = open_update.p99_us;
+    }
+    add_p99_ratios(open_update, {"naive-event", "naive-poll"}, "rocksdb_open_loop_p99_ratio_", summary);
   }
 
   if (summary.size() > 1) {

@@ -4,13 +4,14 @@
 #                    p99.9) per YCSB workload for HyperLoop, the Naive
 #                    baselines and Redis (SET + WAIT 2 0), quiet and loaded
 #   store-fig11.png  replicated RocksDB's YCSB-A update latency (p50, p95,
-#                    p99, p99.9) for HyperLoop and the Naive baselines
+#                    p99, p99.9) for HyperLoop and the Naive baselines,
+#                    closed loop and ("open") at Poisson arrivals
 # Usage: scripts/plot-store.sh results/store.json [outdir]
 # Prints the summary (p99 ratios under load). A percentile with too few
 # samples behind it is null in the JSON and is drawn as missing.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 in=$1
@@ -53,9 +54,9 @@ plot $series
 GP
 echo "wrote $out/store-fig12.png"
 
-# Figure 11: one row per (system, load) of RocksDB's YCSB-A updates.
+# Figure 11: one row per (system, load, arrivals) of RocksDB's YCSB-A updates.
 jq -r 'select(.experiment == "rocksdb" and .op == "update") |
-       ["\(.system) \(.load)", (.p50_us // "NaN"), (.p95_us // "NaN"), (.p99_us // "NaN"), (.p999_us // "NaN")] | @tsv' \
+       ["\(.system) \(.load)\(if .arrivals == "poisson" then " open" else "" end)", (.p50_us // "NaN"), (.p95_us // "NaN"), (.p99_us // "NaN"), (.p999_us // "NaN")] | @tsv' \
   "$in" > "$tmp/rocksdb.tsv"
 if [[ -s "$tmp/rocksdb.tsv" ]]; then
   series="'$tmp/rocksdb.tsv' using 2:xtic(1) title 'p50'"

@@ -582,6 +582,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   store->add_option("--ops", store_opts.ops, "operations per point")->capture_default_str();
   store->add_option("--max-seconds", store_opts.max_seconds, "cap on a point")->capture_default_str();
+  store->add_option("--rocksdb-rate", store_opts.rocksdb_rate,
+                    "rocksdb experiment: also run each system open loop, Poisson arrivals at this many ops/s with "
+                    "latency from each op's scheduled arrival (0: closed loop only)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  store->add_option("--rocksdb-open-ops", store_opts.rocksdb_open_ops,
+                    "operations per open-loop point (at most --ops)")
+      ->capture_default_str();
   store->add_option("--key-bytes", store_opts.key_bytes, "key size")->capture_default_str();
   store->add_option("--value-bytes", store_opts.value_bytes, "value size")->capture_default_str();
   store->add_option("--load-processes", store_opts.load_processes, "stress-ng workers on the replica CPU")
