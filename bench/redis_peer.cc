@@ -259,9 +259,7 @@ Status RedisPeer::command_status(void* r, std::string_view what) {
   return s;
 }
 
-Status RedisPeer::set_replicated(std::string_view key, std::span<const uint8_t> value) {
-  FERRY_RETURN_IF_ERROR(command_status(
-      redisCommand(primary_, "SET %b %b", key.data(), key.size(), value.data(), value.size()), "SET"));
+Status RedisPeer::wait_both_replicas() {
   auto* reply = static_cast<redisReply*>(redisCommand(primary_, "WAIT 2 0"));
   if (reply == nullptr) return unavailable(fmt::format("redis WAIT: {}", primary_->errstr));
   const bool both = reply->type == REDIS_REPLY_INTEGER && reply->integer >= 2;
@@ -271,18 +269,58 @@ Status RedisPeer::set_replicated(std::string_view key, std::span<const uint8_t> 
   return ok_status();
 }
 
+Status RedisPeer::set_replicated(std::string_view key, std::span<const uint8_t> value) {
+  FERRY_RETURN_IF_ERROR(command_status(
+      redisCommand(primary_, "SET %b %b", key.data(), key.size(), value.data(), value.size()), "SET"));
+  return wait_both_replicas();
+}
+
+Status RedisPeer::insert_replicated(std::string_view key, std::span<const uint8_t> value) {
+  redisAppendCommand(primary_, "MULTI");
+  redisAppendCommand(primary_, "SET %b %b", key.data(), key.size(), value.data(), value.size());
+  redisAppendCommand(primary_, "ZADD %b 0 %b", kIndexKey.data(), kIndexKey.size(), key.data(), key.size());
+  redisAppendCommand(primary_, "EXEC");
+  // MULTI's OK and the two QUEUED: an error here (a bad command) aborts EXEC.
+  for (const char* what : {"MULTI", "SET (queued)", "ZADD (queued)"}) {
+    void* r = nullptr;
+    if (redisGetReply(primary_, &r) != REDIS_OK) {
+      return unavailable(fmt::format("redis {}: {}", what, primary_->errstr));
+    }
+    FERRY_RETURN_IF_ERROR(command_status(r, what));
+  }
+  void* r = nullptr;
+  if (redisGetReply(primary_, &r) != REDIS_OK) return unavailable(fmt::format("redis EXEC: {}", primary_->errstr));
+  auto* exec = static_cast<redisReply*>(r);
+  // EXEC answers one reply per queued command, or nil if it was aborted.
+  bool applied = exec->type == REDIS_REPLY_ARRAY && exec->elements == 2;
+  for (size_t i = 0; applied && i < exec->elements; ++i) applied = exec->element[i]->type != REDIS_REPLY_ERROR;
+  freeReplyObject(exec);
+  if (!applied) return unavailable(fmt::format("redis EXEC of SET + ZADD {}: aborted or failed", key));
+  return wait_both_replicas();
+}
+
 Status RedisPeer::load(const std::vector<std::string>& keys, const std::vector<std::vector<uint8_t>>& values) {
   constexpr size_t kBatch = 512;
+  std::vector<const char*> zadd_argv;
+  std::vector<size_t> zadd_lengths;
   for (size_t begin = 0; begin < keys.size(); begin += kBatch) {
     const size_t end = std::min(keys.size(), begin + kBatch);
+    zadd_argv.assign({"ZADD", kIndexKey.data()});
+    zadd_lengths.assign({4, kIndexKey.size()});
     for (size_t i = begin; i < end; ++i) {
       const auto& v = values[i % values.size()];
       redisAppendCommand(primary_, "SET %b %b", keys[i].data(), keys[i].size(), v.data(), v.size());
+      zadd_argv.push_back("0");
+      zadd_lengths.push_back(1);
+      zadd_argv.push_back(keys[i].data());
+      zadd_lengths.push_back(keys[i].size());
     }
-    for (size_t i = begin; i < end; ++i) {
+    // The batch's keys into the index, one ZADD.
+    redisAppendCommandArgv(primary_, static_cast<int>(zadd_argv.size()), zadd_argv.data(), zadd_lengths.data());
+    for (size_t i = begin; i <= end; ++i) {
       void* r = nullptr;
       if (redisGetReply(primary_, &r) != REDIS_OK) return unavailable(fmt::format("redis load: {}", primary_->errstr));
-      FERRY_RETURN_IF_ERROR(command_status(r, "SET (load)"));
+      FERRY_RETURN_IF_ERROR(command_status(r, i < end ? "SET (load)" : "ZADD (load)"));
     }
   }
   auto* reply = static_cast<redisReply*>(redisCommand(primary_, "WAIT 2 0"));
@@ -304,6 +342,51 @@ Result<std::optional<std::string>> RedisPeer::get(std::string_view key) {
   freeReplyObject(reply);
   if (!s.ok()) return s;
   return value;
+}
+
+Result<std::vector<RedisRecord>> RedisPeer::scan(std::string_view start_key, uint32_t count) {
+  const std::string limit = std::to_string(count);
+  auto* range = static_cast<redisReply*>(redisCommand(primary_, "ZRANGEBYLEX %b [%b + LIMIT 0 %s",
+                                                      kIndexKey.data(), kIndexKey.size(), start_key.data(),
+                                                      start_key.size(), limit.c_str()));
+  if (range == nullptr) return unavailable(fmt::format("redis ZRANGEBYLEX: {}", primary_->errstr));
+  std::vector<RedisRecord> records;
+  Status s;
+  if (range->type != REDIS_REPLY_ARRAY) {
+    s = unavailable(fmt::format("redis ZRANGEBYLEX: {}", range->type == REDIS_REPLY_ERROR
+                                                             ? std::string(range->str, range->len)
+                                                             : std::string("not an array")));
+  } else {
+    records.resize(range->elements);
+    for (size_t i = 0; i < range->elements; ++i) {
+      records[i].key.assign(range->element[i]->str, range->element[i]->len);
+    }
+  }
+  freeReplyObject(range);
+  if (!s.ok()) return s;
+  if (records.empty()) return records;
+  std::vector<const char*> argv = {"MGET"};
+  std::vector<size_t> lengths = {4};
+  for (const auto& rec : records) {
+    argv.push_back(rec.key.data());
+    lengths.push_back(rec.key.size());
+  }
+  auto* values = static_cast<redisReply*>(
+      redisCommandArgv(primary_, static_cast<int>(argv.size()), argv.data(), lengths.data()));
+  if (values == nullptr) return unavailable(fmt::format("redis MGET: {}", primary_->errstr));
+  if (values->type != REDIS_REPLY_ARRAY || values->elements != records.size()) {
+    s = unavailable(fmt::format("redis MGET of {} keys: {}", records.size(),
+                                values->type == REDIS_REPLY_ERROR ? std::string(values->str, values->len)
+                                                                  : fmt::format("{} replies", values->elements)));
+  } else {
+    for (size_t i = 0; i < values->elements; ++i) {
+      const redisReply* v = values->element[i];
+      if (v->type == REDIS_REPLY_STRING) records[i].value.emplace(v->str, v->len);
+    }
+  }
+  freeReplyObject(values);
+  if (!s.ok()) return s;
+  return records;
 }
 
 uint64_t RedisPeer::replica_cpu_ns() const {

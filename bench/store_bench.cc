@@ -48,12 +48,14 @@ class YcsbTarget {
   virtual ~YcsbTarget() = default;
   virtual Status read(const std::string& key) = 0;
   virtual Status write(const std::string& key, std::span<const uint8_t> value) = 0;
+  // A key not written before (D's and E's inserts); by default a write.
+  virtual Status insert(const std::string& key, std::span<const uint8_t> value) { return write(key, value); }
   virtual Status read_modify_write(const std::string& key, std::span<const uint8_t> value) = 0;
   // CPU time of the replicas' processes or threads so far, ns.
   virtual uint64_t replica_cpu_ns() = 0;
   virtual Status between_ops() { return ok_status(); }
-  // YCSB-E: `count` records from `key` on.
-  virtual Status scan(const std::string& key, uint32_t count) {
+  // YCSB-E: up to `count` records from `key` on; returns how many it read.
+  virtual Result<uint64_t> scan(const std::string& key, uint32_t count) {
     (void)key;
     (void)count;
     return unimplemented("this system has no range scans");
@@ -104,7 +106,10 @@ struct StoreUnderTest : YcsbTarget, TxnChainParts {
   Status read(const std::string& key) override;
   Status write(const std::string& key, std::span<const uint8_t> value) override;
   Status read_modify_write(const std::string& key, std::span<const uint8_t> value) override;
-  Status scan(const std::string& key, uint32_t count) override { return reader->scan(key, count).status(); }
+  Result<uint64_t> scan(const std::string& key, uint32_t count) override {
+    FERRY_ASSIGN_OR_RETURN(const auto entries, reader->scan(key, count));
+    return entries.size();
+  }
   uint64_t replica_cpu_ns() override;
   ~StoreUnderTest() override {
     reader.reset();
@@ -163,10 +168,28 @@ Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, con
 }
 
 
-// Redis with a primary and two replicas: a write is SET + WAIT 2 0, a read a
-// GET from the primary, a read-modify-write GET then SET + WAIT.
+// Redis with a primary and two replicas: an update is SET + WAIT 2 0, an
+// insert MULTI/SET/ZADD/EXEC (the key into the ordered index) + WAIT 2 0, a
+// read a GET from the primary, a read-modify-write GET then SET + WAIT, a
+// scan ZRANGEBYLEX on the index then MGET (RedisPeer::scan).
+//
+// Every scan's answer is checked, untimed, in the between_ops() after it:
+// it starts at the start key (every scan starts at a loaded key, and no
+// key is ever removed), its keys ascend, every value is there with
+// value_bytes bytes, and it holds `count` records unless it ends at the
+// largest key written. A mismatch is counted and fails the point.
 struct RedisUnderTest : YcsbTarget {
   std::unique_ptr<RedisPeer> peer;
+  uint32_t value_bytes = 0;
+  std::string largest_key;  // of every key loaded or inserted
+  // The last scan's request and answer, for between_ops() to check.
+  std::string scan_start;
+  uint32_t scan_count = 0;
+  std::vector<RedisRecord> scan_records;
+  bool scan_pending = false;
+  uint64_t scans_checked = 0;
+  uint64_t scan_mismatches = 0;
+
   Status read(const std::string& key) override {
     auto v = peer->get(key);
     if (!v.ok()) return v.status();
@@ -183,11 +206,51 @@ struct RedisUnderTest : YcsbTarget {
     if (!next.empty()) next[0] = static_cast<uint8_t>(next[0] + 1);
     return peer->set_replicated(key, next);
   }
+  Status insert(const std::string& key, std::span<const uint8_t> value) override {
+    FERRY_RETURN_IF_ERROR(peer->insert_replicated(key, value));
+    largest_key = std::max(largest_key, key);
+    return ok_status();
+  }
+  Result<uint64_t> scan(const std::string& key, uint32_t count) override {
+    FERRY_ASSIGN_OR_RETURN(scan_records, peer->scan(key, count));
+    scan_start = key;
+    scan_count = count;
+    scan_pending = true;
+    return scan_records.size();
+  }
   uint64_t replica_cpu_ns() override { return peer->replica_cpu_ns(); }
+  Status between_ops() override {
+    if (!scan_pending) return ok_status();
+    scan_pending = false;
+    ++scans_checked;
+    const std::string wrong = scan_mismatch();
+    if (wrong.empty()) return ok_status();
+    ++scan_mismatches;
+    return internal_error(fmt::format("redis scan of {} from {}: {} ({} of {} scans wrong)", scan_count, scan_start,
+                                      wrong, scan_mismatches, scans_checked));
+  }
+  // What is wrong with the last scan's answer ("" if nothing).
+  std::string scan_mismatch() const {
+    if (scan_records.empty()) return "no record";
+    if (scan_records.size() > scan_count) return fmt::format("{} records", scan_records.size());
+    if (scan_records.front().key != scan_start) return "first key " + scan_records.front().key;
+    for (size_t i = 0; i < scan_records.size(); ++i) {
+      const RedisRecord& rec = scan_records[i];
+      if (i > 0 && rec.key <= scan_records[i - 1].key) return "keys out of order at " + rec.key;
+      if (!rec.value.has_value()) return "no value for " + rec.key;
+      if (rec.value->size() != value_bytes) return fmt::format("{} B value for {}", rec.value->size(), rec.key);
+    }
+    if (scan_records.size() < scan_count && scan_records.back().key != largest_key) {
+      return fmt::format("{} records, ending at {} before the largest key {}", scan_records.size(),
+                         scan_records.back().key, largest_key);
+    }
+    return "";
+  }
 };
 
 Result<std::unique_ptr<RedisUnderTest>> start_redis(const StoreBenchOptions& o, int client_cpu, std::ostream& log) {
   auto r = std::make_unique<RedisUnderTest>();
+  r->value_bytes = o.value_bytes;
   RedisPeerOptions ro;
   ro.primary_cpu = client_cpu;
   ro.replica_cpu = o.replica_cpu;
@@ -204,8 +267,10 @@ Result<std::unique_ptr<RedisUnderTest>> start_redis(const StoreBenchOptions& o, 
     for (auto& b : v) b = static_cast<uint8_t>(rng.next());
   }
   FERRY_RETURN_IF_ERROR(r->peer->load(keys, values));
-  log << fmt::format("  redis-wait2: {} records loaded in {:.1f} s (pipelined SETs, then WAIT 2 0)\n", o.records,
-                     static_cast<double>(now_ns() - t0) / 1e9);
+  r->largest_key = *std::max_element(keys.begin(), keys.end());
+  log << fmt::format("  redis-wait2: {} records loaded in {:.1f} s (pipelined SETs and ZADDs to the key index, then "
+                     "WAIT 2 0)\n",
+                     o.records, static_cast<double>(now_ns() - t0) / 1e9);
   return r;
 }
 
@@ -324,6 +389,7 @@ struct PointResult {
   std::map<std::string, OpStats> ops;  // by op: read, update, insert, rmw, scan
   uint64_t total = 0;
   uint64_t writes = 0;
+  uint64_t scanned = 0;  // records the scans returned
   double seconds = 0;
   uint64_t replica_cpu_ns = 0;
   bool capped = false;
@@ -391,11 +457,13 @@ Status run_point(YcsbTarget& s, const std::string& name, char workload, const St
     if (op == "read") {
       st = s.read(key_of(key, o.key_bytes));
     } else if (op == "scan") {
-      st = s.scan(key_of(key, o.key_bytes), scan_length);
+      auto got = s.scan(key_of(key, o.key_bytes), scan_length);
+      st = got.status();
+      if (got.ok()) r->scanned += *got;
     } else if (op == "update") {
       st = s.write(key_of(key, o.key_bytes), value);
     } else if (op == "insert") {
-      st = s.write(key_of((*inserted)++, o.key_bytes), value);
+      st = s.insert(key_of((*inserted)++, o.key_bytes), value);
     } else {
       st = s.read_modify_write(key_of(key, o.key_bytes), value);
     }
@@ -418,7 +486,9 @@ struct PointContext {
   std::string experiment;  // "ycsb" or "rocksdb"
   std::string system;
   std::string reads_from;
+  std::string scans_from;  // where and how a scan reads
   std::string writes;      // what a write is, for the JSON
+  std::string inserts;     // what an insert is, if not a write
   nlohmann::json peer;     // the Redis servers, or null
   double rate = 0;         // open loop at this many ops/s (Poisson), or 0: closed loop
 };
@@ -469,10 +539,11 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     j["value_bytes"] = o.value_bytes;
     j["reads_from"] = c.reads_from;
     if (op == "scan") {
-      j["reads_from"] = "tail replica, read locks on every stripe and the index lock";
+      j["reads_from"] = c.scans_from;
       j["scan_length"] = fmt::format("uniform 1..{}", kScanLengthMax);
+      j["records_per_scan"] = static_cast<double>(r.scanned) / static_cast<double>(st.hist.count());
     }
-    j["writes"] = c.writes;
+    j["writes"] = op == "insert" && !c.inserts.empty() ? c.inserts : c.writes;
     if (!c.peer.is_null()) j["peer"] = c.peer;
     Placement p = placement;
     p.load = load_text;
@@ -590,10 +661,6 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
         "read lock, scans there under read locks on every stripe and the index lock (that replica's CPU emulated "
         "on the client thread)\n",
         o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes, replica_cpu);
-    std::vector<std::string> redis_workloads;
-    for (const auto& w : o.workloads) {
-      if (w != "E") redis_workloads.push_back(w);
-    }
     UpdateTails a_update;
     for (const auto& system : o.systems) {
       log << fmt::format("{}:\n", system);
@@ -608,15 +675,19 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
         c.experiment = "ycsb";
         c.system = system;
         c.reads_from = "primary (GET)";
+        c.scans_from = "primary: ZRANGEBYLEX on the key index (a sorted set), then MGET of its keys";
         c.writes = "SET then WAIT 2 0 (both replicas' memory; no persistence: appendonly no, save off)";
+        c.inserts = "MULTI, SET, ZADD to the key index, EXEC (one pipelined round trip), then WAIT 2 0 (both "
+                    "replicas' memory; no persistence: appendonly no, save off)";
         c.peer = {{"server", "redis-server"}, {"version", r->peer->version()},
                   {"description", r->peer->description()}, {"primary_cpu", client_cpu},
                   {"replica_cpu", replica_cpu}, {"durability", "replica memory (WAIT), not disk"}};
         summary["redis"] = r->peer->description();
-        if (store_has(o.workloads, "E")) {
-          log << "  YCSB-E skipped for redis-wait2: its scans would need a sorted set beside the keys\n";
+        FERRY_RETURN_IF_ERROR(run_points(*r, c, o.workloads, opts, placement, out, &a_update));
+        if (r->scans_checked > 0) {
+          log << fmt::format("  redis-wait2: {} scans checked (start key, order, {} B values, length), {} wrong\n",
+                             r->scans_checked, o.value_bytes, r->scan_mismatches);
         }
-        FERRY_RETURN_IF_ERROR(run_points(*r, c, redis_workloads, opts, placement, out, &a_update));
         continue;
       }
       // Room for D's and E's inserts: every point of them inserts about 5 % of its ops.
@@ -625,6 +696,7 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
       c.experiment = "ycsb";
       c.system = system;
       c.reads_from = "tail replica, read lock";
+      c.scans_from = "tail replica, read locks on every stripe and the index lock";
       c.writes = "lock, Append, ExecuteAndAdvance, unlock (durable in every replica's PM)";
       FERRY_RETURN_IF_ERROR(run_points(*s, c, o.workloads, opts, placement, out, &a_update));
     }

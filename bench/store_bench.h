@@ -22,7 +22,10 @@
 // replicas pinned to replica_cpu under the same load; a write is SET then
 // WAIT 2 0 (both replicas' memory: Redis runs without persistence, while
 // Ferry's writes are durable in the replicas' PM), a read a GET from the
-// primary. Skipped with a message when redis-server is not installed.
+// primary. YCSB-E as a Redis user would run it: the keys also in a sorted
+// set (scores 0), an insert MULTI/SET/ZADD/EXEC then WAIT 2 0, a scan
+// ZRANGEBYLEX on that set then MGET (each answer checked, untimed). Skipped
+// with a message when redis-server is not installed.
 //
 // Experiment "rocksdb" (Figure 11): the real RocksDB with its write-ahead
 // log replicated at every Sync through rocks::ReplicatedWalFileSystem on

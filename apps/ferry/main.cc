@@ -556,7 +556,8 @@ int main(int argc, char** argv) {
   CLI::App* store = bench->add_subcommand(
       "store",
       "HyperLoop §6.2: Fig. 12, the replicated transactional store (YCSB A, B, D, E, F) on HyperLoop, on the "
-      "Naive-RDMA baselines and, as a real peer, on Redis (a primary and two replicas, SET + WAIT 2 0; no E); "
+      "Naive-RDMA baselines and, as a real peer, on Redis (a primary and two replicas, SET + WAIT 2 0; E's scans "
+      "by ZRANGEBYLEX on a sorted set of the keys, then MGET); "
       "Fig. 11, replicated RocksDB (its WAL replicated at every Sync) under YCSB-A; quiet and with the replica CPU "
       "loaded");
   ferry::bench::StoreBenchOptions store_opts;
