@@ -288,6 +288,9 @@ int main(int argc, char** argv) {
   st_client->add_option("--pause-after-puts", st_client_opts.pause_after_puts,
                         "after this many puts print event=progress and wait for SIGUSR1 (tests kill a replica "
                         "there)");
+  st_client->add_option("--progress-every", st_client_opts.progress_every,
+                        "print event=progress puts=N every this many puts (0: never)")
+      ->capture_default_str();
   st_client->add_flag("--pause-for-sigusr1", st_client_opts.pause_for_sigusr1,
                       "wait for SIGUSR1 after setup and again after the puts (tests stop the replicas in between)");
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -279,6 +280,22 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
     if (Status s = build(); !s.ok()) return fail(s);
   }
 
+  // A rebuild runs on its own thread (it waits for the neighbours, up to
+  // connect_timeout_ms) while this one keeps answering reads and beating
+  // the version it served before; it never touches data/locks meanwhile.
+  // Joined before anything above goes (declared after it).
+  std::thread rebuilder;
+  std::atomic<bool> rebuilt{false};
+  Status rebuild_status;
+  StoreClock::time_point rebuild_start;
+  struct JoinRebuilder {
+    std::thread& t;
+    ~JoinRebuilder() {
+      if (t.joinable()) t.join();
+    }
+  } join_rebuilder{rebuilder};
+
+  uint64_t beat_version = version;  // announced only once the Replicas of `version` are ready
   bool serving = false;
   std::string etcd_error;
   auto last_read = StoreClock::now() - kStoreBusyPoll;
@@ -294,6 +311,7 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
     siginfo_t info;
     const int sig = sigtimedwait(&stop, &info, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
+      if (rebuilder.joinable()) rebuilder.join();
       out << fmt::format("event=stop signal={} store={} id={} view={} reads={} read_retries={} data_links={} "
                          "lock_links={}\n",
                          sig == SIGINT ? "SIGINT" : "SIGTERM", c.name, id, version, reads, reader.retries(),
@@ -301,11 +319,20 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
           << std::flush;
       return 0;
     }
+    if (rebuilder.joinable() && rebuilt) {
+      rebuilder.join();
+      if (!rebuild_status.ok()) return fail(rebuild_status);
+      out << fmt::format("event=rebuilt store={} id={} view={} index={} ms={:.1f} reads_meanwhile={}\n", c.name, id,
+                         version, position, static_cast<double>(store_elapsed_ns(rebuild_start)) / 1e6, reads)
+          << std::flush;
+      beat_version = version;
+      last_beat = now - beat_period;  // beat the new version right away
+    }
     if (etcd != nullptr && now - last_beat >= beat_period) {
       last_beat = now;
       // The beat names the view this member serves; then the view tells
       // whether the chain moved on.
-      Status st = put_store_beat(*etcd, c, id, version);
+      Status st = put_store_beat(*etcd, c, id, beat_version);
       auto view = st.ok() ? read_store_view(*etcd, c) : Result<std::optional<membership::View>>(st);
       if (!view.ok()) {
         if (view.status().message() != etcd_error) {
@@ -316,12 +343,15 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
         etcd_error.clear();
         const membership::View& v = *view.value();
         const auto it = std::find_if(v.members.begin(), v.members.end(), [&](const auto& m) { return m.id == id; });
-        if (it == v.members.end() && version != 0) return removed_exit("not_in_view=" + std::to_string(v.version));
-        if (it != v.members.end() && v.version != version) {
+        if (it == v.members.end() && version != 0) {
+          if (rebuilder.joinable()) rebuilder.join();
+          return removed_exit("not_in_view=" + std::to_string(v.version));
+        }
+        if (it != v.members.end() && v.version != version && !rebuilder.joinable()) {
           // The chain moved to a new view with this member in it: rebuild
           // both Replicas at its new position, under the new view's group
-          // names; the regions (and the read service) stay.
-          const auto t0 = StoreClock::now();
+          // names; the regions and the read service stay.
+          rebuild_start = StoreClock::now();
           joining = version == 0;
           out << fmt::format("event=view store={} id={} version={} members={} index={} was={}\n", c.name, id,
                              v.version, store_view_members(v), it - v.members.begin(), version)
@@ -333,24 +363,25 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
           chain.clear();
           for (const auto& m : v.members) chain.push_back(m.id);
           serving = false;
-          if (joining) {
-            if (Status s = join(); !s.ok()) return fail(s);
-          }
-          if (Status s = build(); !s.ok()) return fail(s);
-          out << fmt::format("event=rebuilt store={} id={} view={} index={} ms={:.1f}\n", c.name, id, version,
-                             position, static_cast<double>(store_elapsed_ns(t0)) / 1e6)
-              << std::flush;
-          last_beat = now - beat_period;  // beat the new version right away
+          rebuilt = false;
+          rebuilder = std::thread([&] {
+            Status s = joining ? join() : ok_status();
+            if (s.ok()) s = build();
+            rebuild_status = s;
+            rebuilt = true;
+          });
         }
       }
     }
     if (now - last_check < std::chrono::milliseconds(200)) continue;
     last_check = now;
     if (!nic.alive()) {
+      if (rebuilder.joinable()) rebuilder.join();
       err << me << " " << id << ": the NIC daemon at " << self.nicd << " died; the store's chains are broken\n";
       return 1;
     }
-    if (!serving && data && locks && data->status().upstream_links == 3 && locks->status().upstream_links == 3) {
+    if (!serving && !rebuilder.joinable() && data && locks && data->status().upstream_links == 3 &&
+        locks->status().upstream_links == 3) {
       serving = true;
       out << fmt::format("event=serving store={} id={} index={} view={}\n", c.name, id, position, version)
           << std::flush;
@@ -648,6 +679,8 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     if (opt.pause_after_puts != 0 && i + 1 == opt.pause_after_puts) {
       out << "event=progress puts=" << i + 1 << " (waiting for SIGUSR1)\n" << std::flush;
       wait_go();
+    } else if (opt.progress_every != 0 && (i + 1) % opt.progress_every == 0) {
+      out << "event=progress puts=" << i + 1 << " view=" << view.version << "\n" << std::flush;
     }
   }
   const double put_seconds = std::chrono::duration<double>(StoreClock::now() - put_start).count();

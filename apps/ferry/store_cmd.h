@@ -56,6 +56,8 @@ struct StoreClientOptions {
   // After this many puts (0: never), print event=progress and wait for
   // SIGUSR1: a test kills a replica between two puts.
   uint64_t pause_after_puts = 0;
+  // Print event=progress every this many puts (0: never).
+  uint64_t progress_every = 0;
 };
 
 // Connects both groups, formats a fresh store (clearing every replica's
