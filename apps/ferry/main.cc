@@ -243,8 +243,8 @@ int main(int argc, char** argv) {
   st_replica->add_option("--config", st_replica_opts.config, "the store's TOML file (docs/deployment.md)")
       ->required()
       ->check(CLI::ExistingFile);
-  CLI::Option* st_index =
-      st_replica->add_option("--index", st_replica_opts.index, "which [[replica]] of the file this process is (0: head)");
+  CLI::Option* st_index = st_replica->add_option("--index", st_replica_opts.index,
+                                                 "which [[replica]] of the file this process is (0: head)");
   st_replica
       ->add_option("--spare", st_replica_opts.spare,
                    "or: which [[spare]] of the file this process is (needs [membership]); it waits, beating, until "

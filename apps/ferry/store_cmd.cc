@@ -617,7 +617,8 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     }
     if (joining.empty()) {
       return unavailable("member " + gone + " failed and no spare is left to take its place (a [[spare]] must be "
-                         "running, beating, and never a member before: start one with `ferry store replica --spare K`)");
+                         "running, beating, and never a member before: start one with "
+                         "`ferry store replica --spare K`)");
     }
     FERRY_ASSIGN_OR_RETURN(view, manager->replace(gone, joining));
     FERRY_ASSIGN_OR_RETURN(members, members_of(view));

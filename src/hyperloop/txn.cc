@@ -116,7 +116,8 @@ Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, Group
   // (a chain forwards downstream only).
   FERRY_ASSIGN_OR_RETURN(const GroupOptions lock_opts, client.group_options(lock_gid));
   if (o.log_bytes == 0 || o.log_bytes % kTxnRecordAlign != 0 || o.db_bytes == 0 ||
-      kTxnControlBytes + o.log_bytes + o.db_bytes > data_opts.region_bytes || lock_opts.replicas != data_opts.replicas) {
+      kTxnControlBytes + o.log_bytes + o.db_bytes > data_opts.region_bytes ||
+      lock_opts.replicas != data_opts.replicas) {
     return invalid_argument("txn recovery: the layout does not fit the group's region, or the lock group has "
                             "another number of replicas");
   }

@@ -186,7 +186,9 @@ Result<TxnRegionReadRequest> parse_txn_region_read(std::span<const uint8_t> payl
   if (payload.size() != kTxnRegionReadRequestBytes) {
     return invalid_argument("txn region read: a request of " + std::to_string(payload.size()) + " bytes, not 16");
   }
-  if (detail::load_le<uint32_t>(payload.data() + 12) != 0) return invalid_argument("txn region read: reserved bits set");
+  if (detail::load_le<uint32_t>(payload.data() + 12) != 0) {
+    return invalid_argument("txn region read: reserved bits set");
+  }
   TxnRegionReadRequest r;
   r.offset = detail::load_le<uint64_t>(payload.data());
   r.length = detail::load_le<uint32_t>(payload.data() + 8);
@@ -198,7 +200,9 @@ std::vector<uint8_t> encode_txn_region_reply(const TxnRegionReadReply& reply) {
   std::vector<uint8_t> out(kTxnRegionReplyHeaderBytes + reply.bytes.size(), 0);
   out[0] = static_cast<uint8_t>(reply.status);
   detail::store_le<uint32_t>(out.data() + 4, static_cast<uint32_t>(reply.bytes.size()));
-  if (!reply.bytes.empty()) std::memcpy(out.data() + kTxnRegionReplyHeaderBytes, reply.bytes.data(), reply.bytes.size());
+  if (!reply.bytes.empty()) {
+    std::memcpy(out.data() + kTxnRegionReplyHeaderBytes, reply.bytes.data(), reply.bytes.size());
+  }
   return out;
 }
 

@@ -145,7 +145,8 @@ grep -q "event=copied .* from=r2 " "$dir/spare0.log" || die "the spare did not c
 for f in replica0 replica2 spare0; do
   grep -q "event=rebuilt store=rec id=.* view=2 " "$dir/$f.log" || die "$f did not rebuild for view 2"
 done
-awk -v a="$t_kill" -v b="$t_done" 'BEGIN { printf "kill to client exit (recovery, %s remaining puts, verification): %.1f s\n", "'$(( puts - kill_at ))'", b - a }'
+awk -v a="$t_kill" -v b="$t_done" -v n=$(( puts - kill_at )) \
+  'BEGIN { printf "kill to client exit (recovery, %d remaining puts, verification): %.1f s\n", n, b - a }'
 
 # ---- 3. the new member holds the data ----
 last=$(printf 'key%06d' $(( puts - 1 )))
