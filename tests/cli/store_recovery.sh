@@ -18,15 +18,18 @@
 #      a replica: its client exits 1 saying no spare is left, and the
 #      survivors' regions keep what was put (nothing is formatted over).
 # Exit 77 (ctest SKIP_RETURN_CODE) when /usr/bin/etcd is not installed.
-# Usage: store_recovery.sh FERRY [--puts N] [--kill-at K]
+# Usage: store_recovery.sh FERRY [--puts N] [--kill-at K] [--victim I]
+# (--victim 0 or 2 kills the head or the tail instead of replica 1.)
 set -uo pipefail
 ferry=$1; shift
 puts=300
 kill_at=100
+victim=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --puts) puts=$2; shift ;;
     --kill-at) kill_at=$2; shift ;;
+    --victim) victim=$2; shift ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
   shift
@@ -122,27 +125,32 @@ wait_for "$dir/spare0.log" "event=spare" 10 || die "the spare did not start"
 client=$!
 pids+=($client)
 
-# ---- 2. replica 1 dies while the client puts ----
+# ---- 2. the victim (replica 1) dies while the client puts ----
 # The progress lines come every 10 puts; the kill lands within the next few
 # (the client does not wait for it), so usually in the middle of a put.
+survivors=()
+for i in 0 1 2; do [[ $i != "$victim" ]] && survivors+=($i); done
+view2="r${survivors[0]},r${survivors[1]},spare0"
 wait_for "$dir/client.log" "event=progress puts=$kill_at " 40 || die "the client did not reach $kill_at puts"
-kill -KILL "${replica_pid[1]}"
+kill -KILL "${replica_pid[$victim]}"
 t_kill=$(date +%s.%N)
-wait "${replica_pid[1]}" 2>/dev/null
+wait "${replica_pid[$victim]}" 2>/dev/null
 grep -q "event=membership .* version=1 members=r0,r1,r2 " "$dir/client.log" || die "view 1 is not r0,r1,r2"
-echo "$(elapsed) s: $kill_at puts done; SIGKILLed replica 1 (pid ${replica_pid[1]}) with the client putting"
+echo "$(elapsed) s: $kill_at puts done; SIGKILLed replica $victim (pid ${replica_pid[$victim]}) with the client putting"
 wait $client
 status=$?
 t_done=$(date +%s.%N)
 grep -E "event=(put_failed|failed|view|recovered|done)" "$dir/client.log"
 [[ $status == 0 ]] || die "client exit status $status"
-grep -q "event=failed member=r1 " "$dir/client.log" || die "the client did not name r1 as failed"
-grep -q "event=view version=2 members=r0,r2,spare0 " "$dir/client.log" || die "view 2 is not r0,r2,spare0"
+grep -q "event=failed member=r$victim " "$dir/client.log" || die "the client did not name r$victim as failed"
+grep -q "event=view version=2 members=$view2 " "$dir/client.log" || die "view 2 is not $view2"
 grep -q "event=recovered view=2 " "$dir/client.log" || die "no recovery"
-grep -q "event=done puts=$puts .* mismatches=0 view=2 members=r0,r2,spare0 recoveries=1" "$dir/client.log" ||
+grep -q "event=done puts=$puts .* mismatches=0 view=2 members=$view2 recoveries=1" "$dir/client.log" ||
   die "not every put completed and verified over view 2"
-grep -q "event=copied .* from=r2 " "$dir/spare0.log" || die "the spare did not copy its regions from r2"
-for f in replica0 replica2 spare0; do
+# The joining member copies from its upstream neighbour: the last survivor.
+grep -q "event=copied .* from=r${survivors[1]} " "$dir/spare0.log" ||
+  die "the spare did not copy its regions from r${survivors[1]}"
+for f in "replica${survivors[0]}" "replica${survivors[1]}" spare0; do
   grep -q "event=rebuilt store=rec id=.* view=2 " "$dir/$f.log" || die "$f did not rebuild for view 2"
 done
 awk -v a="$t_kill" -v b="$t_done" -v n=$(( puts - kill_at )) \
@@ -151,18 +159,18 @@ awk -v a="$t_kill" -v b="$t_done" -v n=$(( puts - kill_at )) \
 # ---- 3. the new member holds the data ----
 last=$(printf 'key%06d' $(( puts - 1 )))
 grep -qa "$last" "$dir/spare0.pm" || die "the spare's region file lacks $last"
-grep -qa "$last" "$dir/r1.pm" && die "the killed replica's region file holds $last, written after it died"
+grep -qa "$last" "$dir/r$victim.pm" && die "the killed replica's region file holds $last, written after it died"
 
 # ---- 4. the removed member cannot come back ----
-"$ferry" store replica --config "$dir/store.toml" --index 1 >"$dir/again1.log" 2>&1
+"$ferry" store replica --config "$dir/store.toml" --index "$victim" >"$dir/again.log" 2>&1
 s=$?
-[[ $s == 3 ]] || die "r1 restarted with its old --index exited $s, not 3"
-grep -q "event=removed store=rec id=r1 removed_in_view=2" "$dir/again1.log" || die "no event=removed line"
-grep -q "removed from the chain" "$dir/again1.log" || die "no clear removed message"
-cat "$dir/again1.log"
+[[ $s == 3 ]] || die "r$victim restarted with its old --index exited $s, not 3"
+grep -q "event=removed store=rec id=r$victim removed_in_view=2" "$dir/again.log" || die "no event=removed line"
+grep -q "removed from the chain" "$dir/again.log" || die "no clear removed message"
+cat "$dir/again.log"
 
-for p in "${replica_pid[0]}" "${replica_pid[2]}" "$spare_pid"; do kill -TERM "$p"; done
-for p in "${replica_pid[0]}" "${replica_pid[2]}" "$spare_pid"; do
+for p in "${replica_pid[${survivors[0]}]}" "${replica_pid[${survivors[1]}]}" "$spare_pid"; do kill -TERM "$p"; done
+for p in "${replica_pid[${survivors[0]}]}" "${replica_pid[${survivors[1]}]}" "$spare_pid"; do
   wait "$p"; s=$?
   [[ $s == 0 ]] || die "a member exited $s after SIGTERM"
 done
