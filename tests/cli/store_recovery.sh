@@ -20,16 +20,22 @@
 # Exit 77 (ctest SKIP_RETURN_CODE) when /usr/bin/etcd is not installed.
 # Usage: store_recovery.sh FERRY [--puts N] [--kill-at K] [--victim I]
 # (--victim 0 or 2 kills the head or the tail instead of replica 1.)
+# --freeze: instead of SIGKILL, the victim's process and its host's NIC
+# daemon get SIGSTOP (a host that hangs, or is cut off); after the recovery
+# they get SIGCONT, and the stale member must see that it was removed and
+# exit 3 by itself, serving nothing.
 set -uo pipefail
 ferry=$1; shift
 puts=300
 kill_at=100
 victim=1
+freeze=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --puts) puts=$2; shift ;;
     --kill-at) kill_at=$2; shift ;;
     --victim) victim=$2; shift ;;
+    --freeze) freeze=1 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
   shift
@@ -104,11 +110,12 @@ TOML
 
 for h in 0 1 2 3 4; do
   "$ferry" nicd --socket "$dir/n$h.sock" --bind "127.0.0.1:0" --name "host$h" --spin-us 50 >"$dir/nicd$h.log" 2>&1 &
+  nicd_pid[$h]=$!
   pids+=($!)
 done
 for h in 0 1 2 3 4; do wait_for "$dir/nicd$h.log" "event=ready" 10 || die "daemon $h did not start"; done
 
-declare -a replica_pid
+declare -a replica_pid nicd_pid
 for i in 2 1 0; do
   "$ferry" store replica --config "$dir/store.toml" --index $i >"$dir/replica$i.log" 2>&1 &
   replica_pid[$i]=$!
@@ -132,11 +139,17 @@ survivors=()
 for i in 0 1 2; do [[ $i != "$victim" ]] && survivors+=($i); done
 view2="r${survivors[0]},r${survivors[1]},spare0"
 wait_for "$dir/client.log" "event=progress puts=$kill_at " 40 || die "the client did not reach $kill_at puts"
-kill -KILL "${replica_pid[$victim]}"
-t_kill=$(date +%s.%N)
-wait "${replica_pid[$victim]}" 2>/dev/null
+if (( freeze )); then
+  kill -STOP "${replica_pid[$victim]}" "${nicd_pid[$(( victim + 1 ))]}"
+  t_kill=$(date +%s.%N)
+else
+  kill -KILL "${replica_pid[$victim]}"
+  t_kill=$(date +%s.%N)
+  wait "${replica_pid[$victim]}" 2>/dev/null
+fi
 grep -q "event=membership .* version=1 members=r0,r1,r2 " "$dir/client.log" || die "view 1 is not r0,r1,r2"
-echo "$(elapsed) s: $kill_at puts done; SIGKILLed replica $victim (pid ${replica_pid[$victim]}) with the client putting"
+echo "$(elapsed) s: $kill_at puts done; $( (( freeze )) && echo froze || echo SIGKILLed) replica $victim" \
+  "(pid ${replica_pid[$victim]}) with the client putting"
 wait $client
 status=$?
 t_done=$(date +%s.%N)
@@ -162,6 +175,18 @@ grep -qa "$last" "$dir/spare0.pm" || die "the spare's region file lacks $last"
 grep -qa "$last" "$dir/r$victim.pm" && die "the killed replica's region file holds $last, written after it died"
 
 # ---- 4. the removed member cannot come back ----
+if (( freeze )); then
+  # The stale member wakes up with its old chain: its next beat reads a view
+  # without it, and it exits 3 by itself.
+  kill -CONT "${nicd_pid[$(( victim + 1 ))]}" "${replica_pid[$victim]}"
+  for _ in $(seq 100); do kill -0 "${replica_pid[$victim]}" 2>/dev/null || break; sleep 0.05; done
+  wait "${replica_pid[$victim]}"
+  s=$?
+  [[ $s == 3 ]] || die "the stale r$victim exited $s, not 3"
+  grep -q "event=removed store=rec id=r$victim not_in_view=2" "$dir/replica$victim.log" ||
+    die "the stale r$victim did not say it was removed"
+  grep "event=removed" "$dir/replica$victim.log"
+fi
 "$ferry" store replica --config "$dir/store.toml" --index "$victim" >"$dir/again.log" 2>&1
 s=$?
 [[ $s == 3 ]] || die "r$victim restarted with its old --index exited $s, not 3"
