@@ -139,7 +139,7 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
   };
   if (c.recovery) {
     auto opened = membership::open_store(c.membership.etcd);
-    if (!opened.ok()) return fail(Status(opened.status().code(), "etcd " + c.membership.etcd + ": " +
+    if (!opened.ok()) return fail(Status(opened.status().code(), "[membership] etcd = " + c.membership.etcd + ": " +
                                                                      opened.status().message()));
     etcd = std::move(opened).value();
     auto removed = store_member_removed(*etcd, c, id);
@@ -462,7 +462,8 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
   if (c.recovery) {
     auto opened = membership::open_store(c.membership.etcd);
     if (!opened.ok()) {
-      return fail(Status(opened.status().code(), "etcd " + c.membership.etcd + ": " + opened.status().message()));
+      return fail(Status(opened.status().code(),
+                         "[membership] etcd = " + c.membership.etcd + ": " + opened.status().message()));
     }
     etcd = std::move(opened).value();
     hyperloop::ChainManagerOptions mo;
