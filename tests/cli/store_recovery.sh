@@ -50,7 +50,11 @@ if [[ ! -x $etcd_bin ]]; then
 fi
 dir=$(mktemp -d /dev/shm/ferry-recovery-XXXXXX 2>/dev/null || mktemp -d)
 pids=()
+etcd_pid=
 cleanup() {
+  # etcd runs under `timeout` (so it goes away by itself if this script is
+  # killed outright): TERM reaches etcd through it, KILL would orphan it.
+  if [[ -n $etcd_pid ]]; then kill -TERM "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null; fi
   for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
   rm -rf "$dir"
@@ -74,7 +78,7 @@ timeout 120 "$etcd_bin" --name=ferry-recovery --data-dir="$dir/etcd" \
   --listen-client-urls="http://127.0.0.1:$etcd_client" --advertise-client-urls="http://127.0.0.1:$etcd_client" \
   --listen-peer-urls="http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer" \
   --initial-cluster="ferry-recovery=http://127.0.0.1:$etcd_peer" --initial-cluster-state=new >"$dir/etcd.log" 2>&1 &
-pids+=($!)
+etcd_pid=$!
 for _ in $(seq 200); do
   curl -fsS "http://127.0.0.1:$etcd_client/health" 2>/dev/null | grep -q true && break
   sleep 0.05
