@@ -12,13 +12,19 @@
 
 namespace ferry::apps {
 
-Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view source, const std::string& path, bool replica) {
-  if (replica) {
+Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view source, const std::string& path,
+                                         bool replica, bool with_id) {
+  if (replica && with_id) {
+    FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"id", "nicd", "listen", "region"}));
+  } else if (replica) {
     FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"nicd", "listen", "region"}));
   } else {
     FERRY_RETURN_IF_ERROR(check_keys(t, source, path, {"nicd", "listen"}));
   }
   MemberConfig m;
+  if (with_id) {
+    FERRY_ASSIGN_OR_RETURN(m.id, string(t, "id", source, path + ".id", false));
+  }
   FERRY_ASSIGN_OR_RETURN(m.nicd, string(t, "nicd", source, path + ".nicd", false));
   if (m.nicd.empty()) m.nicd = "/run/ferry/nicd.sock";
   FERRY_ASSIGN_OR_RETURN(m.listen, string(t, "listen", source, path + ".listen", true));
@@ -30,7 +36,8 @@ Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view 
 }
 
 Status parse_chain_members(const toml::table& root, std::string_view source, uint32_t replicas,
-                           std::string_view count_key, MemberConfig* client, std::vector<MemberConfig>* members) {
+                           std::string_view count_key, MemberConfig* client, std::vector<MemberConfig>* members,
+                           bool with_ids) {
   const toml::table* c = root["client"].as_table();
   if (c == nullptr) return invalid_argument(std::string(source) + ": the [client] table is missing");
   FERRY_ASSIGN_OR_RETURN(*client, parse_member_config(*c, source, "client", false));
@@ -41,7 +48,7 @@ Status parse_chain_members(const toml::table& root, std::string_view source, uin
     const toml::table* t = (*list)[i].as_table();
     const std::string path = "replica[" + std::to_string(i) + "]";
     if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[replica]])");
-    FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true));
+    FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true, with_ids));
     members->push_back(std::move(m));
   }
   if (members->size() != replicas) {

@@ -35,6 +35,7 @@
 namespace ferry::apps {
 
 struct MemberConfig {
+  std::string id;      // the store's members only: its id in the chain's membership (store_config.h)
   std::string nicd;    // the NIC daemon's socket
   std::string listen;  // "a.b.c.d:port" of the member's CM listener
   std::string region;  // replicas: the region's backing file ("" = anonymous shared memory)
@@ -57,14 +58,16 @@ Result<ChainConfig> load_chain_config(const std::string& path);
 
 // One member's table ([client], or a [[replica]] with `replica`): nicd
 // (default /run/ferry/nicd.sock), listen (required, checked), region
-// (replicas only, optional). Errors name `source` and `path`.
+// (replicas only, optional), id (only `with_id`: optional, checked by the
+// caller). Errors name `source` and `path`.
 Result<MemberConfig> parse_member_config(const toml::table& t, std::string_view source, const std::string& path,
-                                         bool replica);
+                                         bool replica, bool with_id = false);
 
 // The [client] table and the [[replica]] array of `root`, replicas in chain
 // order; their count is checked against `replicas` (`count_key` names the
 // key that set it, for the message). Errors name `source` and the table.
 Status parse_chain_members(const toml::table& root, std::string_view source, uint32_t replicas,
-                           std::string_view count_key, MemberConfig* client, std::vector<MemberConfig>* members);
+                           std::string_view count_key, MemberConfig* client, std::vector<MemberConfig>* members,
+                           bool with_ids = false);
 
 }  // namespace ferry::apps

@@ -233,14 +233,24 @@ int main(int argc, char** argv) {
   ferry::apps::StoreReplicaOptions st_replica_opts;
   CLI::App* st_replica = st_cmd->add_subcommand(
       "replica",
-      "Serve as replica --index of the store described by --config: the data group over its region and the lock "
-      "group over DRAM (their chains need no CPU once connected), and GET/SCAN from its own image under its read "
-      "locks. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
+      "Serve as replica --index (or spare --spare) of the store described by --config: the data group over its "
+      "region and the lock group over DRAM (their chains need no CPU once connected), and GET/SCAN from its own "
+      "image under its read locks. With a [membership] table it beats in etcd and follows the chain's view: "
+      "event=view/rebuilt when the chain is rebuilt around a failed member, event=copied when a spare joins "
+      "(it copies its regions from its upstream neighbour first), event=removed and exit 3 when this member was "
+      "removed from the chain (also at start: a removed id never serves again). Stops on SIGINT/SIGTERM (exit 0), "
+      "exits 1 when its NIC daemon dies or it cannot start, 2 for a bad configuration");
   st_replica->add_option("--config", st_replica_opts.config, "the store's TOML file (docs/deployment.md)")
       ->required()
       ->check(CLI::ExistingFile);
-  st_replica->add_option("--index", st_replica_opts.index, "which [[replica]] of the file this process is (0: head)")
-      ->required();
+  CLI::Option* st_index = st_replica->add_option("--index", st_replica_opts.index,
+                                                 "which [[replica]] of the file this process is (0: head)");
+  st_replica
+      ->add_option("--spare", st_replica_opts.spare,
+                   "or: which [[spare]] of the file this process is (needs [membership]); it waits, beating, until "
+                   "the client makes it a member in place of a failed replica")
+      ->check(CLI::Range(0, 1000))
+      ->excludes(st_index);
   st_replica->add_option("--nicd", st_replica_opts.nicd, "the NIC daemon's socket (overrides the file)");
   st_replica->add_option("--listen", st_replica_opts.listen, "this replica's CM address (overrides the file)");
   st_replica->add_option("--region", st_replica_opts.region,
@@ -250,7 +260,11 @@ int main(int argc, char** argv) {
       "client",
       "The store's front end: connect both groups, format a fresh store (clearing every replica's data region), "
       "put --puts keys (key000000..) and with --verify read each back from every replica and scan every replica's "
-      "table, printing the put and read latency distributions. Exit 0 only if every read matched");
+      "table, printing the put and read latency distributions. With a [membership] table it runs the chain "
+      "manager on etcd: a put that fails makes it wait for the member that stopped beating (event=failed), "
+      "replace it by a live [[spare]] in the next view (event=view version=N members=...), reconnect, reconcile "
+      "the log through the members' read services (event=recovered, with timings) and retry the put; with no "
+      "failed member or no spare left it exits 1. Exit 0 only if every put succeeded and every read matched");
   st_client->add_option("--config", st_client_opts.config, "the store's TOML file")->required()->check(CLI::ExistingFile);
   st_client->add_option("--nicd", st_client_opts.nicd, "the NIC daemon's socket (overrides the file)");
   st_client->add_option("--listen", st_client_opts.listen, "the client's CM address (overrides the file)");
@@ -271,6 +285,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 3'600'000u))
       ->capture_default_str();
   st_client->add_flag("--json", st_client_opts.json, "print the summary as one JSON object");
+  st_client->add_option("--pause-after-puts", st_client_opts.pause_after_puts,
+                        "after this many puts print event=progress and wait for SIGUSR1 (tests kill a replica "
+                        "there)");
+  st_client->add_option("--progress-every", st_client_opts.progress_every,
+                        "print event=progress puts=N every this many puts (0: never)")
+      ->capture_default_str();
   st_client->add_flag("--pause-for-sigusr1", st_client_opts.pause_for_sigusr1,
                       "wait for SIGUSR1 after setup and again after the puts (tests stop the replicas in between)");
 
@@ -706,7 +726,10 @@ int main(int argc, char** argv) {
   }
   if (hl_replica->parsed()) return ferry::apps::run_hyperloop_replica(hl_replica_opts, std::cout, std::cerr);
   if (hl_client->parsed()) return ferry::apps::run_hyperloop_client(hl_client_opts, std::cout, std::cerr);
-  if (st_replica->parsed()) return ferry::apps::run_store_replica(st_replica_opts, std::cout, std::cerr);
+  if (st_replica->parsed()) {
+    st_replica_opts.has_index = st_index->count() > 0;
+    return ferry::apps::run_store_replica(st_replica_opts, std::cout, std::cerr);
+  }
   if (st_client->parsed()) return ferry::apps::run_store_client(st_client_opts, std::cout, std::cerr);
   if (lk_coord->parsed()) return ferry::apps::run_logkv_coordinator(lk_coord_opts, std::cout, std::cerr);
   if (lk_server->parsed()) return ferry::apps::run_logkv_server(lk_server_opts, std::cout, std::cerr);

@@ -3,18 +3,23 @@
 #include "store_cmd.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "ferry/cm/cm.h"
+#include "ferry/common/clock.h"
+#include "ferry/hyperloop/chain_manager.h"
 #include "ferry/common/histogram.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
@@ -25,8 +30,10 @@
 #include "ferry/nicd/nicd.h"
 #include "ferry/rpc/client.h"
 #include "ferry/rpc/server.h"
+#include "ferry/membership/store.h"
 #include "member_process.h"
 #include "store_config.h"
+#include "store_recovery.h"
 
 namespace ferry::apps {
 
@@ -87,30 +94,78 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
     return 2;
   }
   const StoreConfig& c = cfg.value();
-  if (opt.index >= c.replicas.size()) {
-    err << me << ": --index " << opt.index << " is not a replica of " << opt.config << " (it has "
-        << c.replicas.size() << ")\n";
+  const bool spare = opt.spare >= 0;
+  if (spare == opt.has_index) {
+    err << me << ": give exactly one of --index (a replica of the chain) and --spare (a spare)\n";
     return 2;
   }
-  MemberConfig self = c.replicas[opt.index];
+  if (spare && !c.recovery) {
+    err << me << ": --spare needs a [membership] table in " << opt.config << " (recovery is off without one)\n";
+    return 2;
+  }
+  if (spare ? static_cast<size_t>(opt.spare) >= c.spares.size() : opt.index >= c.replicas.size()) {
+    err << me << ": " << (spare ? "--spare " : "--index ") << (spare ? opt.spare : opt.index) << " is not a "
+        << (spare ? "[[spare]]" : "[[replica]]") << " of " << opt.config << " (it has "
+        << (spare ? c.spares.size() : c.replicas.size()) << ")\n";
+    return 2;
+  }
+  MemberConfig self = spare ? c.spares[static_cast<size_t>(opt.spare)] : c.replicas[opt.index];
   if (!opt.nicd.empty()) self.nicd = opt.nicd;
   if (!opt.listen.empty()) self.listen = opt.listen;
   if (!opt.region.empty()) self.region = opt.region;
-  const bool tail = opt.index + 1 == c.replicas.size();
-  const std::string downstream = tail ? c.client.listen : c.replicas[opt.index + 1].listen;
-  const hyperloop::GroupOptions data_options = c.data_options();
-  const hyperloop::GroupOptions lock_options = c.lock_options();
+  const std::string& id = self.id;
+  hyperloop::GroupOptions data_options = c.data_options();
+  hyperloop::GroupOptions lock_options = c.lock_options();
 
   sigset_t stop;
   block_stop_signals(&stop);
   auto fail = [&](const Status& s) {
-    err << me << " " << opt.index << ": " << s.message() << "\n";
+    err << me << " " << id << ": " << s.message() << "\n";
     return 1;
   };
+  // Where this member stands in the chain: the view version it serves (0:
+  // a spare not in the chain), its position and the chain's members.
+  uint64_t version = spare ? 0 : 1;
+  uint32_t position = spare ? 0 : opt.index;
+  std::vector<std::string> chain;
+  for (const MemberConfig& r : c.replicas) chain.push_back(r.id);
+  bool joining = false;  // a spare in the view that has not copied its regions yet
+  std::unique_ptr<membership::MembershipStore> etcd;
+  auto removed_exit = [&](const std::string& why) {
+    out << fmt::format("event=removed store={} id={} {}\n", c.name, id, why) << std::flush;
+    err << me << " " << id << ": removed from the chain (" << why
+        << "): it must not serve its old state; it may only come back as a new member under a new id\n";
+    return 3;
+  };
+  if (c.recovery) {
+    auto opened = membership::open_store(c.membership.etcd);
+    if (!opened.ok()) return fail(Status(opened.status().code(), "[membership] etcd = " + c.membership.etcd + ": " +
+                                                                     opened.status().message()));
+    etcd = std::move(opened).value();
+    auto removed = store_member_removed(*etcd, c, id);
+    if (!removed.ok()) return fail(removed.status());
+    if (removed.value()) return removed_exit("removed_in_view=" + *removed.value());
+    auto view = read_store_view(*etcd, c);
+    if (!view.ok()) return fail(view.status());
+    if (view.value()) {
+      const membership::View& v = *view.value();
+      const auto it = std::find_if(v.members.begin(), v.members.end(), [&](const auto& m) { return m.id == id; });
+      if (it != v.members.end()) {
+        version = v.version;
+        position = static_cast<uint32_t>(it - v.members.begin());
+        chain.clear();
+        for (const auto& m : v.members) chain.push_back(m.id);
+        joining = spare;
+      } else if (!spare) {
+        return removed_exit("not_in_view=" + std::to_string(v.version));
+      }
+    }
+  }
+
   // Declared in the order they must outlive each other: the device outlives
   // every verbs object; the regions, the reader and the listener outlive the
-  // Replicas and the read server.
-  auto device = attach_nicd(self.nicd, "store-replica-" + std::to_string(opt.index));
+  // Replicas, the copy service and the read server.
+  auto device = attach_nicd(self.nicd, "store-" + id);
   if (!device.ok()) return fail(device.status());
   nic::Nic& nic = device.value()->nic();
   auto data_region = self.region.empty() ? nicd::SharedMemory::create(data_options.region_bytes, "ferry-store-data")
@@ -135,12 +190,16 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
   if (!server.ok()) return fail(server.status());
   auto handler = [&](const rpc::Request& req, rpc::Reply& reply) {
     ++reads;
-    const std::vector<uint8_t> answer = hyperloop::answer_txn_kv_read(reader, req.type, req.payload, reply.capacity());
+    const std::vector<uint8_t> answer =
+        req.type == hyperloop::kTxnKvReadRegion
+            ? hyperloop::answer_txn_region_read(data_mem, req.payload, reply.capacity())
+            : hyperloop::answer_txn_kv_read(reader, req.type, req.payload, reply.capacity());
     std::memcpy(reply.space().data(), answer.data(), answer.size());
     reply.set_size(answer.size());
   };
   const std::pair<uint16_t, const char*> read_types[] = {{hyperloop::kTxnKvReadGet, "txnkv.get"},
-                                                          {hyperloop::kTxnKvReadScan, "txnkv.scan"}};
+                                                          {hyperloop::kTxnKvReadScan, "txnkv.scan"},
+                                                          {hyperloop::kTxnKvReadRegion, "txnkv.region"}};
   for (const auto& [type, name] : read_types) {
     rpc::HandlerInfo info;
     info.name = name;
@@ -148,36 +207,101 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
   }
   if (Status s = server.value()->start(); !s.ok()) return fail(s);
   if (Status s = server.value()->serve(*listener.value(), c.read_service()); !s.ok()) return fail(s);
+  // A joining spare copies its regions from a member through this service.
+  std::unique_ptr<StoreCopyService> copy_service;
+  if (c.recovery) {
+    auto started = StoreCopyService::start(nic, *listener.value(), c.copy_service(), data_mem, lock_mem);
+    if (!started.ok()) return fail(started.status());
+    copy_service = std::move(started).value();
+  }
 
-  auto make_spec = [&](const std::string& group, const hyperloop::GroupOptions& options) {
-    hyperloop::ReplicaSpec spec;
-    spec.group = group;
-    spec.index = opt.index;
-    spec.options = options;
-    spec.connect_timeout_ms = c.connect_timeout_ms;
-    return spec;
+  // The member's two Replicas for view `version` at `position` of `chain`.
+  std::unique_ptr<hyperloop::Replica> data, locks;
+  auto build = [&]() -> Status {
+    const uint32_t n = static_cast<uint32_t>(chain.size());
+    data_options.replicas = lock_options.replicas = n;
+    const bool tail = position + 1 == n;
+    const MemberConfig* next = tail ? nullptr : c.member(chain[position + 1]);
+    if (!tail && next == nullptr) return invalid_argument("view member '" + chain[position + 1] + "' is not in " +
+                                                          opt.config);
+    const std::string downstream = tail ? c.client.listen : next->listen;
+    auto make_spec = [&](const std::string& group, const hyperloop::GroupOptions& options) {
+      hyperloop::ReplicaSpec spec;
+      spec.group = group;
+      spec.index = position;
+      spec.options = options;
+      spec.connect_timeout_ms = c.connect_timeout_ms;
+      return spec;
+    };
+    FERRY_ASSIGN_OR_RETURN(data, hyperloop::Replica::create(nic, data_mem, make_spec(c.data_group(version),
+                                                                                     data_options)));
+    FERRY_ASSIGN_OR_RETURN(locks, hyperloop::Replica::create(nic, lock_mem, make_spec(c.lock_group(version),
+                                                                                      lock_options)));
+    FERRY_RETURN_IF_ERROR(data->serve(*listener.value()));
+    FERRY_RETURN_IF_ERROR(locks->serve(*listener.value()));
+    out << fmt::format("event=listening store={} id={} index={} view={} listen={} nicd={} region={} data_bytes={} "
+                       "lock_bytes={} downstream={} read_service={}\n",
+                       c.name, id, position, version, listener.value()->address(), self.nicd,
+                       self.region.empty() ? "anonymous" : self.region, data_options.region_bytes,
+                       lock_options.region_bytes, downstream, c.read_service())
+        << std::flush;
+    FERRY_RETURN_IF_ERROR(data->connect_downstream(downstream));
+    FERRY_RETURN_IF_ERROR(locks->connect_downstream(downstream));
+    out << fmt::format("event=ready store={} id={} index={} view={} (both groups' chains posted; this process now "
+                       "only serves reads)\n",
+                       c.name, id, position, version)
+        << std::flush;
+    return ok_status();
   };
-  auto data = hyperloop::Replica::create(nic, data_mem, make_spec(c.data_group(), data_options));
-  if (!data.ok()) return fail(data.status());
-  auto locks = hyperloop::Replica::create(nic, lock_mem, make_spec(c.lock_group(), lock_options));
-  if (!locks.ok()) return fail(locks.status());
-  if (Status s = data.value()->serve(*listener.value()); !s.ok()) return fail(s);
-  if (Status s = locks.value()->serve(*listener.value()); !s.ok()) return fail(s);
-  out << fmt::format("event=listening store={} index={} listen={} nicd={} region={} data_bytes={} lock_bytes={} "
-                     "downstream={} read_service={}\n",
-                     c.name, opt.index, listener.value()->address(), self.nicd,
-                     self.region.empty() ? "anonymous" : self.region, data_options.region_bytes,
-                     lock_options.region_bytes, downstream, c.read_service())
-      << std::flush;
-  if (Status s = data.value()->connect_downstream(downstream); !s.ok()) return fail(s);
-  if (Status s = locks.value()->connect_downstream(downstream); !s.ok()) return fail(s);
-  out << fmt::format("event=ready store={} index={} (both groups' chains posted; this process now only serves reads)\n",
-                     c.name, opt.index)
-      << std::flush;
+  // A spare that joins: both regions from its upstream neighbour in the new
+  // view (the last survivor, whose log holds what the others hold), before
+  // it serves anything of the chain.
+  auto join = [&]() -> Status {
+    if (position == 0) return failed_precondition("a joining member at the head has no upstream to copy");
+    const MemberConfig* from = c.member(chain[position - 1]);
+    if (from == nullptr) return invalid_argument("view member '" + chain[position - 1] + "' is not in " + opt.config);
+    const auto t0 = StoreClock::now();
+    FERRY_ASSIGN_OR_RETURN(const uint64_t bytes, copy_store_regions(nic, from->listen, c.copy_service(), data_mem,
+                                                                    lock_mem, c.connect_timeout_ms));
+    out << fmt::format("event=copied store={} id={} from={} bytes={} ms={:.1f}\n", c.name, id, chain[position - 1],
+                       bytes, static_cast<double>(store_elapsed_ns(t0)) / 1e6)
+        << std::flush;
+    joining = false;
+    return ok_status();
+  };
+  if (version == 0) {
+    out << fmt::format("event=spare store={} id={} listen={} (waiting to join the chain)\n", c.name, id,
+                       listener.value()->address())
+        << std::flush;
+  } else {
+    if (joining) {
+      if (Status s = join(); !s.ok()) return fail(s);
+    }
+    if (Status s = build(); !s.ok()) return fail(s);
+  }
 
+  // A rebuild runs on its own thread (it waits for the neighbours, up to
+  // connect_timeout_ms) while this one keeps answering reads and beating
+  // the version it served before; it never touches data/locks meanwhile.
+  // Joined before anything above goes (declared after it).
+  std::thread rebuilder;
+  std::atomic<bool> rebuilt{false};
+  Status rebuild_status;
+  StoreClock::time_point rebuild_start;
+  struct JoinRebuilder {
+    std::thread& t;
+    ~JoinRebuilder() {
+      if (t.joinable()) t.join();
+    }
+  } join_rebuilder{rebuilder};
+
+  uint64_t beat_version = version;  // announced only once the Replicas of `version` are ready
   bool serving = false;
+  std::string etcd_error;
   auto last_read = StoreClock::now() - kStoreBusyPoll;
   auto last_check = StoreClock::now();
+  auto last_beat = StoreClock::now() - std::chrono::hours(1);
+  const auto beat_period = std::chrono::milliseconds(c.recovery ? c.membership.heartbeat_ms : 0);
   for (;;) {
     size_t handled = 0;
     for (int pass = 0; pass < 8; ++pass) handled += server.value()->poll_worker(0);
@@ -187,21 +311,80 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
     siginfo_t info;
     const int sig = sigtimedwait(&stop, &info, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
-      out << fmt::format("event=stop signal={} store={} index={} reads={} read_retries={} data_links={} lock_links={}\n",
-                         sig == SIGINT ? "SIGINT" : "SIGTERM", c.name, opt.index, reads, reader.retries(),
-                         data.value()->status().upstream_links, locks.value()->status().upstream_links)
+      if (rebuilder.joinable()) rebuilder.join();
+      out << fmt::format("event=stop signal={} store={} id={} view={} reads={} read_retries={} data_links={} "
+                         "lock_links={}\n",
+                         sig == SIGINT ? "SIGINT" : "SIGTERM", c.name, id, version, reads, reader.retries(),
+                         data ? data->status().upstream_links : 0, locks ? locks->status().upstream_links : 0)
           << std::flush;
       return 0;
+    }
+    if (rebuilder.joinable() && rebuilt) {
+      rebuilder.join();
+      if (!rebuild_status.ok()) return fail(rebuild_status);
+      out << fmt::format("event=rebuilt store={} id={} view={} index={} ms={:.1f} reads_meanwhile={}\n", c.name, id,
+                         version, position, static_cast<double>(store_elapsed_ns(rebuild_start)) / 1e6, reads)
+          << std::flush;
+      beat_version = version;
+      last_beat = now - beat_period;  // beat the new version right away
+    }
+    if (etcd != nullptr && now - last_beat >= beat_period) {
+      last_beat = now;
+      // The beat names the view this member serves; then the view tells
+      // whether the chain moved on.
+      Status st = put_store_beat(*etcd, c, id, beat_version);
+      auto view = st.ok() ? read_store_view(*etcd, c) : Result<std::optional<membership::View>>(st);
+      if (!view.ok()) {
+        if (view.status().message() != etcd_error) {
+          etcd_error = view.status().message();
+          err << me << " " << id << ": etcd: " << etcd_error << " (retrying every beat)\n";
+        }
+      } else if (view.value()) {
+        etcd_error.clear();
+        const membership::View& v = *view.value();
+        const auto it = std::find_if(v.members.begin(), v.members.end(), [&](const auto& m) { return m.id == id; });
+        if (it == v.members.end() && version != 0) {
+          if (rebuilder.joinable()) rebuilder.join();
+          return removed_exit("not_in_view=" + std::to_string(v.version));
+        }
+        if (it != v.members.end() && v.version != version && !rebuilder.joinable()) {
+          // The chain moved to a new view with this member in it: rebuild
+          // both Replicas at its new position, under the new view's group
+          // names; the regions and the read service stay.
+          rebuild_start = StoreClock::now();
+          joining = version == 0;
+          out << fmt::format("event=view store={} id={} version={} members={} index={} was={}\n", c.name, id,
+                             v.version, store_view_members(v), it - v.members.begin(), version)
+              << std::flush;
+          locks.reset();
+          data.reset();
+          version = v.version;
+          position = static_cast<uint32_t>(it - v.members.begin());
+          chain.clear();
+          for (const auto& m : v.members) chain.push_back(m.id);
+          serving = false;
+          rebuilt = false;
+          rebuilder = std::thread([&] {
+            Status s = joining ? join() : ok_status();
+            if (s.ok()) s = build();
+            rebuild_status = s;
+            rebuilt = true;
+          });
+        }
+      }
     }
     if (now - last_check < std::chrono::milliseconds(200)) continue;
     last_check = now;
     if (!nic.alive()) {
-      err << me << " " << opt.index << ": the NIC daemon at " << self.nicd << " died; the store's chains are broken\n";
+      if (rebuilder.joinable()) rebuilder.join();
+      err << me << " " << id << ": the NIC daemon at " << self.nicd << " died; the store's chains are broken\n";
       return 1;
     }
-    if (!serving && data.value()->status().upstream_links == 3 && locks.value()->status().upstream_links == 3) {
+    if (!serving && !rebuilder.joinable() && data && locks && data->status().upstream_links == 3 &&
+        locks->status().upstream_links == 3) {
       serving = true;
-      out << fmt::format("event=serving store={} index={}\n", c.name, opt.index) << std::flush;
+      out << fmt::format("event=serving store={} id={} index={} view={}\n", c.name, id, position, version)
+          << std::flush;
     }
   }
 }
@@ -241,7 +424,11 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
   sigset_t go;
   sigemptyset(&go);
   sigaddset(&go, SIGUSR1);
-  if (opt.pause_for_sigusr1) pthread_sigmask(SIG_BLOCK, &go, nullptr);
+  if (opt.pause_for_sigusr1 || opt.pause_after_puts != 0) pthread_sigmask(SIG_BLOCK, &go, nullptr);
+  auto wait_go = [&] {
+    int sig = 0;
+    sigwait(&go, &sig);
+  };
   auto pause = [&](std::string_view before) {
     if (!opt.pause_for_sigusr1) return;
     out << "event=waiting for SIGUSR1 before " << before << "\n" << std::flush;
@@ -261,21 +448,71 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
   auto client = hyperloop::HyperLoopClient::create(nic, co);
   if (!client.ok()) return fail(client.status());
   hyperloop::HyperLoopClient& group_client = *client.value();
-  auto connect = [&](const std::string& group, const hyperloop::GroupOptions& options) {
+
+  // Recovery across processes ([membership]): the chain manager on etcd
+  // (it creates view 1 from the [[replica]] ids, or adopts the stored view)
+  // and the thread relaying the members' beats to it. Declared in this
+  // order so that the thread stops first.
+  std::unique_ptr<membership::MembershipStore> etcd;
+  std::unique_ptr<hyperloop::ChainManager> manager;
+  std::unique_ptr<StoreChainMonitor> monitor;
+  membership::View view;
+  view.version = 1;
+  for (const MemberConfig& r : c.replicas) view.members.push_back({r.id, "", 1});
+  if (c.recovery) {
+    auto opened = membership::open_store(c.membership.etcd);
+    if (!opened.ok()) {
+      return fail(Status(opened.status().code(),
+                         "[membership] etcd = " + c.membership.etcd + ": " + opened.status().message()));
+    }
+    etcd = std::move(opened).value();
+    hyperloop::ChainManagerOptions mo;
+    mo.cluster = c.membership.cluster;
+    mo.chain = c.name;
+    mo.heartbeat_ms = c.membership.heartbeat_ms;
+    mo.missed_beats = c.membership.missed_beats;
+    std::vector<std::string> ids;
+    for (const MemberConfig& r : c.replicas) ids.push_back(r.id);
+    auto opened_manager = hyperloop::ChainManager::open(etcd.get(), &SteadyClock::instance(), ids, mo);
+    if (!opened_manager.ok()) return fail(opened_manager.status());
+    manager = std::move(opened_manager).value();
+    view = manager->view();
+    monitor = std::make_unique<StoreChainMonitor>(*etcd, *manager, c);
+    out << fmt::format("event=membership etcd={} view_key={} version={} members={} heartbeat_ms={} missed_beats={}\n",
+                       c.membership.etcd, c.view_key(), view.version, store_view_members(view),
+                       c.membership.heartbeat_ms, c.membership.missed_beats)
+        << std::flush;
+  }
+  // The view's members' configurations, in chain order.
+  auto members_of = [&](const membership::View& v) -> Result<std::vector<MemberConfig>> {
+    std::vector<MemberConfig> members;
+    for (const auto& m : v.members) {
+      const MemberConfig* mc = c.member(m.id);
+      if (mc == nullptr) return invalid_argument("the chain's view names '" + m.id + "', which " + opt.config +
+                                                 " has no [[replica]] or [[spare]] for");
+      members.push_back(*mc);
+    }
+    return members;
+  };
+  auto chain = members_of(view);
+  if (!chain.ok()) return fail(chain.status());
+  std::vector<MemberConfig> members = std::move(chain).value();
+  auto remote_options = [&](const std::string& group, hyperloop::GroupOptions options) {
+    options.replicas = static_cast<uint32_t>(members.size());
     hyperloop::RemoteGroupOptions ro;
     ro.group = group;
     ro.options = options;
-    ro.head = c.replicas[0].listen;
+    ro.head = members[0].listen;
     ro.listener = listener.value().get();
     ro.timeout_ms = c.connect_timeout_ms;
-    return group_client.connect_group(ro);
+    return ro;
   };
-  auto data = connect(c.data_group(), c.data_options());
+  auto data = group_client.connect_group(remote_options(c.data_group(view.version), c.data_options()));
   if (!data.ok()) return fail(data.status());
-  auto locks = connect(c.lock_group(), c.lock_options());
+  auto locks = group_client.connect_group(remote_options(c.lock_group(view.version), c.lock_options()));
   if (!locks.ok()) return fail(locks.status());
-  out << fmt::format("event=connected store={} replicas={} head={} listen={}\n", c.name, c.replicas.size(),
-                     c.replicas[0].listen, listener.value()->address())
+  out << fmt::format("event=connected store={} replicas={} view={} head={} listen={}\n", c.name, members.size(),
+                     view.version, members[0].listen, listener.value()->address())
       << std::flush;
 
   // An existing store (replica processes restarted over their region
@@ -284,7 +521,7 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
   // reads as a store only if one was formatted there.
   {
     const rpc::ServerInfo probe_expect = c.read_server_info();
-    auto probe = rpc::Client::connect(nic, c.replicas[0].listen, c.read_service(), rpc::ClientOptions{},
+    auto probe = rpc::Client::connect(nic, members[0].listen, c.read_service(), rpc::ClientOptions{},
                                       &probe_expect);
     if (!probe.ok()) return fail(probe.status());
     hyperloop::TxnKvReadRequest scan;
@@ -298,7 +535,7 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     if (!parsed.ok()) return fail(parsed.status());
     if (parsed->status == hyperloop::TxnKvReadStatus::kOk) {
       if (!opt.format) {
-        err << me << ": replica 0 (" << c.replicas[0].listen << ") already holds a store '" << c.name
+        err << me << ": replica 0 (" << members[0].listen << ") already holds a store '" << c.name
             << "'; this client would format a new one over it. Pass --format to wipe every replica's data and "
                "start again (nothing was changed)\n";
         return 2;
@@ -316,21 +553,108 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     if (Status s = group_client.gwrite(data.value(), off, n); !s.ok()) return fail(s);
   }
   if (Status s = group_client.gflush(data.value()); !s.ok()) return fail(s);
-  auto txn = hyperloop::TxnClient::initialize(group_client, data.value(), locks.value(), c.txn);
-  if (!txn.ok()) return fail(txn.status());
-  auto kv = hyperloop::TxnKv::create(*txn.value(), c.kv);
-  if (!kv.ok()) return fail(kv.status());
+  std::unique_ptr<hyperloop::TxnClient> txn;
+  std::unique_ptr<hyperloop::TxnKv> kv;
+  {
+    auto t = hyperloop::TxnClient::initialize(group_client, data.value(), locks.value(), c.txn);
+    if (!t.ok()) return fail(t.status());
+    txn = std::move(t).value();
+    auto k = hyperloop::TxnKv::create(*txn, c.kv);
+    if (!k.ok()) return fail(k.status());
+    kv = std::move(k).value();
+  }
 
-  // Every replica's read service (served before its chains were connected).
+  // Every member's read service (served before its chains were connected).
   std::vector<std::unique_ptr<rpc::Client>> readers;
   const rpc::ServerInfo expect = c.read_server_info();
-  if (opt.verify) {
-    for (const MemberConfig& r : c.replicas) {
-      auto rc = rpc::Client::connect(nic, r.listen, c.read_service(), rpc::ClientOptions{}, &expect);
-      if (!rc.ok()) return fail(rc.status());
-      readers.push_back(std::move(rc).value());
+  auto connect_readers = [&]() -> Status {
+    readers.clear();
+    for (const MemberConfig& r : members) {
+      FERRY_ASSIGN_OR_RETURN(auto rc, rpc::Client::connect(nic, r.listen, c.read_service(), rpc::ClientOptions{},
+                                                           &expect));
+      readers.push_back(std::move(rc));
     }
+    return ok_status();
+  };
+  if (opt.verify) {
+    if (Status s = connect_readers(); !s.ok()) return fail(s);
   }
+
+  // Chain recovery across processes, after a put failed with `cause`: the
+  // manager names the member that stopped beating, a live spare takes its
+  // place in the next view, both groups reconnect to the rebuilt chain, and
+  // the transaction log is reconciled over the members' read services.
+  uint64_t recoveries = 0;
+  auto recover_chain = [&](const Status& cause) -> Status {
+    const auto t0 = StoreClock::now();
+    out << fmt::format("event=put_failed view={} code={} cause=\"{}\"\n", view.version,
+                       static_cast<int>(cause.code()), cause.message())
+        << std::flush;
+    const uint64_t bound_ms = 4ull * c.membership.heartbeat_ms * (c.membership.missed_beats + 2) + 1000;
+    std::vector<std::string> failed = manager->failed_members();
+    while (failed.empty() && store_elapsed_ns(t0) < bound_ms * 1'000'000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::max<uint32_t>(1, c.membership.heartbeat_ms / 4)));
+      failed = manager->failed_members();
+    }
+    if (failed.empty()) {
+      const std::string etcd_error = monitor->last_error();
+      return unavailable("no member of view " + std::to_string(view.version) + " missed " +
+                         std::to_string(c.membership.missed_beats) + " heartbeats within " + std::to_string(bound_ms) +
+                         " ms of the failure, so there is nothing to replace" +
+                         (etcd_error.empty() ? "" : " (etcd: " + etcd_error + ")"));
+    }
+    const std::string& gone = failed.front();
+    const double detect_ms = static_cast<double>(store_elapsed_ns(t0)) / 1e6;
+    out << fmt::format("event=failed member={} view={} failed_members={} detect_ms={:.1f}\n", gone, view.version,
+                       fmt::join(failed, ","), detect_ms)
+        << std::flush;
+    std::string joining;
+    for (const MemberConfig& sp : c.spares) {
+      if (std::any_of(view.members.begin(), view.members.end(), [&](const auto& m) { return m.id == sp.id; })) continue;
+      FERRY_ASSIGN_OR_RETURN(const auto removed, store_member_removed(*etcd, c, sp.id));
+      if (removed || !monitor->live(sp.id)) continue;
+      joining = sp.id;
+      break;
+    }
+    if (joining.empty()) {
+      return unavailable("member " + gone + " failed and no spare is left to take its place (a [[spare]] must be "
+                         "running, beating, and never a member before: start one with "
+                         "`ferry store replica --spare K`)");
+    }
+    FERRY_ASSIGN_OR_RETURN(view, manager->replace(gone, joining));
+    FERRY_ASSIGN_OR_RETURN(members, members_of(view));
+    out << fmt::format("event=view version={} members={} removed={} joined={} ms={:.1f}\n", view.version,
+                       store_view_members(view), gone, joining, static_cast<double>(store_elapsed_ns(t0)) / 1e6)
+        << std::flush;
+    // The old TxnKv and TxnClient go with the old data path.
+    kv.reset();
+    txn.reset();
+    FERRY_RETURN_IF_ERROR(group_client.reconnect_group(data.value(),
+                                                       remote_options(c.data_group(view.version), c.data_options())));
+    FERRY_RETURN_IF_ERROR(group_client.reconnect_group(locks.value(),
+                                                       remote_options(c.lock_group(view.version), c.lock_options())));
+    const double reconnect_ms = static_cast<double>(store_elapsed_ns(t0)) / 1e6;
+    FERRY_RETURN_IF_ERROR(connect_readers());
+    std::vector<rpc::Client*> sources;
+    for (auto& r : readers) sources.push_back(r.get());
+    StoreReadSource source(sources);
+    hyperloop::TxnRecovery rep;
+    FERRY_ASSIGN_OR_RETURN(txn, hyperloop::TxnClient::recover(group_client, data.value(), locks.value(), c.txn,
+                                                               hyperloop::txn_kv_lock_words(c.kv), source, &rep));
+    FERRY_ASSIGN_OR_RETURN(kv, hyperloop::TxnKv::open(*txn, c.kv));
+    ++recoveries;
+    out << fmt::format("event=recovered view={} members={} records={} head={} tail={} bytes_rereplicated={} "
+                       "locks_released={} region_reads={} reconnect_ms={:.1f} total_ms={:.1f}\n",
+                       view.version, store_view_members(view), rep.records, rep.head, rep.tail,
+                       rep.bytes_rereplicated, rep.locks_released, source.requests(), reconnect_ms,
+                       static_cast<double>(store_elapsed_ns(t0)) / 1e6)
+        << std::flush;
+    return ok_status();
+  };
+  auto recoverable = [&](const Status& s) {
+    return c.recovery && (s.code() == Code::kTimedOut || s.code() == Code::kUnavailable ||
+                          s.code() == Code::kFailedPrecondition);
+  };
   out << fmt::format("event=ready store={} data_bytes={} lock_words={} slots={} read_services={}\n", c.name,
                      c.data_options().region_bytes, hyperloop::txn_kv_lock_words(c.kv), c.kv.slots, readers.size())
       << std::flush;
@@ -342,15 +666,29 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     const std::string key = store_key(i);
     const std::vector<uint8_t> value = store_value(opt.seed, i, opt.value_bytes);
     const auto t0 = StoreClock::now();
-    if (Status s = kv.value()->put(key, value); !s.ok()) {
-      return fail(Status(s.code(), "put " + key + ": " + s.message()));
+    Status s = kv->put(key, value);
+    // One failure at a time: a put that fails again right after a recovery
+    // gets one more (another member may have failed meanwhile).
+    for (int attempt = 0; attempt < 2 && !s.ok() && recoverable(s); ++attempt) {
+      if (Status r = recover_chain(s); !r.ok()) {
+        return fail(Status(r.code(), "put " + key + " failed (" + s.message() + ") and the chain could not be "
+                                         "recovered: " + r.message()));
+      }
+      s = kv->put(key, value);
     }
+    if (!s.ok()) return fail(Status(s.code(), "put " + key + ": " + s.message()));
     put_latency.record(store_elapsed_ns(t0));
+    if (opt.pause_after_puts != 0 && i + 1 == opt.pause_after_puts) {
+      out << "event=progress puts=" << i + 1 << " (waiting for SIGUSR1)\n" << std::flush;
+      wait_go();
+    } else if (opt.progress_every != 0 && (i + 1) % opt.progress_every == 0) {
+      out << "event=progress puts=" << i + 1 << " view=" << view.version << "\n" << std::flush;
+    }
   }
   const double put_seconds = std::chrono::duration<double>(StoreClock::now() - put_start).count();
   out << fmt::format("event=written {} seconds={:.3f} records={} lock_conflicts={}\n",
-                     store_latency_line("put", put_latency), put_seconds, kv.value()->counters().records,
-                     txn.value()->counters().lock_conflicts)
+                     store_latency_line("put", put_latency), put_seconds, kv->counters().records,
+                     txn->counters().lock_conflicts)
       << std::flush;
 
   uint64_t mismatches = 0, scan_requests = 0;
@@ -421,7 +759,10 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
   if (opt.json) {
     nlohmann::json j;
     j["store"] = c.name;
-    j["replicas"] = c.replicas.size();
+    j["replicas"] = members.size();
+    j["view"] = view.version;
+    j["members"] = store_view_members(view);
+    j["recoveries"] = recoveries;
     j["puts"] = opt.puts;
     j["value_bytes"] = opt.value_bytes;
     j["put_seconds"] = put_seconds;
@@ -433,9 +774,10 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     j["ok"] = good;
     out << j.dump() << "\n";
   } else {
-    out << fmt::format("event=done {} verified={} {} scan_requests={} mismatches={}\n",
+    out << fmt::format("event=done {} verified={} {} scan_requests={} mismatches={} view={} members={} "
+                       "recoveries={}\n",
                        store_latency_line("put", put_latency), opt.verify, store_latency_line("read", read_latency),
-                       scan_requests, mismatches);
+                       scan_requests, mismatches, view.version, store_view_members(view), recoveries);
   }
   out << std::flush;
   return good ? 0 : 1;

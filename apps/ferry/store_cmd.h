@@ -12,7 +12,9 @@ namespace ferry::apps {
 
 struct StoreReplicaOptions {
   std::string config;  // the store's TOML file (store_config.h)
-  uint32_t index = 0;  // which [[replica]] this process is
+  uint32_t index = 0;  // which [[replica]] this process is (has_index)
+  bool has_index = false;
+  int spare = -1;      // or which [[spare]] (>= 0; needs [membership])
   // Overrides of the file's entries for this member (empty: the file's).
   std::string nicd;
   std::string listen;
@@ -22,9 +24,15 @@ struct StoreReplicaOptions {
 // Serves as replica `index` of the store: two hyperloop::Replicas (the data
 // group over its region, the lock group over DRAM) that need no CPU once
 // connected, and the read service (GET and SCAN from its own image under its
-// read locks) polled by this thread, which sleeps when no read comes. Until
-// SIGINT/SIGTERM (exit 0) or until its NIC daemon dies (exit 1). Exit 1 also
-// when it cannot start (the reason on `err`), 2 for a bad configuration.
+// read locks, raw region reads for a recovering client) polled by this
+// thread, which sleeps when no read comes. Until SIGINT/SIGTERM (exit 0) or
+// until its NIC daemon dies (exit 1). Exit 1 also when it cannot start (the
+// reason on `err`), 2 for a bad configuration.
+// With [membership] it also beats in etcd every heartbeat_ms and follows the
+// chain's view: a new view with it inside rebuilds its Replicas at its new
+// position (a spare first copies both regions from its upstream neighbour);
+// a view without it (it was removed) ends it with exit 3, as does starting
+// under an id the chain removed.
 int run_store_replica(const StoreReplicaOptions& options, std::ostream& out, std::ostream& err);
 
 struct StoreClientOptions {
@@ -45,13 +53,23 @@ struct StoreClientOptions {
   // Wait for SIGUSR1 after setup (before the first put) and again after the
   // puts (before the verification): a test stops the replicas in between.
   bool pause_for_sigusr1 = false;
+  // After this many puts (0: never), print event=progress and wait for
+  // SIGUSR1: a test kills a replica between two puts.
+  uint64_t pause_after_puts = 0;
+  // Print event=progress every this many puts (0: never).
+  uint64_t progress_every = 0;
 };
 
 // Connects both groups, formats a fresh store (clearing every replica's
 // data region; refused when replica 0's read service finds a store there
 // already, unless `format`), runs the puts and (--verify) reads every key through every
 // replica's read service and scans each replica's whole table, printing
-// the latency distributions. Exit 0 if every put succeeded and every read
+// the latency distributions. With [membership] a put that fails (its
+// operation timed out or the chain broke) starts chain recovery: the member
+// that stopped beating is replaced by a live spare in the next view, both
+// groups reconnect to the rebuilt chain, the log is reconciled through the
+// members' read services (TxnClient::recover), and the put is retried.
+// Exit 0 if every put succeeded and every read
 // and scan answered exactly the values put; 1 otherwise or if the store
 // could not be reached; 2 for a bad configuration or flags.
 int run_store_client(const StoreClientOptions& options, std::ostream& out, std::ostream& err);

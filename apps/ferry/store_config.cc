@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "ferry/hyperloop/chain_manager.h"
 #include "ferry/hyperloop/txn_kv_wire.h"
+#include "ferry/membership/view.h"
 #include "ferry/rpc/format.h"
 #include "toml_fields.h"
 
@@ -19,6 +21,29 @@ uint64_t round_to_page(uint64_t bytes) { return (bytes + kStorePage - 1) / kStor
 uint32_t round_to_64(uint64_t bytes) { return static_cast<uint32_t>((bytes + 63) / 64 * 64); }
 
 }  // namespace
+
+std::string StoreConfig::data_group(uint64_t version) const {
+  return version <= 1 ? name + ".data" : name + ".data.v" + std::to_string(version);
+}
+
+std::string StoreConfig::lock_group(uint64_t version) const {
+  return version <= 1 ? name + ".locks" : name + ".locks.v" + std::to_string(version);
+}
+
+std::string StoreConfig::view_key() const {
+  return hyperloop::ChainManager::view_key_of(membership.cluster, name);
+}
+
+std::string StoreConfig::beats_prefix() const { return "/ferry/" + membership.cluster + "/chains/" + name + "/beats/"; }
+
+const MemberConfig* StoreConfig::member(std::string_view id) const {
+  for (const auto* list : {&replicas, &spares}) {
+    for (const MemberConfig& m : *list) {
+      if (m.id == id) return &m;
+    }
+  }
+  return nullptr;
+}
 
 hyperloop::GroupOptions StoreConfig::data_options() const {
   hyperloop::GroupOptions o;
@@ -62,7 +87,7 @@ rpc::ServerInfo StoreConfig::read_server_info() const {
 
 Result<StoreConfig> parse_store_config(std::string_view text, std::string_view source) {
   FERRY_ASSIGN_OR_RETURN(toml::table root, parse_toml(text, source));
-  FERRY_RETURN_IF_ERROR(check_keys(root, source, "the file", {"store", "client", "replica"}));
+  FERRY_RETURN_IF_ERROR(check_keys(root, source, "the file", {"store", "client", "replica", "spare", "membership"}));
   StoreConfig c;
   const toml::table* store = root["store"].as_table();
   if (store == nullptr) return invalid_argument(std::string(source) + ": the [store] table is missing");
@@ -114,14 +139,72 @@ Result<StoreConfig> parse_store_config(std::string_view text, std::string_view s
                             std::to_string(4 * record_max) + ")");
   }
 
-  FERRY_RETURN_IF_ERROR(parse_chain_members(root, source, replicas, "store.replicas", &c.client, &c.replicas));
-  for (size_t i = 0; i < c.replicas.size(); ++i) {
+  FERRY_RETURN_IF_ERROR(
+      parse_chain_members(root, source, replicas, "store.replicas", &c.client, &c.replicas, /*with_ids=*/true));
+  if (const toml::node* spares = root.get("spare")) {
+    const toml::array* list = spares->as_array();
+    if (list == nullptr) return invalid_argument(where(source, "spare") + " must be an array of tables ([[spare]])");
+    for (size_t i = 0; i < list->size(); ++i) {
+      const toml::table* t = (*list)[i].as_table();
+      const std::string path = "spare[" + std::to_string(i) + "]";
+      if (t == nullptr) return invalid_argument(where(source, path) + " must be a table ([[spare]])");
+      FERRY_ASSIGN_OR_RETURN(MemberConfig m, parse_member_config(*t, source, path, true, /*with_id=*/true));
+      c.spares.push_back(std::move(m));
+    }
+  }
+  // Ids (defaults r<i>, spare<i>) and listen addresses are unique over
+  // replicas and spares: a spare takes a replica's place in the chain.
+  std::vector<std::pair<std::string, MemberConfig*>> all;
+  for (size_t i = 0; i < c.replicas.size(); ++i) all.emplace_back("replica[" + std::to_string(i) + "]", &c.replicas[i]);
+  for (size_t i = 0; i < c.spares.size(); ++i) all.emplace_back("spare[" + std::to_string(i) + "]", &c.spares[i]);
+  for (size_t i = 0; i < all.size(); ++i) {
+    MemberConfig& m = *all[i].second;
+    const bool spare = i >= c.replicas.size();
+    if (m.id.empty()) m.id = (spare ? "spare" : "r") + std::to_string(spare ? i - c.replicas.size() : i);
+    if (Status s = membership::validate_name("id", m.id); !s.ok()) {
+      return invalid_argument(where(source, all[i].first + ".id") + ": " + s.message());
+    }
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (c.replicas[i].listen == c.replicas[j].listen) {
-        return invalid_argument(where(source, "replica[" + std::to_string(i) + "].listen") + " '" +
-                                c.replicas[i].listen + "' is replica[" + std::to_string(j) + "]'s too");
+      if (all[i].second->listen == all[j].second->listen) {
+        return invalid_argument(where(source, all[i].first + ".listen") + " '" + all[i].second->listen + "' is " +
+                                all[j].first + "'s too");
+      }
+      if (all[i].second->id == all[j].second->id) {
+        return invalid_argument(where(source, all[i].first + ".id") + " '" + all[i].second->id + "' is " +
+                                all[j].first + "'s too");
       }
     }
+  }
+  if (const toml::node* node = root.get("membership")) {
+    const toml::table* m = node->as_table();
+    if (m == nullptr) return invalid_argument(where(source, "membership") + " must be a table");
+    FERRY_RETURN_IF_ERROR(check_keys(*m, source, "[membership]", {"etcd", "cluster", "heartbeat_ms", "missed_beats"}));
+    StoreMembershipConfig& mc = c.membership;
+    FERRY_ASSIGN_OR_RETURN(mc.etcd, string(*m, "etcd", source, "membership.etcd", true));
+    if (mc.etcd.rfind("http://", 0) != 0 || mc.etcd.size() <= 7 || mc.etcd.back() == '/') {
+      return invalid_argument(where(source, "membership.etcd") + " '" + mc.etcd +
+                              "' must be an etcd endpoint http://HOST:PORT");
+    }
+    FERRY_ASSIGN_OR_RETURN(mc.cluster, string(*m, "cluster", source, "membership.cluster", false));
+    if (mc.cluster.empty()) mc.cluster = "ferry";
+    if (Status s = membership::validate_name("cluster", mc.cluster); !s.ok()) {
+      return invalid_argument(where(source, "membership.cluster") + ": " + s.message());
+    }
+    if (Status s = membership::validate_name("chain name", c.name); !s.ok()) {
+      return invalid_argument(where(source, "store.name") + " names the chain in etcd: " + s.message());
+    }
+    FERRY_ASSIGN_OR_RETURN(const uint64_t beat, integer(*m, "heartbeat_ms", source, "membership.heartbeat_ms",
+                                                        mc.heartbeat_ms, 1, 60'000));
+    mc.heartbeat_ms = static_cast<uint32_t>(beat);
+    FERRY_ASSIGN_OR_RETURN(const uint64_t missed, integer(*m, "missed_beats", source, "membership.missed_beats",
+                                                          mc.missed_beats, 1, 1000));
+    mc.missed_beats = static_cast<uint32_t>(missed);
+    c.recovery = true;
+  } else if (!c.spares.empty()) {
+    return invalid_argument(std::string(source) + ": [[spare]] tables need a [membership] table (recovery is off "
+                            "without one)");
   }
   if (Status s = hyperloop::validate_group_options(c.data_options()); !s.ok()) {
     return invalid_argument(std::string(source) + ": [store]: " + s.message());

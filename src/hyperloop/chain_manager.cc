@@ -6,9 +6,11 @@
 
 namespace ferry::hyperloop {
 
-std::string ChainManager::view_key() const {
-  return "/ferry/" + options_.cluster + "/chains/" + options_.chain + "/view";
+std::string ChainManager::view_key_of(std::string_view cluster, std::string_view chain) {
+  return "/ferry/" + std::string(cluster) + "/chains/" + std::string(chain) + "/view";
 }
+
+std::string ChainManager::view_key() const { return view_key_of(options_.cluster, options_.chain); }
 
 Result<std::unique_ptr<ChainManager>> ChainManager::open(membership::MembershipStore* store, const Clock* clock,
                                                          const std::vector<std::string>& members,

@@ -149,6 +149,13 @@ struct HyperLoopClient::Impl {
   Result<uint64_t> copy_region(detail::Host& from, detail::Host& to);
   Status build_client_side(Group& g);
   Status connect_remote(Group& g, const RemoteGroupOptions& ro);
+  // The chains of a group across processes (client side: buffers, queues,
+  // acknowledgement services, the head connection); connect_remote's second
+  // half, and reconnect_group's after teardown_chains.
+  Status connect_chains(Group& g, const RemoteGroupOptions& ro);
+  // Fails every outstanding operation of g with `reason` and destroys its
+  // client-side chains, keeping its PD and client memory.
+  void teardown_chains(Group& g, const Status& reason);
   nic::Nic* nic = nullptr;  // a client created on a NIC (create(nic::Nic&)): its groups connect across processes
   Status acquire(Group& g, ClientChain& ch);
   void record(Group& g, ClientChain& ch, Primitive p, Callback done, uint8_t execute_map, uint64_t old_value,
@@ -447,8 +454,6 @@ Result<ReplacementReport> HyperLoopClient::Impl::replace(GroupId gid, uint32_t f
 
 Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro) {
   const GroupOptions& o = g.options;
-  const uint32_t n = g.n;
-  const uint32_t d = o.ring_ops;
   nic::Nic& cnic = *nic;
   g.cnic = &cnic;
   FERRY_ASSIGN_OR_RETURN(g.remote_pd, cnic.alloc_pd());
@@ -458,6 +463,32 @@ Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions&
   FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
                          cnic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
   g.client_mr = g.remote_client_mr.get();
+  return connect_chains(g, ro);
+}
+
+void HyperLoopClient::Impl::teardown_chains(Group& g, const Status& reason) {
+  fail(g, reason);
+  g.unserve();
+  g.acks.reset();
+  for (ClientChain& c : g.chains) {
+    c.head.reset();
+    c.ack.reset();
+  }
+  for (ClientChain& c : g.chains) c = ClientChain{};
+  g.buf_mr.reset();
+  g.remote_buf_mem = nicd::SharedMemory();
+  g.buf_base = nullptr;
+  g.joins.clear();
+  g.replica_iova = {};
+  g.head_rkey = 0;
+  g.failed = ok_status();
+}
+
+Status HyperLoopClient::Impl::connect_chains(Group& g, const RemoteGroupOptions& ro) {
+  const GroupOptions& o = g.options;
+  const uint32_t n = g.n;
+  const uint32_t d = o.ring_ops;
+  nic::Nic& cnic = *g.cnic;
   FERRY_RETURN_IF_ERROR(build_client_side(g));
 
   // The acknowledgement QPs take one RECV per ring slot, then wait for the
@@ -734,6 +765,7 @@ size_t HyperLoopClient::Impl::poll_group(Group& g) {
   };
   size_t seen = 0;
   for (ClientChain& ch : g.chains) {
+    if (ch.head_cq == nullptr || ch.ack_cq == nullptr) continue;  // a reconnection that failed half-way
     seen += drain_cq(*this, g, *ch.head_cq, [&](const nic::WorkCompletion& wc) {
       if (wc.status != nic::WcStatus::kSuccess) chain_failure(ch, "sending to replica 0 failed", wc);
     });
@@ -780,6 +812,34 @@ Result<GroupId> HyperLoopClient::connect_group(const RemoteGroupOptions& options
   if (!st.ok()) return Status(st.code(), "connect_group " + options.group + ": " + st.message());
   impl_->groups.push_back(std::move(g));
   return impl_->groups.back()->id;
+}
+
+Status HyperLoopClient::reconnect_group(GroupId gid, const RemoteGroupOptions& options) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (!g->remote()) {
+    return failed_precondition("reconnect_group: group " + std::to_string(gid) + " was built in process");
+  }
+  bool taken = false;
+  for (const auto& other : impl_->groups) {
+    taken = taken || (other != nullptr && other.get() != g && other->remote_name == options.group);
+  }
+  FERRY_RETURN_IF_ERROR(detail::check_connect_args(true, options, taken));
+  if (options.options.region_bytes != g->options.region_bytes) {
+    return invalid_argument("reconnect_group: region_bytes " + std::to_string(options.options.region_bytes) +
+                            " differs from the group's " + std::to_string(g->options.region_bytes) +
+                            " (its client memory is kept)");
+  }
+  impl_->teardown_chains(*g, unavailable("group " + std::to_string(gid) + " is reconnecting to the chain of " +
+                                         options.group));
+  g->options = options.options;
+  g->n = options.options.replicas;
+  g->remote_name = options.group;
+  Status st = impl_->connect_chains(*g, options);
+  if (!st.ok()) {
+    g->failed = Status(st.code(), "reconnect_group " + options.group + ": " + st.message());
+    return g->failed;
+  }
+  return ok_status();
 }
 
 Result<GroupId> HyperLoopClient::create_group(const GroupOptions& options) {

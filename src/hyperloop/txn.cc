@@ -41,26 +41,15 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
   if (lock_opts.replicas != data_opts.replicas) {
     return invalid_argument("txn: the lock group must have as many replicas as the data group");
   }
+  if (options.resume) {
+    // The client restarted: its memory comes back from replica 0 (in
+    // process; a deployed client reads it through another source).
+    GroupRecoverySource source(client, data_gid);
+    return resume(client, data_gid, lock_gid, options, source);
+  }
   std::unique_ptr<TxnClient> t(new TxnClient(client, data_gid, lock_gid, options));
   FERRY_ASSIGN_OR_RETURN(t->mem_, client.client_memory(data_gid));
   uint8_t* c = t->mem_.data();
-  if (options.resume) {
-    // The client restarted: its memory comes back from replica 0 (in
-    // process; a deployed client would READ it).
-    FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client.replica(data_gid, 0));
-    std::memcpy(c, v.region->data(), need);
-    if (detail::load_le<uint64_t>(c) != kTxnMagic || detail::load_le<uint64_t>(c + 8) != options.log_bytes ||
-        detail::load_le<uint64_t>(c + 16) != options.db_bytes) {
-      return invalid_argument("txn: resume finds another layout (or none) in the region");
-    }
-    t->head_ = t->tail_ = detail::load_le<uint64_t>(c + kTxnHeadOffset);
-    // Records appended but not executed before the restart run again.
-    for (auto& r : scan_log(t->mem_.subspan(kTxnControlBytes, options.log_bytes), t->head_, options.db_bytes)) {
-      t->tail_ = r.lsn + r.bytes;
-      t->pending_.push_back(std::move(r));
-    }
-    return t;
-  }
   std::memset(c, 0, need);
   detail::store_le<uint64_t>(c, kTxnMagic);
   detail::store_le<uint64_t>(c + 8, options.log_bytes);
@@ -70,19 +59,74 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
   return t;
 }
 
+Result<std::unique_ptr<TxnClient>> TxnClient::resume(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                     const TxnOptions& options, TxnRecoverySource& source) {
+  const uint64_t need = kTxnControlBytes + options.log_bytes + options.db_bytes;
+  std::unique_ptr<TxnClient> t(new TxnClient(client, data_gid, lock_gid, options));
+  FERRY_ASSIGN_OR_RETURN(t->mem_, client.client_memory(data_gid));
+  uint8_t* c = t->mem_.data();
+  FERRY_RETURN_IF_ERROR(source.read(0, 0, t->mem_.first(need)));
+  if (detail::load_le<uint64_t>(c) != kTxnMagic || detail::load_le<uint64_t>(c + 8) != options.log_bytes ||
+      detail::load_le<uint64_t>(c + 16) != options.db_bytes) {
+    return invalid_argument("txn: resume finds another layout (or none) in the region");
+  }
+  t->head_ = t->tail_ = detail::load_le<uint64_t>(c + kTxnHeadOffset);
+  // Records appended but not executed before the restart run again.
+  for (auto& r : scan_log(t->mem_.subspan(kTxnControlBytes, options.log_bytes), t->head_, options.db_bytes)) {
+    t->tail_ = r.lsn + r.bytes;
+    t->pending_.push_back(std::move(r));
+  }
+  return t;
+}
+
+uint32_t GroupRecoverySource::members() const {
+  auto o = client_.group_options(data_);
+  return o.ok() ? o->replicas : 0;
+}
+
+Status GroupRecoverySource::read(uint32_t member, uint64_t offset, std::span<uint8_t> out) {
+  FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client_.replica(data_, member));
+  if (offset > v.region->size() || out.size() > v.region->size() - offset) {
+    return out_of_range("txn recovery: " + std::to_string(out.size()) + " bytes at " + std::to_string(offset) +
+                        " are outside replica " + std::to_string(member) + "'s region");
+  }
+  std::memcpy(out.data(), v.region->data() + offset, out.size());
+  return ok_status();
+}
+
 Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
                                                       const TxnOptions& options, uint32_t lock_words,
                                                       TxnRecovery* report) {
+  GroupRecoverySource source(client, data_gid);
+  return recover(client, data_gid, lock_gid, options, lock_words, source, report);
+}
+
+Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                      const TxnOptions& options, uint32_t lock_words,
+                                                      TxnRecoverySource& source, TxnRecovery* report) {
   TxnOptions o = options;
   o.resume = true;
-  // Replica 0 is the upstream-most survivor: its log holds every record any
-  // replica holds (a chain forwards downstream only).
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TxnClient> t, initialize(client, data_gid, lock_gid, o));
   FERRY_ASSIGN_OR_RETURN(const GroupOptions data_opts, client.group_options(data_gid));
+  if (source.members() != data_opts.replicas) {
+    return invalid_argument("txn recovery: the source names " + std::to_string(source.members()) +
+                            " members; the group has " + std::to_string(data_opts.replicas));
+  }
+  // The same checks as initialize, then replica 0's state: it is the
+  // upstream-most survivor, whose log holds every record any replica holds
+  // (a chain forwards downstream only).
+  FERRY_ASSIGN_OR_RETURN(const GroupOptions lock_opts, client.group_options(lock_gid));
+  if (o.log_bytes == 0 || o.log_bytes % kTxnRecordAlign != 0 || o.db_bytes == 0 ||
+      kTxnControlBytes + o.log_bytes + o.db_bytes > data_opts.region_bytes ||
+      lock_opts.replicas != data_opts.replicas) {
+    return invalid_argument("txn recovery: the layout does not fit the group's region, or the lock group has "
+                            "another number of replicas");
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TxnClient> t, resume(client, data_gid, lock_gid, o, source));
   uint64_t head = t->head_;
   for (uint32_t r = 0; r < data_opts.replicas; ++r) {
-    FERRY_ASSIGN_OR_RETURN(const ReplicaView v, client.replica(data_gid, r));
-    head = std::min(head, detail::load_le<uint64_t>(v.region->data() + kTxnHeadOffset));
+    uint8_t word[8];
+    FERRY_RETURN_IF_ERROR(source.read(r, kTxnHeadOffset, word));
+    head = std::min(head, detail::load_le<uint64_t>(word));
   }
   TxnRecovery rep;
   rep.head_source = t->head_;

@@ -173,4 +173,68 @@ std::vector<uint8_t> answer_txn_kv_read(TxnKvReplicaReader& reader, uint16_t typ
   return out;
 }
 
+// ---- region reads ----
+
+std::vector<uint8_t> encode_txn_region_read(const TxnRegionReadRequest& r) {
+  std::vector<uint8_t> out(kTxnRegionReadRequestBytes, 0);
+  detail::store_le<uint64_t>(out.data(), r.offset);
+  detail::store_le<uint32_t>(out.data() + 8, r.length);
+  return out;
+}
+
+Result<TxnRegionReadRequest> parse_txn_region_read(std::span<const uint8_t> payload) {
+  if (payload.size() != kTxnRegionReadRequestBytes) {
+    return invalid_argument("txn region read: a request of " + std::to_string(payload.size()) + " bytes, not 16");
+  }
+  if (detail::load_le<uint32_t>(payload.data() + 12) != 0) {
+    return invalid_argument("txn region read: reserved bits set");
+  }
+  TxnRegionReadRequest r;
+  r.offset = detail::load_le<uint64_t>(payload.data());
+  r.length = detail::load_le<uint32_t>(payload.data() + 8);
+  if (r.length == 0) return invalid_argument("txn region read: a read of 0 bytes");
+  return r;
+}
+
+std::vector<uint8_t> encode_txn_region_reply(const TxnRegionReadReply& reply) {
+  std::vector<uint8_t> out(kTxnRegionReplyHeaderBytes + reply.bytes.size(), 0);
+  out[0] = static_cast<uint8_t>(reply.status);
+  detail::store_le<uint32_t>(out.data() + 4, static_cast<uint32_t>(reply.bytes.size()));
+  if (!reply.bytes.empty()) {
+    std::memcpy(out.data() + kTxnRegionReplyHeaderBytes, reply.bytes.data(), reply.bytes.size());
+  }
+  return out;
+}
+
+Result<TxnRegionReadReply> parse_txn_region_reply(std::span<const uint8_t> payload) {
+  if (payload.size() < kTxnRegionReplyHeaderBytes) return invalid_argument("txn region reply: a truncated header");
+  const uint8_t* p = payload.data();
+  if (p[0] > kLastStatus) return invalid_argument("txn region reply: unknown status " + std::to_string(p[0]));
+  if (p[1] != 0 || p[2] != 0 || p[3] != 0) return invalid_argument("txn region reply: reserved bits set");
+  const uint32_t bytes = detail::load_le<uint32_t>(p + 4);
+  if (bytes != payload.size() - kTxnRegionReplyHeaderBytes) {
+    return invalid_argument("txn region reply: the byte count does not match the payload's");
+  }
+  TxnRegionReadReply r;
+  r.status = static_cast<TxnKvReadStatus>(p[0]);
+  if (bytes != 0 && r.status != TxnKvReadStatus::kOk) return invalid_argument("txn region reply: bytes with an error");
+  r.bytes.assign(p + kTxnRegionReplyHeaderBytes, p + payload.size());
+  return r;
+}
+
+std::vector<uint8_t> answer_txn_region_read(std::span<const uint8_t> region, std::span<const uint8_t> payload,
+                                            size_t capacity) {
+  TxnRegionReadReply reply;
+  auto request = parse_txn_region_read(payload);
+  if (!request.ok() || request->offset >= region.size() || capacity <= kTxnRegionReplyHeaderBytes) {
+    reply.status = TxnKvReadStatus::kInvalid;
+    return encode_txn_region_reply(reply);
+  }
+  const uint64_t n = std::min<uint64_t>(std::min<uint64_t>(request->length, region.size() - request->offset),
+                                        capacity - kTxnRegionReplyHeaderBytes);
+  const uint8_t* from = region.data() + request->offset;
+  reply.bytes.assign(from, from + n);
+  return encode_txn_region_reply(reply);
+}
+
 }  // namespace ferry::hyperloop

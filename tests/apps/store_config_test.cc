@@ -97,6 +97,81 @@ listen = "127.0.0.1:2"
   EXPECT_EQ(s.client.nicd, "/run/ferry/nicd.sock");
   EXPECT_EQ(s.lock_options().region_bytes, 8192u);  // 1,001 words need a second page
   EXPECT_EQ(s.data_options().region_bytes % 4096u, 0u);
+  // No [membership]: recovery off, no spares, the default ids.
+  EXPECT_FALSE(s.recovery);
+  EXPECT_TRUE(s.spares.empty());
+  EXPECT_EQ(s.replicas[0].id, "r0");
+}
+
+TEST(StoreConfig, MembershipAndSpares) {
+  auto c = parse_store_config(R"(
+[store]
+name = "orders"
+replicas = 2
+[membership]
+etcd = "http://127.0.0.1:2379"
+[client]
+listen = "127.0.0.1:1"
+[[replica]]
+listen = "127.0.0.1:2"
+[[replica]]
+id = "west"
+listen = "127.0.0.1:3"
+[[spare]]
+listen = "127.0.0.1:4"
+region = "/dev/shm/spare.pm"
+[[spare]]
+id = "east.1"
+nicd = "/run/ferry/s.sock"
+listen = "127.0.0.1:5"
+)",
+                              "spares.toml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const StoreConfig& s = c.value();
+  EXPECT_TRUE(s.recovery);
+  EXPECT_EQ(s.membership.etcd, "http://127.0.0.1:2379");
+  EXPECT_EQ(s.membership.cluster, "ferry");  // the defaults
+  EXPECT_EQ(s.membership.heartbeat_ms, 100u);
+  EXPECT_EQ(s.membership.missed_beats, 5u);
+  EXPECT_EQ(s.replicas[0].id, "r0");
+  EXPECT_EQ(s.replicas[1].id, "west");
+  ASSERT_EQ(s.spares.size(), 2u);
+  EXPECT_EQ(s.spares[0].id, "spare0");
+  EXPECT_EQ(s.spares[0].region, "/dev/shm/spare.pm");
+  EXPECT_EQ(s.spares[0].nicd, "/run/ferry/nicd.sock");
+  EXPECT_EQ(s.spares[1].id, "east.1");
+  EXPECT_EQ(s.spares[1].nicd, "/run/ferry/s.sock");
+  EXPECT_EQ(s.member("east.1"), &s.spares[1]);
+  EXPECT_EQ(s.member("west"), &s.replicas[1]);
+  EXPECT_EQ(s.member("nobody"), nullptr);
+  // View 1 keeps the group names of a store without recovery; later views
+  // carry their version, so an old member never reaches a new chain.
+  EXPECT_EQ(s.data_group(1), "orders.data");
+  EXPECT_EQ(s.data_group(3), "orders.data.v3");
+  EXPECT_EQ(s.lock_group(2), "orders.locks.v2");
+  EXPECT_EQ(s.view_key(), "/ferry/ferry/chains/orders/view");
+  EXPECT_EQ(s.beats_prefix(), "/ferry/ferry/chains/orders/beats/");
+  EXPECT_EQ(s.copy_service(), "store.orders.copy");
+
+  auto tuned = parse_store_config(R"(
+[store]
+replicas = 1
+[membership]
+etcd = "http://10.0.0.9:2379"
+cluster = "prod"
+heartbeat_ms = 20
+missed_beats = 3
+[client]
+listen = "127.0.0.1:1"
+[[replica]]
+listen = "127.0.0.1:2"
+)",
+                                  "tuned.toml");
+  ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
+  EXPECT_EQ(tuned->membership.cluster, "prod");
+  EXPECT_EQ(tuned->membership.heartbeat_ms, 20u);
+  EXPECT_EQ(tuned->membership.missed_beats, 3u);
+  EXPECT_EQ(tuned->view_key(), "/ferry/prod/chains/s0/view");
 }
 
 // Each mistake, and the words its message must contain.
@@ -137,6 +212,31 @@ listen = "127.0.0.1:3"
        "[[replica]]\nlisten = \"127.0.0.1:2\"\n",
        "replica[1].listen '127.0.0.1:2' is replica[0]'s too"},
       {"[store\n", "bad.toml:1"},
+      // [membership] and [[spare]]
+      {"[store]\nreplicas = 2\n" + members + "[[spare]]\nlisten = \"127.0.0.1:9\"\n",
+       "[[spare]] tables need a [membership] table"},
+      {"[store]\nreplicas = 2\n[membership]\ncluster = \"x\"\n" + members, "membership.etcd is missing"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"127.0.0.1:2379\"\n" + members,
+       "membership.etcd '127.0.0.1:2379' must be an etcd endpoint http://HOST:PORT"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\nheartbeat_ms = 0\n" + members,
+       "membership.heartbeat_ms = 0 is outside"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\nmissed_beats = 5000\n" + members,
+       "membership.missed_beats = 5000 is outside"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\nlease = 3\n" + members,
+       "unknown key 'lease' in [membership]"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\ncluster = \"a/b\"\n" + members,
+       "membership.cluster"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\n" + members +
+           "[[spare]]\nlisten = \"127.0.0.1:3\"\n",
+       "spare[0].listen '127.0.0.1:3' is replica[1]'s too"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\n" + members +
+           "[[spare]]\nid = \"r1\"\nlisten = \"127.0.0.1:9\"\n",
+       "spare[0].id 'r1' is replica[1]'s too"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\n" + members +
+           "[[spare]]\nid = \"a b\"\nlisten = \"127.0.0.1:9\"\n",
+       "spare[0].id"},
+      {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\n" + members + "[spare]\nlisten = \"x\"\n",
+       "spare must be an array of tables"},
   };
   for (const auto& c : cases) {
     auto r = parse_store_config(c.text, "bad.toml");

@@ -20,6 +20,8 @@
 //    service request of each type and as a reply (what a replica and a
 //    client read from the network): whatever is accepted must encode back
 //    to exactly the same bytes, and a reply's entries must fit the bytes.
+//    Likewise a region read (kTxnKvReadRegion) and its reply; its answer
+//    over a 64-byte region stays inside the region and fits its capacity.
 //  - mode bit 0 set: the bytes steer valid records (offsets, lengths,
 //    contents) written back to back into the ring, which is then corrupted
 //    at a fuzzer-chosen bit: every record the scan accepts must be
@@ -125,13 +127,37 @@ void parse_read_wire(const uint8_t* data, size_t size) {
   std::unique_ptr<uint8_t[]> copy(new uint8_t[size == 0 ? 1 : size]);
   if (size != 0) std::memcpy(copy.get(), data, size);
   const std::span<const uint8_t> payload(copy.get(), size);
-  for (const uint16_t type : {kTxnKvReadGet, kTxnKvReadScan, uint16_t{3}}) {
+  for (const uint16_t type : {kTxnKvReadGet, kTxnKvReadScan, kTxnKvReadRegion, uint16_t{4}}) {
     auto r = parse_txn_kv_read(type, payload);
     if (!r.ok()) continue;
-    FUZZ_CHECK(type != 3);
+    FUZZ_CHECK(type == kTxnKvReadGet || type == kTxnKvReadScan);
     const auto key = reinterpret_cast<const uint8_t*>(r->key.data());
     FUZZ_CHECK(key == copy.get() + kTxnKvReadRequestHeaderBytes && key + r->key.size() == copy.get() + size);
     const std::vector<uint8_t> again = encode_txn_kv_read(r.value());
+    FUZZ_CHECK(again.size() == size && std::memcmp(again.data(), copy.get(), size) == 0);
+  }
+  // A region read: accepted requests encode back; the answer over a small
+  // region stays inside it, fits its capacity and parses.
+  if (auto r = parse_txn_region_read(payload); r.ok()) {
+    FUZZ_CHECK(r->length != 0);
+    const std::vector<uint8_t> again = encode_txn_region_read(r.value());
+    FUZZ_CHECK(again.size() == size && std::memcmp(again.data(), copy.get(), size) == 0);
+  }
+  {
+    std::unique_ptr<uint8_t[]> region(new uint8_t[64]);
+    for (size_t i = 0; i < 64; ++i) region[i] = static_cast<uint8_t>(i);
+    const std::vector<uint8_t> answer = answer_txn_region_read({region.get(), 64}, payload, 40);
+    FUZZ_CHECK(answer.size() <= 40);
+    auto parsed = parse_txn_region_reply(answer);
+    FUZZ_CHECK(parsed.ok());
+    if (parsed->status == TxnKvReadStatus::kOk) {
+      const auto r = parse_txn_region_read(payload);
+      FUZZ_CHECK(r.ok() && !parsed->bytes.empty() && r->offset + parsed->bytes.size() <= 64);
+      FUZZ_CHECK(std::memcmp(parsed->bytes.data(), region.get() + r->offset, parsed->bytes.size()) == 0);
+    }
+  }
+  if (auto region_reply = parse_txn_region_reply(payload); region_reply.ok()) {
+    const std::vector<uint8_t> again = encode_txn_region_reply(region_reply.value());
     FUZZ_CHECK(again.size() == size && std::memcmp(again.data(), copy.get(), size) == 0);
   }
   auto reply = parse_txn_kv_reply(payload);

@@ -364,5 +364,83 @@ TEST(HyperLoopRemote, MissingHeadTimesOutWithTheAddress) {
   EXPECT_NE(g.status().message().find("gave up"), std::string::npos) << g.status().to_string();
 }
 
+// A member of a chain across processes dies; the survivors build a new chain
+// under another group name and the client moves its group there with
+// reconnect_group: the operation stuck on the old chain fails kUnavailable,
+// the GroupId and the client memory stay, and the new chain serves writes.
+TEST(HyperLoopRemote, ReconnectGroupMovesToTheRebuiltChain) {
+  nic::EngineOptions eo;
+  eo.threaded = true;
+  nic::Engine engine(eo);
+  std::vector<nic::Nic*> nics;
+  for (int i = 0; i < 4; ++i) nics.push_back(engine.add_nic({}).value());
+  Chain c;
+  c.build(nics, "old");
+  if (HasFatalFailure()) return;
+  auto* client = dynamic_cast<HyperLoopClient*>(c.client.get());
+  ASSERT_NE(client, nullptr);
+  auto mem = client->client_memory(c.gid).value();
+  std::memset(mem.data(), 0x5A, 256);
+  ASSERT_TRUE(client->gwrite(c.gid, 0, 256, true).ok());
+  // Replica 1's process dies: nothing it forwarded is acknowledged.
+  c.replicas[1]->replica.reset();
+  Status stuck = internal_error("not completed");
+  ASSERT_TRUE(client->gwrite_async(c.gid, 256, 64, false, [&](const OpResult& r) { stuck = r.status; }).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  (void)client->poll();
+  EXPECT_EQ(stuck.code(), Code::kInternal) << "the broken chain acknowledged an operation";
+  EXPECT_EQ(client->outstanding(c.gid).value(), 1u);
+
+  // The survivors, replicas 0 and 2, become a chain of two named "old.v2".
+  GroupOptions o2 = c.options;
+  o2.replicas = 2;
+  RemoteGroupOptions ro;
+  ro.group = "old.v2";
+  ro.options = o2;
+  ro.head = c.replicas[0]->listener->address();
+  ro.listener = c.client_listener.get();
+  ro.timeout_ms = 20000;
+  RemoteGroupOptions wrong = ro;
+  wrong.options.region_bytes *= 2;
+  EXPECT_EQ(client->reconnect_group(c.gid, wrong).code(), Code::kInvalidArgument);
+  const uint32_t survivors[] = {0, 2};
+  for (uint32_t k = 0; k < 2; ++k) {
+    ReplicaProc& p = *c.replicas[survivors[k]];
+    p.replica.reset();
+    ReplicaSpec spec;
+    spec.group = "old.v2";
+    spec.index = k;
+    spec.options = o2;
+    spec.connect_timeout_ms = 20000;
+    auto r = Replica::create(*nics[1 + survivors[k]], {p.region.data(), p.region.size()}, spec);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    p.replica = std::move(r).value();
+    ASSERT_TRUE(p.replica->serve(*p.listener).ok());
+  }
+  Status down0, down1;
+  std::thread t0([&] { down0 = c.replicas[0]->replica->connect_downstream(c.replicas[2]->listener->address()); });
+  std::thread t1([&] { down1 = c.replicas[2]->replica->connect_downstream(c.client_listener->address()); });
+  const Status moved = client->reconnect_group(c.gid, ro);
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(moved.ok()) << moved.to_string();
+  ASSERT_TRUE(down0.ok() && down1.ok()) << down0.to_string() << " / " << down1.to_string();
+  (void)client->poll();
+  EXPECT_EQ(stuck.code(), Code::kUnavailable) << stuck.to_string();
+  EXPECT_EQ(client->outstanding(c.gid).value(), 0u);
+  EXPECT_EQ(client->group_options(c.gid).value().replicas, 2u);
+  // The client memory stayed; the new chain writes it to both survivors.
+  EXPECT_EQ(client->client_memory(c.gid).value().data(), mem.data());
+  std::memset(mem.data() + 512, 0xA5, 128);
+  ASSERT_TRUE(client->gwrite(c.gid, 512, 128, true).ok());
+  for (uint32_t i : survivors) {
+    EXPECT_EQ(std::memcmp(c.region(i).data() + 512, mem.data() + 512, 128), 0) << "replica " << i;
+    EXPECT_EQ(std::memcmp(c.region(i).data(), mem.data(), 256), 0) << "replica " << i;
+  }
+  auto cas = client->gcas(c.gid, 4096, 0, 7, 0b11);
+  ASSERT_TRUE(cas.ok()) << cas.status().to_string();
+  EXPECT_EQ(cas.value().succeeded, 0b11);
+}
+
 }  // namespace
 }  // namespace ferry::hyperloop

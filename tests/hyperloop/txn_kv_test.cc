@@ -531,5 +531,42 @@ TEST(TxnKvReadService, EveryReplicaAnswersGetsAndPagedScansOverTheWire) {
   EXPECT_FALSE(parse_txn_kv_reply(wire).ok());
 }
 
+// A region read answers the raw bytes, cut to the reply's capacity and the
+// region's end; a read past the end or a malformed one is kInvalid.
+TEST(TxnKvWire, RegionReadPagesThroughTheRegion) {
+  std::vector<uint8_t> region(100);
+  for (size_t i = 0; i < region.size(); ++i) region[i] = static_cast<uint8_t>(i * 7);
+  std::vector<uint8_t> joined;
+  for (uint64_t at = 0; at < region.size();) {
+    TxnRegionReadRequest r;
+    r.offset = at;
+    r.length = 1000;
+    auto reply = parse_txn_region_reply(answer_txn_region_read(region, encode_txn_region_read(r), 8 + 30));
+    ASSERT_TRUE(reply.ok());
+    ASSERT_EQ(reply->status, TxnKvReadStatus::kOk);
+    ASSERT_FALSE(reply->bytes.empty());
+    EXPECT_LE(reply->bytes.size(), 30u);
+    joined.insert(joined.end(), reply->bytes.begin(), reply->bytes.end());
+    at += reply->bytes.size();
+  }
+  EXPECT_EQ(joined, region);
+  TxnRegionReadRequest past;
+  past.offset = 100;
+  past.length = 1;
+  EXPECT_EQ(parse_txn_region_reply(answer_txn_region_read(region, encode_txn_region_read(past), 64))->status,
+            TxnKvReadStatus::kInvalid);
+  std::vector<uint8_t> zero = encode_txn_region_read(TxnRegionReadRequest{0, 0});
+  EXPECT_FALSE(parse_txn_region_read(zero).ok());
+  std::vector<uint8_t> reserved = encode_txn_region_read(TxnRegionReadRequest{0, 4});
+  reserved[12] = 1;
+  EXPECT_FALSE(parse_txn_region_read(reserved).ok());
+  EXPECT_EQ(parse_txn_region_reply(answer_txn_region_read(region, reserved, 64))->status, TxnKvReadStatus::kInvalid);
+  // A reply whose count does not tile the payload is refused.
+  std::vector<uint8_t> wire = encode_txn_region_reply(TxnRegionReadReply{TxnKvReadStatus::kOk, {1, 2, 3}});
+  EXPECT_TRUE(parse_txn_region_reply(wire).ok());
+  wire.push_back(0);
+  EXPECT_FALSE(parse_txn_region_reply(wire).ok());
+}
+
 }  // namespace txn_kv_test
 }  // namespace ferry::hyperloop

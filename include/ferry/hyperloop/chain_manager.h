@@ -84,6 +84,10 @@ class ChainManager {
 
   const ChainManagerOptions& options() const { return options_; }
   std::string view_key() const;
+  // The view key of chain `chain` in cluster `cluster`, for processes that
+  // read it without a manager (members learn the view from it). Its removed
+  // ids are under view_key + "-removed/<id>".
+  static std::string view_key_of(std::string_view cluster, std::string_view chain);
 
  private:
   ChainManager(membership::MembershipStore* store, const Clock* clock, const ChainManagerOptions& options)

@@ -101,6 +101,16 @@ class HyperLoopClient final : public GroupClient {
   // (the chain did not come up; the message names the address), those of
   // the NIC.
   Result<GroupId> connect_group(const RemoteGroupOptions& options);
+  // Moves group `gid` (connected across processes) to another chain of
+  // Replicas -- the chain rebuilt after a member failed, whose group name
+  // carries the new view's version (so that no member of the old chain can
+  // connect to it) -- keeping its GroupId and its client memory: every
+  // outstanding operation fails with kUnavailable, the client-side queues
+  // and buffers are destroyed, and the group connects as connect_group
+  // does. options.options.region_bytes must be the group's. On an error the
+  // group stays failed (operations return kFailedPrecondition) until a
+  // reconnect_group succeeds. kFailedPrecondition for an in-process group.
+  Status reconnect_group(GroupId gid, const RemoteGroupOptions& options);
 
   std::string_view system() const override { return "hyperloop"; }
   Result<GroupId> create_group(const GroupOptions& options) override;

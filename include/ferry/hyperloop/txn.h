@@ -138,6 +138,32 @@ struct TxnRecovery {
   uint64_t locks_released = 0;   // write-lock words the failed front end held
 };
 
+// Where TxnClient::recover reads the members' state (their data regions:
+// control block, log, database), so that recovery works the same whether the
+// members are in this process or in others. Members are numbered in chain
+// order of the rebuilt group (0: the head, the upstream-most survivor).
+class TxnRecoverySource {
+ public:
+  virtual ~TxnRecoverySource() = default;
+  virtual uint32_t members() const = 0;
+  // Fills `out` with the bytes at `offset` of member `member`'s data region.
+  // Errors as the transport returns them; kOutOfRange past the region.
+  virtual Status read(uint32_t member, uint64_t offset, std::span<uint8_t> out) = 0;
+};
+
+// The members of an in-process group, through GroupClient::replica (what
+// recover reads when given no source). `client` must outlive it.
+class GroupRecoverySource final : public TxnRecoverySource {
+ public:
+  GroupRecoverySource(GroupClient& client, GroupId data_gid) : client_(client), data_(data_gid) {}
+  uint32_t members() const override;
+  Status read(uint32_t member, uint64_t offset, std::span<uint8_t> out) override;
+
+ private:
+  GroupClient& client_;
+  GroupId data_;
+};
+
 class TxnClient {
  public:
   // Lays out (or, with resume, reads back) the data group's region, and
@@ -164,10 +190,18 @@ class TxnClient {
   // Errors: those of initialize (resume) and of the primitives; kDataLoss if
   // the log breaks between the lowest and the upstream head;
   // kFailedPrecondition for groups connected across processes (the members'
-  // heads are read from their regions, which only an in-process group has).
+  // heads are read from their regions, which only an in-process group has):
+  // give those the second form.
   static Result<std::unique_ptr<TxnClient>> recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
                                                     const TxnOptions& options, uint32_t lock_words,
                                                     TxnRecovery* report = nullptr);
+  // The same, reading replica 0's region and every member's log head through
+  // `source` (e.g. the replicas' read services across processes), which must
+  // name as many members as the data group has replicas (else
+  // kInvalidArgument). Only used during the call.
+  static Result<std::unique_ptr<TxnClient>> recover(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                    const TxnOptions& options, uint32_t lock_words,
+                                                    TxnRecoverySource& source, TxnRecovery* report = nullptr);
 
   // Appends a record (gWRITE + gFLUSH); returns its LSN once it is durable
   // on every replica. kResourceExhausted when the ring has no room until
@@ -206,6 +240,10 @@ class TxnClient {
 
  private:
   TxnClient(GroupClient& client, GroupId data_gid, GroupId lock_gid, const TxnOptions& options);
+  // initialize's resume: the layout and the pending records from replica 0's
+  // region, read through `source`.
+  static Result<std::unique_ptr<TxnClient>> resume(GroupClient& client, GroupId data_gid, GroupId lock_gid,
+                                                   const TxnOptions& options, TxnRecoverySource& source);
   Status write_and_flush(uint64_t offset, uint32_t size);
   Status append_padding();
 

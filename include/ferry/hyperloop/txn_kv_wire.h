@@ -25,6 +25,12 @@ namespace ferry::hyperloop {
 // RPC request types of the read service.
 inline constexpr uint16_t kTxnKvReadGet = 1;
 inline constexpr uint16_t kTxnKvReadScan = 2;
+// Raw bytes of the replica's data region (control block, log, database):
+// what a front end recovering a chain across processes reads of each member
+// (TxnClient::recover with a remote TxnRecoverySource).
+inline constexpr uint16_t kTxnKvReadRegion = 3;
+inline constexpr size_t kTxnRegionReadRequestBytes = 16;
+inline constexpr size_t kTxnRegionReplyHeaderBytes = 8;
 inline constexpr size_t kTxnKvReadRequestHeaderBytes = 8;
 inline constexpr size_t kTxnKvReadReplyHeaderBytes = 8;
 inline constexpr size_t kTxnKvReadEntryHeaderBytes = 8;
@@ -73,6 +79,36 @@ Result<TxnKvReadReply> parse_txn_kv_reply(std::span<const uint8_t> payload);
 // unreadable image is a status. `capacity` must hold at least the header.
 std::vector<uint8_t> answer_txn_kv_read(TxnKvReplicaReader& reader, uint16_t type, std::span<const uint8_t> payload,
                                         size_t capacity);
+
+// A region read (kTxnKvReadRegion): `length` bytes from `offset` of the
+// data region. The answer may be shorter (the reply's capacity, the
+// region's end); the reader pages.
+struct TxnRegionReadRequest {
+  uint64_t offset = 0;
+  uint32_t length = 0;  // 1..
+};
+struct TxnRegionReadReply {
+  TxnKvReadStatus status = TxnKvReadStatus::kOk;  // kOk, or kInvalid (offset past the region, length 0)
+  std::vector<uint8_t> bytes;                     // kOk: 1..length bytes from offset
+};
+
+// 16 bytes: u64 offset, u32 length, u32 0.
+std::vector<uint8_t> encode_txn_region_read(const TxnRegionReadRequest& request);
+// kInvalidArgument unless `payload` is exactly such a request (reserved 0,
+// length non-zero).
+Result<TxnRegionReadRequest> parse_txn_region_read(std::span<const uint8_t> payload);
+// 8-byte header (u8 status, three 0 bytes, u32 byte count), then the bytes.
+std::vector<uint8_t> encode_txn_region_reply(const TxnRegionReadReply& reply);
+// kInvalidArgument unless `payload` is exactly an encoded region reply
+// (the count tiles it, reserved bytes 0, bytes only with kOk). Copies them.
+Result<TxnRegionReadReply> parse_txn_region_reply(std::span<const uint8_t> payload);
+// What a replica answers to a region read with `payload` from `region`: at
+// most `capacity` bytes (which must hold the header and at least one byte).
+// Never fails: a bad request, or an offset at or past the region's end, is
+// kInvalid. The replica's CPU copies without locks: the front end asks only
+// while its chain is paused (no write in flight).
+std::vector<uint8_t> answer_txn_region_read(std::span<const uint8_t> region, std::span<const uint8_t> payload,
+                                            size_t capacity);
 
 // Bytes of a reply carrying one entry of these sizes.
 size_t txn_kv_reply_bytes(size_t key_bytes, size_t value_bytes);
