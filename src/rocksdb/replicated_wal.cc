@@ -131,11 +131,17 @@ class Replicator {
 
   Status catch_up_locked() {
     for (;;) {
-      const Status s = txn_.execute_and_advance();
-      if (s.code() == Code::kNotFound) return ok_status();
-      FERRY_RETURN_IF_ERROR(s);
-      ++counters_.caught_up;
+      FERRY_ASSIGN_OR_RETURN(const bool executed, catch_up_one_locked());
+      if (!executed) return ok_status();
     }
+  }
+
+  Result<bool> catch_up_one_locked() {
+    const Status s = txn_.execute_and_advance();
+    if (s.code() == Code::kNotFound) return false;
+    FERRY_RETURN_IF_ERROR(s);
+    ++counters_.caught_up;
+    return true;
   }
 
  private:
@@ -347,6 +353,11 @@ IOStatus ReplicatedWalFileSystem::ReopenWritableFile(const std::string& fname, c
 Status ReplicatedWalFileSystem::catch_up() {
   std::lock_guard lock(rep_->mu);
   return rep_->catch_up_locked();
+}
+
+Result<bool> ReplicatedWalFileSystem::catch_up_one() {
+  std::lock_guard lock(rep_->mu);
+  return rep_->catch_up_one_locked();
 }
 
 uint64_t ReplicatedWalFileSystem::wal_file_number() const {

@@ -288,9 +288,20 @@ TEST(ReplicatedRocksDb, TheReplicasWalImageEqualsTheHeadsWalAfterCatchUp) {
   ASSERT_TRUE(before.ok()) << before.status().to_string();
   EXPECT_LT(before->bytes.size(), local.size()) << "the image was already current";
 
+  // One record at a time (a caller catching up in its idle gaps), then the rest.
+  const uint64_t head_before = chain.txn->head();
+  const uint64_t caught_before = head.fs->counters().caught_up;
+  auto one = head.fs->catch_up_one();
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_TRUE(*one);
+  EXPECT_GT(chain.txn->head(), head_before) << "catch_up_one executed no record";
+  EXPECT_EQ(head.fs->counters().caught_up, caught_before + 1);
   ASSERT_TRUE(head.fs->catch_up().ok());
   EXPECT_EQ(chain.txn->head(), chain.txn->tail());
-  EXPECT_GT(head.fs->counters().caught_up, 0u);
+  EXPECT_GT(head.fs->counters().caught_up, caught_before + 1);
+  one = head.fs->catch_up_one();
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_FALSE(*one) << "nothing was left to execute";
   for (uint32_t r = 0; r < 3; ++r) {
     auto image = rocks::read_wal_image(chain.region(r));
     ASSERT_TRUE(image.ok()) << "replica " << r << ": " << image.status().to_string();

@@ -143,6 +143,9 @@ class ReplicatedWalFileSystem : public ::rocksdb::FileSystemWrapper {
   // logs, off RocksDB's critical path. Any thread; waits for a Sync in
   // progress. Errors are the TxnClient's.
   Status catch_up();
+  // Executes the oldest appended record, if any: true if it did. For a
+  // caller that catches up in the gaps between its own work.
+  Result<bool> catch_up_one();
 
   // The WAL the image holds (0: none yet) and how many of its bytes are
   // durable on every replica (acknowledged: everything up to the last Sync).
