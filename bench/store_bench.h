@@ -60,8 +60,8 @@ struct StoreBenchOptions {
   // omission). 0: closed loop only. Well below every system's quiet
   // capacity on a 2-CPU machine (RocksDB's own stalls -- memtable switches,
   // new WAL files -- keep a closed-loop client near 3-5 K ops/s).
-  double rocksdb_rate = 500;
-  uint64_t rocksdb_open_ops = 4000;  // ops per open-loop point (at least 1,000 updates behind a p99)
+  double rocksdb_rate = 250;
+  uint64_t rocksdb_open_ops = 3000;  // ops per open-loop point (at least 1,000 updates behind a p99)
   uint32_t load_processes = 10;
   int client_cpu = 1;
   int replica_cpu = 0;
