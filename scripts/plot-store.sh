@@ -68,8 +68,10 @@ if [[ -s "$tmp/rocksdb.tsv" ]]; then
     col=$(( col + 1 ))
   done
   gnuplot <<GP
-set terminal pngcairo size 1000,600
+set terminal pngcairo size 1150,650
 set output '$out/store-fig11.png'
+set rmargin 10
+set bmargin 7
 set title 'Replicated RocksDB: YCSB-A update latency (WAL replicated at every Sync), quiet and with the replica CPU loaded'
 set datafile separator "\t"
 set style data histograms
