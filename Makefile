@@ -2,7 +2,7 @@
 # Both install missing Debian packages (scripts/install-deps.sh), configure
 # and build. Build trees: build/ (release with assertions), build-asan/
 # (clang ASan+UBSan, and the libFuzzer targets), build-tsan/. `make test`
-# reads JOBS, FUZZ_SECONDS (default 10), SKIP_SANITIZERS and SKIP_FUZZ from
+# reads JOBS, FUZZ_SECONDS (default 8), SKIP_SANITIZERS and SKIP_FUZZ from
 # the environment or the command line (see scripts/run-tests.sh). New build
 # trees use Ninja (CMAKE_GENERATOR); an existing tree keeps its generator.
 JOBS ?= $(shell nproc)

@@ -4,7 +4,7 @@
 #   2. ASan + UBSan build (clang): all tests
 #   3. TSan build: the tests where application and engine threads share state
 #   4. libFuzzer (built in the ASan tree): each fuzz target for FUZZ_SECONDS
-#      (default 10), JOBS targets at a time
+#      (default 8), JOBS targets at a time
 # Environment: JOBS (parallelism, default nproc), FUZZ_SECONDS, FUZZ_SEED, SKIP_SANITIZERS=1,
 # SKIP_FUZZ=1 (for quick local runs; CI runs everything), CMAKE_GENERATOR
 # (default Ninja, for new build trees; an existing tree keeps its own).
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+FUZZ_SECONDS=${FUZZ_SECONDS:-8}
 # Ninja starts a target's compiles before the libraries it links are built,
 # which keeps both cores busy across the few large unity batches.
 export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
