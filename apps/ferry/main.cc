@@ -697,7 +697,14 @@ int main(int argc, char** argv) {
                "a small configuration of every experiment (under a minute, for tests); explicit options win");
   tw->add_flag("--json", tw_opts.json, "print one JSON object per point");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version print and exit 0; every usage error (unknown or
+    // missing option, a value out of range, two options that exclude each
+    // other) exits 2, as a bad configuration does.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   if (demo->parsed()) {
     int rc = 0;
