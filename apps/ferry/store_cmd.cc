@@ -254,8 +254,10 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
     return ok_status();
   };
   // A spare that joins: both regions from its upstream neighbour in the new
-  // view (the last survivor, whose log holds what the others hold), before
-  // it serves anything of the chain.
+  // view (the last survivor), before it serves anything of the chain. That
+  // copy may lack the newest records (the most downstream survivor holds
+  // the fewest); the client's recovery then re-replicates the log from
+  // replica 0 from the lowest head and executes it again.
   auto join = [&]() -> Status {
     if (position == 0) return failed_precondition("a joining member at the head has no upstream to copy");
     const MemberConfig* from = c.member(chain[position - 1]);
@@ -311,7 +313,10 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
     siginfo_t info;
     const int sig = sigtimedwait(&stop, &info, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
-      if (rebuilder.joinable()) rebuilder.join();
+      if (rebuilder.joinable()) {
+        rebuilder.join();
+        if (!rebuild_status.ok()) return fail(rebuild_status);
+      }
       out << fmt::format("event=stop signal={} store={} id={} view={} reads={} read_retries={} data_links={} "
                          "lock_links={}\n",
                          sig == SIGINT ? "SIGINT" : "SIGTERM", c.name, id, version, reads, reader.retries(),
@@ -595,6 +600,19 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     while (failed.empty() && store_elapsed_ns(t0) < bound_ms * 1'000'000) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::max<uint32_t>(1, c.membership.heartbeat_ms / 4)));
       failed = manager->failed_members();
+    }
+    if (!monitor->current()) {
+      // Its reads of the beats stalled or failed: every member then looks
+      // failed to the manager, and acting on that could remove a live one.
+      const std::string etcd_error = monitor->last_error();
+      return unavailable("the beats in etcd could not be read within the last " +
+                         std::to_string(c.membership.missed_beats) + " heartbeats, so no verdict on the members can "
+                         "be trusted; nothing was replaced" + (etcd_error.empty() ? "" : " (etcd: " + etcd_error + ")"));
+    }
+    if (failed.size() > 1) {
+      return unavailable("members " + fmt::format("{}", fmt::join(failed, ",")) + " all missed " +
+                         std::to_string(c.membership.missed_beats) + " heartbeats; one failure at a time is "
+                         "recovered, so nothing was replaced");
     }
     if (failed.empty()) {
       const std::string etcd_error = monitor->last_error();

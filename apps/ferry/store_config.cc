@@ -201,6 +201,12 @@ Result<StoreConfig> parse_store_config(std::string_view text, std::string_view s
     FERRY_ASSIGN_OR_RETURN(const uint64_t missed, integer(*m, "missed_beats", source, "membership.missed_beats",
                                                           mc.missed_beats, 1, 1000));
     mc.missed_beats = static_cast<uint32_t>(missed);
+    // A joining member copies from a survivor: a chain of one has none, and
+    // replacing its only member would leave the data in a removed member's file.
+    if (c.replicas.size() < 2) {
+      return invalid_argument(where(source, "membership") + " needs store.replicas >= 2: recovery copies a failed "
+                              "member's data from a surviving one");
+    }
     c.recovery = true;
   } else if (!c.spares.empty()) {
     return invalid_argument(std::string(source) + ": [[spare]] tables need a [membership] table (recovery is off "

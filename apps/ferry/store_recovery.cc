@@ -209,13 +209,23 @@ void StoreChainMonitor::run() {
       std::lock_guard<std::mutex> lock(mu_);
       last_error_ = r.status().message();
     } else {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_read_ns_ = now;
+      }
       for (const membership::KeyValue& kv : r->kvs) {
         const std::string id = kv.key.substr(prefix_.size());
         {
           std::lock_guard<std::mutex> lock(mu_);
           auto it = seen_.find(id);
-          if (it != seen_.end() && it->second.first >= kv.mod_revision) continue;
-          seen_[id] = {kv.mod_revision, now};
+          if (it == seen_.end()) {
+            // First sight: the key may be a long-dead member's last beat.
+            // Only an advance from here on is a beat.
+            seen_[id] = {kv.mod_revision, 0};
+            continue;
+          }
+          if (it->second.first >= kv.mod_revision) continue;
+          it->second = {kv.mod_revision, now};
         }
         char* end = nullptr;
         const uint64_t version = std::strtoull(kv.value.c_str(), &end, 10);
@@ -232,9 +242,15 @@ void StoreChainMonitor::run() {
 bool StoreChainMonitor::live(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = seen_.find(id);
-  if (it == seen_.end()) return false;
+  if (it == seen_.end() || it->second.second == 0) return false;
   const uint64_t window = uint64_t{heartbeat_ms_} * missed_beats_ * 1'000'000;
   return SteadyClock::instance().now_ns() - it->second.second < window;
+}
+
+bool StoreChainMonitor::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t window = uint64_t{heartbeat_ms_} * missed_beats_ * 1'000'000;
+  return last_read_ns_ != 0 && SteadyClock::instance().now_ns() - last_read_ns_ < window;
 }
 
 std::string StoreChainMonitor::last_error() const {

@@ -96,8 +96,10 @@ std::string store_view_members(const membership::View& view);
 // The client's relay of beats: a thread that every heartbeat_ms reads the
 // beats prefix and hands each beat whose mod_revision advanced to
 // manager.heartbeat(id, version) (which ignores non-members and stale
-// versions, so the manager's missed-beat rule decides alone). It also
-// remembers when each id last beat, for choosing a live spare.
+// versions, so the manager's missed-beat rule decides alone). A key seen
+// for the first time is not a beat (it may be a dead member's last one);
+// only its advances are. It also remembers when each id last beat, for
+// choosing a live spare.
 class StoreChainMonitor {
  public:
   StoreChainMonitor(membership::MembershipStore& store, hyperloop::ChainManager& manager, const StoreConfig& c);
@@ -109,6 +111,10 @@ class StoreChainMonitor {
   bool live(const std::string& id) const;
   // The last etcd error the thread met ("" if none), for messages.
   std::string last_error() const;
+  // Whether the thread read the beats successfully within the last
+  // missed_beats beats: if not, every member looks failed to the manager,
+  // and no verdict of it may be acted on.
+  bool current() const;
 
  private:
   void run();
@@ -121,6 +127,7 @@ class StoreChainMonitor {
   mutable std::mutex mu_;
   std::map<std::string, std::pair<membership::Revision, uint64_t>> seen_;  // id -> (mod_revision, when ns)
   std::string last_error_;
+  uint64_t last_read_ns_ = 0;  // the last successful read of the beats
   std::thread thread_;
 };
 

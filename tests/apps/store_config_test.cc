@@ -155,7 +155,7 @@ listen = "127.0.0.1:5"
 
   auto tuned = parse_store_config(R"(
 [store]
-replicas = 1
+replicas = 2
 [membership]
 etcd = "http://10.0.0.9:2379"
 cluster = "prod"
@@ -165,6 +165,8 @@ missed_beats = 3
 listen = "127.0.0.1:1"
 [[replica]]
 listen = "127.0.0.1:2"
+[[replica]]
+listen = "127.0.0.1:3"
 )",
                                   "tuned.toml");
   ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
@@ -216,6 +218,9 @@ listen = "127.0.0.1:3"
       {"[store]\nreplicas = 2\n" + members + "[[spare]]\nlisten = \"127.0.0.1:9\"\n",
        "[[spare]] tables need a [membership] table"},
       {"[store]\nreplicas = 2\n[membership]\ncluster = \"x\"\n" + members, "membership.etcd is missing"},
+      {"[store]\nreplicas = 1\n[client]\nlisten = \"127.0.0.1:1\"\n[[replica]]\nlisten = \"127.0.0.1:2\"\n"
+       "[membership]\netcd = \"http://e:1\"\n",
+       "membership needs store.replicas >= 2"},
       {"[store]\nreplicas = 2\n[membership]\netcd = \"127.0.0.1:2379\"\n" + members,
        "membership.etcd '127.0.0.1:2379' must be an etcd endpoint http://HOST:PORT"},
       {"[store]\nreplicas = 2\n[membership]\netcd = \"http://e:1\"\nheartbeat_ms = 0\n" + members,

@@ -62,6 +62,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT  # a killed run (ctest's timeout) still cleans up
 die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
+# Waits up to $2 seconds for process $1 to exit (failing with every log if
+# it does not), then reaps it: its status is in $?.
+wait_exit() {
+  for _ in $(seq $(( $2 * 20 ))); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$1" 2>/dev/null && die "process $1 did not exit within $2 s"
+  wait "$1"
+}
 wait_for() {  # file pattern seconds
   for _ in $(seq $(( $3 * 20 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   return 1
@@ -157,7 +164,7 @@ fi
 grep -q "event=membership .* version=1 members=r0,r1,r2 " "$dir/client.log" || die "view 1 is not r0,r1,r2"
 echo "$(elapsed) s: $kill_at puts done; $( (( freeze )) && echo froze || echo SIGKILLed) replica $victim" \
   "(pid ${replica_pid[$victim]}) with the client putting"
-wait $client
+wait_exit $client 40
 status=$?
 t_done=$(date +%s.%N)
 grep -E "event=(put_failed|failed|view|recovered|done)" "$dir/client.log"
@@ -186,8 +193,7 @@ if (( freeze )); then
   # The stale member wakes up with its old chain: its next beat reads a view
   # without it, and it exits 3 by itself.
   kill -CONT "${nicd_pid[$(( victim + 1 ))]}" "${replica_pid[$victim]}"
-  for _ in $(seq 100); do kill -0 "${replica_pid[$victim]}" 2>/dev/null || break; sleep 0.05; done
-  wait "${replica_pid[$victim]}"
+  wait_exit "${replica_pid[$victim]}" 10
   s=$?
   [[ $s == 3 ]] || die "the stale r$victim exited $s, not 3"
   grep -q "event=removed store=rec id=r$victim not_in_view=2" "$dir/replica$victim.log" ||
@@ -230,7 +236,7 @@ wait_for "$dir/nospare-client.log" "event=progress puts=20 " 40 || die "the seco
 kill -KILL "${replica_pid[1]}"
 wait "${replica_pid[1]}" 2>/dev/null
 kill -USR1 $client
-wait $client
+wait_exit $client 40
 s=$?
 grep -E "event=(failed|view|recovered) |no spare" "$dir/nospare-client.log"
 [[ $s == 1 ]] || die "the client without a spare exited $s, not 1"
@@ -258,7 +264,7 @@ pids+=($client)
 wait_for "$dir/nofail-client.log" "event=progress puts=20 " 40 || die "the third client did not reach 20 puts"
 kill -STOP "${nicd_pid[2]}"
 kill -USR1 $client
-wait $client
+wait_exit $client 40
 s=$?
 kill -CONT "${nicd_pid[2]}"
 grep -E "event=(put_failed|failed|view) |missed" "$dir/nofail-client.log"
