@@ -32,25 +32,18 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 echo "seed $seed (replay: FERRY_CHAIN_SEED=$seed)"
-dir=$(mktemp -d /dev/shm/ferry-chain-XXXXXX 2>/dev/null || mktemp -d)
+source "$(dirname "$0")/lib.sh"
+cli_dir ferry-chain
 tag=fc$(( $$ % 100000 ))
-pids=()
-cleanup() {
+cleanup_extra() {  # the processes first: they live in the namespaces
   for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
   if [[ $netns == 1 ]]; then
     for h in 0 1 2 3; do ip netns del "${tag}h$h" 2>/dev/null; done
     ip link del "${tag}br" 2>/dev/null
   fi
-  rm -rf "$dir"
 }
-trap cleanup EXIT
-die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }
-wait_for() {  # file pattern seconds
-  for _ in $(seq $(( $3 * 20 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
-}
 
 # ---- hosts: an address and a command prefix each ----
 declare -a ip_of run_in

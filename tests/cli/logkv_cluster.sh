@@ -26,19 +26,8 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-dir=$(mktemp -d /dev/shm/ferry-logkv-XXXXXX 2>/dev/null || mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -40 "$f"; done; exit 1; }
-wait_for() {  # file pattern seconds
-  for _ in $(seq $(( $3 * 20 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
-}
+source "$(dirname "$0")/lib.sh"
+cli_dir ferry-logkv
 
 # Below the kernel's ephemeral range (32768-60999 by default), where the
 # members' outgoing connections take their ports.

@@ -25,21 +25,8 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-dir=$(mktemp -d /dev/shm/ferry-store-XXXXXX 2>/dev/null || mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT  # a killed run (ctest's timeout) still cleans up
-die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
-wait_for() {  # file pattern seconds
-  for _ in $(seq $(( $3 * 20 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
-}
-process_state() { awk '{print $3}' "/proc/$1/stat" 2>/dev/null; }
+source "$(dirname "$0")/lib.sh"
+cli_dir ferry-store
 
 # Below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by
 # default): a member's outgoing CM connection must not be able to take a port

@@ -48,30 +48,13 @@ if [[ ! -x $etcd_bin ]]; then
   echo "SKIP: $etcd_bin not found (scripts/install-deps.sh installs Debian's etcd-server)"
   exit 77
 fi
-dir=$(mktemp -d /dev/shm/ferry-recovery-XXXXXX 2>/dev/null || mktemp -d)
-pids=()
+source "$(dirname "$0")/lib.sh"
+cli_dir ferry-recovery
 etcd_pid=
-cleanup() {
+cleanup_extra() {
   # etcd runs under `timeout` (so it goes away by itself if this script is
   # killed outright): TERM reaches etcd through it, KILL would orphan it.
   if [[ -n $etcd_pid ]]; then kill -TERM "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null; fi
-  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT  # a killed run (ctest's timeout) still cleans up
-die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
-# Waits up to $2 seconds for process $1 to exit (failing with every log if
-# it does not), then reaps it: its status is in $?.
-wait_exit() {
-  for _ in $(seq $(( $2 * 20 ))); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$1" 2>/dev/null && die "process $1 did not exit within $2 s"
-  wait "$1"
-}
-wait_for() {  # file pattern seconds
-  for _ in $(seq $(( $3 * 20 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
 }
 t0=$(date +%s.%N)
 elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
