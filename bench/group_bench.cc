@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "core_guard.h"
 #include "cpu_load.h"
 #include "ferry/common/clock.h"
 #include "ferry/common/cpu.h"
@@ -27,45 +28,6 @@ using hyperloop::WireBytes;
 namespace {
 
 uint64_t now_ns() { return timing_clock().now_ns(); }
-
-// The load guard (design brief, "Measuring honestly"): a fixed short work item
-// timed many times on the client/NIC core, quiet just before a point pair and
-// then under each point's conditions. Its tails, not its best case, show
-// whether the load disturbed the core that runs every emulated NIC.
-constexpr int kGuardSamples = 10'000;
-constexpr double kDisturbedP99Ratio = 1.5;
-
-struct CoreGuard {
-  Histogram base;    // quiet, right before the point pair
-  Histogram during;  // under the point's load (for a quiet point: quiet again, after it)
-  double p99_ratio() const {
-    return static_cast<double>(during.percentile(0.99)) / static_cast<double>(std::max<uint64_t>(1, base.percentile(0.99)));
-  }
-  bool disturbed() const { return p99_ratio() > kDisturbedP99Ratio; }
-};
-
-// About a microsecond of integer work and L1 loads and stores: the kind of
-// work the engine thread does per packet.
-Histogram time_work_item(int samples) {
-  static std::array<uint64_t, 256> buf{};
-  uint64_t x = 0x9e3779b97f4a7c15ULL;
-  Histogram h;
-  for (int s = 0; s < samples; ++s) {
-    const uint64_t t0 = now_ns();
-    for (int pass = 0; pass < 4; ++pass) {
-      for (uint64_t& v : buf) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v += x;
-      }
-    }
-    h.record(now_ns() - t0);
-  }
-  volatile uint64_t sink = buf[x % buf.size()];
-  (void)sink;
-  return h;
-}
 
 struct Point {
   std::string experiment;

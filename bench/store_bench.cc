@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "core_guard.h"
 #include "cpu_load.h"
 #include "group_bench.h"
 #include "ferry/common/clock.h"
@@ -422,6 +423,7 @@ struct PointResult {
   double seconds = 0;
   uint64_t replica_cpu_ns = 0;
   bool capped = false;
+  CoreGuard guard;  // the client/NIC core's work item, quiet and during the point
 };
 
 // Open loop: returns at `t_ns` (timing_clock). Sleeps while the time is far
@@ -535,6 +537,8 @@ struct UpdateTails {
   std::map<std::string, double> p99_us;
   std::map<std::string, double> p50_us;
   std::vector<std::string> overloaded;  // open loop: systems that did not keep up with the arrivals
+  uint64_t points = 0;
+  uint64_t disturbed = 0;  // points whose client/NIC core the load reached (CoreGuard)
 };
 
 // Prints (or emits as JSON) every op of one point; a YCSB-A update's tails
@@ -585,6 +589,13 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     p.load = load_text;
     j["placement"] = placement_json(p);
     j["cpu_load"] = load_text;
+    j["client_core"] = {{"work_item_samples", r.guard.during.count()},
+                        {"quiet_p50_ns", r.guard.base.percentile(0.5)},
+                        {"quiet_p99_ns", r.guard.base.percentile(0.99)},
+                        {"point_p50_ns", r.guard.during.percentile(0.5)},
+                        {"point_p99_ns", r.guard.during.percentile(0.99)}};
+    j["client_core_p99_ratio"] = r.guard.p99_ratio();
+    j["client_core_disturbed"] = r.guard.disturbed();
     add_provenance(j);
     if (wl == "A" && op == "update" && load_name == "load") {
       if (c.rate > 0 && j["overloaded"].get<bool>()) tails->overloaded.push_back(c.system);
@@ -599,7 +610,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
       out << j.dump() << "\n";
     } else {
       out << fmt::format("{:<7} {:<12} YCSB-{} {:<6} {:<5} {:<6} samples {:>6}  p50 {:>9} us  p99 {:>9} us  "
-                         "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}\n",
+                         "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}{}\n",
                          c.experiment, c.system, wl, op, load_name,
                          c.rate > 0 ? fmt::format("{:.0f}/s", c.rate) : std::string("closed"), st.hist.count(),
                          percentile_text(st.hist, 0.5, 1e-3, 1), percentile_text(st.hist, 0.99, 1e-3, 1),
@@ -607,7 +618,10 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
                          static_cast<double>(r.total) / r.seconds / 1e6,
                          r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) /
                                                                      static_cast<double>(r.writes))
-                                      : std::string("-"));
+                                      : std::string("-"),
+                         r.guard.disturbed()
+                             ? fmt::format("  client core DISTURBED (work item p99 {:.1f}x quiet)", r.guard.p99_ratio())
+                             : std::string());
     }
   }
 }
@@ -617,16 +631,29 @@ Status run_points(YcsbTarget& target, const PointContext& c, const std::vector<s
                   const StoreBenchOptions& o, const Placement& placement, std::ostream& out, UpdateTails* tails) {
   uint64_t inserted = o.records;
   for (const auto& wl : workloads) {
+    // The load guard: the client/NIC core's work item, quiet before the
+    // workload's points, then during each (measured as the load starts and
+    // again after the point, before it stops).
+    Histogram quiet_base = time_work_item(kGuardSamples);
     for (const auto& load_name : o.loads) {
       std::unique_ptr<CpuLoad> load;
+      Histogram during;
       if (load_name == "load") {
         FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(o.replica_cpu, static_cast<int>(o.load_processes),
                                                     o.max_seconds * 2 + 30));
+        during = time_work_item(kGuardSamples);
       }
       PointResult r;
       FERRY_RETURN_IF_ERROR(run_point(target, c.system, wl[0], o, c.rate, &inserted, &r));
+      const Histogram after = time_work_item(kGuardSamples);
       const std::string load_text = load ? load->description() : "none";
       load.reset();
+      during.merge(after);
+      r.guard.base = quiet_base;
+      r.guard.during = during;
+      if (load_name != "load") quiet_base.merge(after);  // quiet again: the loaded twin's reference too
+      ++tails->points;
+      if (r.guard.disturbed()) ++tails->disturbed;
       emit_point(c, wl, load_name, r, o, placement, load_text, out, tails);
     }
   }
@@ -738,6 +765,7 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
       FERRY_RETURN_IF_ERROR(run_points(*s, c, o.workloads, opts, placement, out, &a_update));
     }
     if (!a_update.p99_us.empty()) summary["ycsb_a_update_p99_us_under_load"] = a_update.p99_us;
+    summary["ycsb_client_core_disturbed_points"] = fmt::format("{} of {}", a_update.disturbed, a_update.points);
     add_p99_ratios(a_update, {"naive-event", "naive-poll"}, "p99_ratio_", summary);
     if (a_update.p99_us.count("hyperloop") != 0 && a_update.p99_us.count(kRedisSystem) != 0) {
       // Redis p99 / HyperLoop p99 (issue 13's target: >= 10).
@@ -784,6 +812,8 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
                          counters.wal_files);
     }
     if (!update.p99_us.empty()) summary["rocksdb_ycsb_a_update_p99_us_under_load"] = update.p99_us;
+    summary["rocksdb_client_core_disturbed_points"] =
+        fmt::format("{} of {}", update.disturbed + open_update.disturbed, update.points + open_update.points);
     // Issue 13's target: >= 5 for both.
     add_p99_ratios(update, {"naive-event", "naive-poll"}, "rocksdb_p99_ratio_", summary);
     if (o.rocksdb_rate > 0) summary["rocksdb_open_loop_ops_per_s"] = o.rocksdb_rate;
