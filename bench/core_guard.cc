@@ -7,6 +7,16 @@
 
 namespace ferry::bench {
 
+void CoreGuard::add_to(nlohmann::json& point) const {
+  point["client_core"] = {{"work_item_samples", during.count()},
+                          {"quiet_p50_ns", base.percentile(0.5)},
+                          {"quiet_p99_ns", base.percentile(0.99)},
+                          {"point_p50_ns", during.percentile(0.5)},
+                          {"point_p99_ns", during.percentile(0.99)}};
+  point["client_core_p99_ratio"] = p99_ratio();
+  point["client_core_disturbed"] = disturbed();
+}
+
 Histogram time_work_item(int samples) {
   static std::array<uint64_t, 256> buf{};
   const Clock& clock = timing_clock();

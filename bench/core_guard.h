@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <nlohmann/json.hpp>
+
 #include "ferry/common/histogram.h"
 
 namespace ferry::bench {
@@ -25,6 +27,9 @@ struct CoreGuard {
            static_cast<double>(std::max<uint64_t>(1, base.percentile(0.99)));
   }
   bool disturbed() const { return p99_ratio() > kDisturbedP99Ratio; }
+  // Into a point's JSON: client_core (both measurements' p50/p99 and the
+  // sample count), client_core_p99_ratio, client_core_disturbed.
+  void add_to(nlohmann::json& point) const;
 };
 
 // About a microsecond of integer work and L1 loads and stores (the kind of

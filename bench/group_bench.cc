@@ -250,13 +250,7 @@ nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const G
   // The client thread's CPU: the client machine plus every emulated NIC.
   j["client_and_nic_cpu_ns_per_op"] =
       p.ops ? static_cast<double>(p.client_cpu_ns) / static_cast<double>(p.ops) : 0.0;
-  j["client_core"] = {{"work_item_samples", p.guard.during.count()},
-                      {"quiet_p50_ns", p.guard.base.percentile(0.5)},
-                      {"quiet_p99_ns", p.guard.base.percentile(0.99)},
-                      {"point_p50_ns", p.guard.during.percentile(0.5)},
-                      {"point_p99_ns", p.guard.during.percentile(0.99)}};
-  j["client_core_p99_ratio"] = p.guard.p99_ratio();
-  j["client_core_disturbed"] = p.guard.disturbed();
+  p.guard.add_to(j);
   j["wire_bytes_per_op"] = wire_json(p);  // per replica
   if (p.experiment != "throughput") {
     const Spec s{p.experiment, p.primitive, p.size, p.group};

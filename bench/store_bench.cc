@@ -546,6 +546,10 @@ struct UpdateTails {
 void emit_point(const PointContext& c, const std::string& wl, const std::string& load_name, const PointResult& r,
                 const StoreBenchOptions& o, const Placement& placement, const std::string& load_text,
                 std::ostream& out, UpdateTails* tails) {
+  // Open loop: a system that cannot keep up queues, and its tail then grows
+  // with the length of the point.
+  const double achieved = static_cast<double>(r.total) / r.seconds;
+  const bool overloaded = c.rate > 0 && (r.capped || achieved < 0.95 * c.rate);
   for (const auto& [op, st] : r.ops) {
     nlohmann::json j;
     j["experiment"] = c.experiment;
@@ -567,12 +571,9 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     j["capped"] = r.capped;
     j["arrivals"] = c.rate > 0 ? "poisson" : "closed";
     if (c.rate > 0) {
-      // Latency from the scheduled arrival; a system that cannot keep up
-      // queues, and its tail then grows with the length of the point.
-      const double achieved = static_cast<double>(r.total) / r.seconds;
       j["offered_ops_per_s"] = c.rate;
       j["achieved_ops_per_s"] = achieved;
-      j["overloaded"] = r.capped || achieved < 0.95 * c.rate;
+      j["overloaded"] = overloaded;
       j["latency_from"] = "scheduled arrival";
     }
     j["key_bytes"] = o.key_bytes;
@@ -589,16 +590,10 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     p.load = load_text;
     j["placement"] = placement_json(p);
     j["cpu_load"] = load_text;
-    j["client_core"] = {{"work_item_samples", r.guard.during.count()},
-                        {"quiet_p50_ns", r.guard.base.percentile(0.5)},
-                        {"quiet_p99_ns", r.guard.base.percentile(0.99)},
-                        {"point_p50_ns", r.guard.during.percentile(0.5)},
-                        {"point_p99_ns", r.guard.during.percentile(0.99)}};
-    j["client_core_p99_ratio"] = r.guard.p99_ratio();
-    j["client_core_disturbed"] = r.guard.disturbed();
+    r.guard.add_to(j);
     add_provenance(j);
     if (wl == "A" && op == "update" && load_name == "load") {
-      if (c.rate > 0 && j["overloaded"].get<bool>()) tails->overloaded.push_back(c.system);
+      if (overloaded) tails->overloaded.push_back(c.system);
       if (percentile_reportable(st.hist, 0.99)) {
         tails->p99_us[c.system] = static_cast<double>(st.hist.percentile(0.99)) / 1e3;
       }

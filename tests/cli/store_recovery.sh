@@ -204,18 +204,23 @@ fi
 # ---- 5. no spare left: a second store (another chain in etcd) without
 # [[spare]] loses a replica; its client fails clearly with exit 1 and
 # formats nothing over the survivors ----
-sed -e 's/^name = "rec"/name = "nospare"/' -e '/^\[\[spare\]\]/,$d' \
-  -e "s|/r\([0-9]\).pm|/nospare\1.pm|" "$dir/store.toml" >"$dir/nospare.toml"
-for i in 2 1 0; do
-  "$ferry" store replica --config "$dir/nospare.toml" --index $i >"$dir/nospare$i.log" 2>&1 &
-  replica_pid[$i]=$!
-  pids+=($!)
-done
-"$ferry" store client --config "$dir/nospare.toml" --puts 40 --value-bytes 48 --pause-after-puts 20 \
-  --op-timeout-ms 1000 >"$dir/nospare-client.log" 2>&1 &
-client=$!
-pids+=($client)
-wait_for "$dir/nospare-client.log" "event=progress puts=20 " 40 || die "the second client did not reach 20 puts"
+# Another store $1 (its own chain in etcd, no spare) on the same hosts:
+# three replicas and a client that waits for SIGUSR1 after 20 of 40 puts.
+small_chain() {
+  sed -e "s/^name = \"rec\"/name = \"$1\"/" -e '/^\[\[spare\]\]/,$d' \
+    -e "s|/r\([0-9]\).pm|/$1\1.pm|" "$dir/store.toml" >"$dir/$1.toml"
+  for i in 2 1 0; do
+    "$ferry" store replica --config "$dir/$1.toml" --index $i >"$dir/$1$i.log" 2>&1 &
+    replica_pid[$i]=$!
+    pids+=($!)
+  done
+  "$ferry" store client --config "$dir/$1.toml" --puts 40 --value-bytes 48 --pause-after-puts 20 \
+    --op-timeout-ms 1000 >"$dir/$1-client.log" 2>&1 &
+  client=$!
+  pids+=($client)
+  wait_for "$dir/$1-client.log" "event=progress puts=20 " 40 || die "store $1's client did not reach 20 puts"
+}
+small_chain nospare
 kill -KILL "${replica_pid[1]}"
 wait "${replica_pid[1]}" 2>/dev/null
 kill -USR1 $client
@@ -233,18 +238,7 @@ done
 
 # ---- 6. a put fails but every member keeps beating (replica 1's NIC daemon
 # hangs, its process does not): nobody to replace, the client exits 1 ----
-sed -e 's/^name = "nospare"/name = "nofail"/' -e "s|/nospare\([0-9]\).pm|/nofail\1.pm|" \
-  "$dir/nospare.toml" >"$dir/nofail.toml"
-for i in 2 1 0; do
-  "$ferry" store replica --config "$dir/nofail.toml" --index $i >"$dir/nofail$i.log" 2>&1 &
-  replica_pid[$i]=$!
-  pids+=($!)
-done
-"$ferry" store client --config "$dir/nofail.toml" --puts 40 --value-bytes 48 --pause-after-puts 20 \
-  --op-timeout-ms 1000 >"$dir/nofail-client.log" 2>&1 &
-client=$!
-pids+=($client)
-wait_for "$dir/nofail-client.log" "event=progress puts=20 " 40 || die "the third client did not reach 20 puts"
+small_chain nofail
 kill -STOP "${nicd_pid[2]}"
 kill -USR1 $client
 wait_exit $client 40
