@@ -121,6 +121,16 @@ static void nt_copy(uint8_t* dst, const uint8_t* src, size_t len) {
 void Region::store_nt(void* dst, const void* src, size_t len) {
   if (len == 0) return;
   std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  store_nt_locked(dst, src, len);
+}
+
+void Region::store_nt_many(std::span<void* const> dsts, const void* src, size_t len) {
+  if (len == 0 || dsts.empty()) return;
+  std::lock_guard<SpinLock> lock(domain_->impl_->mu);
+  for (void* dst : dsts) store_nt_locked(dst, src, len);
+}
+
+void Region::store_nt_locked(void* dst, const void* src, size_t len) {
   auto* d = static_cast<uint8_t*>(dst);
   if (state_->media != Media::kPm) {
     nt_copy(d, static_cast<const uint8_t*>(src), len);

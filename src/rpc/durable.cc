@@ -24,6 +24,7 @@ void Server::Impl::persist_req_to_execute(Worker& w, uint64_t position) {
   pm::Region& r = *options.durable_region;
   r.store_persist(&w.control->req_to_execute, &position, sizeof(position));
   w.persisted_rte = position;
+  w.unpersisted = 0;
 }
 
 void Server::Impl::persist_srq_tail(Worker& w, uint64_t tail) {
@@ -35,9 +36,11 @@ void Server::Impl::invalidate_buffer(Worker& w, uint64_t sequence) {
   pm::Region& r = *options.durable_region;
   static constexpr uint64_t kZero = 0;
   uint8_t* buffer = w.buffer_base + (sequence % options.buffers) * options.buffer_bytes;
+  w.invalidate.clear();
   for (uint16_t stride : w.starts[sequence % options.buffers]) {
-    r.store_nt(buffer + static_cast<size_t>(stride) * w.stride_bytes, &kZero, sizeof(kZero));
+    w.invalidate.push_back(buffer + static_cast<size_t>(stride) * w.stride_bytes);
   }
+  r.store_nt_many(w.invalidate, &kZero, sizeof(kZero));  // one call: the model's lock once per buffer
   r.drain();
 }
 

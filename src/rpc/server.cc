@@ -52,6 +52,7 @@ Status validate(const ServerOptions& o) {
   if (o.durable_region != nullptr) {
     if (o.mode != Mode::kOrderedQueue) return invalid_argument("rpc server: durable mode is Ordered Queue only");
     if (o.durable_region->media() != pm::Media::kPm) return invalid_argument("rpc server: durable_region must be PM");
+    if (o.req_to_execute_group == 0) return invalid_argument("rpc server: req_to_execute_group must be at least 1");
   } else if (o.recover) {
     return invalid_argument("rpc server: recover needs a durable_region");
   }
@@ -165,6 +166,7 @@ Status Server::start() {
     w->server = &s;
     w->strides = strides;
     w->stride_bytes = o.stride_bytes;
+    w->idle_commit_ticks = static_cast<uint64_t>(o.req_to_execute_idle_us * 1000.0 / Tsc::ns_per_tick());
     const uint64_t positions = static_cast<uint64_t>(o.buffers) * strides;
     nic::CqInitAttr ca;
     ca.cqe = static_cast<uint32_t>(positions + o.buffers + kMaxSendsOutstanding);

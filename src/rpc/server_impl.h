@@ -58,8 +58,12 @@ struct Worker {
   uint64_t highest_seen = 0;  // highest position a completion reported (for out_of_order)
   bool any_seen = false;
   uint64_t persisted_rte = 0;  // durable: the ReqToExecute last persisted
+  uint32_t unpersisted = 0;    // durable: nilext requests executed past it
+  uint64_t idle_since = 0;     // durable: TSC of the first empty poll in a row (0: not idle)
+  uint64_t idle_commit_ticks = 0;  // durable: ServerOptions::req_to_execute_idle_us in TSC ticks
   std::vector<PositionState> positions;       // ring over the posted buffers' positions
   std::vector<std::vector<uint16_t>> starts;  // per buffer slot: strides where a message started
+  std::vector<void*> invalidate;              // durable: scratch, the checksum words a retired buffer clears
 
   // Durable mode: this worker's area of the PM region.
   uint8_t* area = nullptr;

@@ -27,7 +27,22 @@ uint8_t* Server::Impl::position_bytes(Worker& w, uint64_t position) {
 size_t Server::Impl::poll(Worker& w) {
   nic::WorkCompletion wcs[32];
   auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
-  if (!n.ok() || n.value() == 0) return 0;
+  if (!n.ok() || n.value() == 0) {
+    // Idle for a while: the group commit of ReqToExecute need not wait (see
+    // ServerOptions::req_to_execute_group). Not at every empty poll: under
+    // load the CQ is empty between most arrivals.
+    if (options.durable_region != nullptr && w.exec > w.persisted_rte) {
+      const uint64_t now = Tsc::now();
+      if (w.idle_since == 0) {
+        w.idle_since = now;
+      } else if (now - w.idle_since >= w.idle_commit_ticks) {
+        persist_req_to_execute(w, w.exec);
+        w.counters.busy_ticks.add(Tsc::now() - now);
+      }
+    }
+    return 0;
+  }
+  w.idle_since = 0;
   const uint64_t t0 = Tsc::now();
   for (uint32_t i = 0; i < n.value(); ++i) {
     const nic::WorkCompletion& wc = wcs[i];
@@ -91,12 +106,15 @@ void Server::Impl::execute_in_order(Worker& w) {
     w.exec = std::min<uint64_t>(position + here.consumed, (sequence + 1) * w.strides);
     if (w.exec % w.strides == 0) retire_buffer(w, sequence);
   }
-  // ReqToExecute past the batch, once: a group commit. Until it is durable a
-  // power failure makes recovery run the batch's nilext requests again, in
-  // order -- harmless, since nilext requests are idempotent (§5.3: the
-  // non-idempotent ones are software-controlled and persist it before their
-  // reply, in handle()).
-  if (options.durable_region != nullptr) persist_req_to_execute(w, w.exec);
+  // ReqToExecute past the batch: a group commit, every req_to_execute_group
+  // nilext requests (and when idle, in poll()). Until it is durable a power
+  // failure makes recovery run those nilext requests again, in order --
+  // harmless, since nilext requests are idempotent (§5.3: the non-idempotent
+  // ones are software-controlled and persist it before their reply, in
+  // handle()).
+  if (options.durable_region != nullptr && w.unpersisted >= options.req_to_execute_group) {
+    persist_req_to_execute(w, w.exec);
+  }
 }
 
 Connection* Server::Impl::find_connection(Worker& w, uint32_t qpn) {
@@ -163,7 +181,8 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
   if (v.nilext) w.counters.nilext.inc();
   if (!reply || c == nullptr) {
     // Nobody waits on it (a nilext request committed by the NIC's ACK):
-    // ReqToExecute passes it at the end of this batch (execute_in_order).
+    // ReqToExecute passes it in a group commit (execute_in_order).
+    ++w.unpersisted;
     w.free_slots.push_back(slot);
     return;
   }

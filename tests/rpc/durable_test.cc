@@ -111,6 +111,11 @@ class DurableSim {
     so_.buffer_bytes = 512;
     so_.max_request_bytes = 128;
     so_.threaded = false;
+    // ReqToExecute's group commit, drawn per seed: after every batch, every
+    // 4 or every 64 nilext requests; when idle at the second empty poll or
+    // never. (Real time never decides: the seed alone does.)
+    so_.req_to_execute_group = std::array<uint32_t, 3>{1, 4, 64}[seed % 3];
+    so_.req_to_execute_idle_us = (seed / 3) % 2 == 0 ? 0 : 1'000'000'000;
     const DurableLayout layout{so_.buffers, so_.buffer_bytes, so_.stride_bytes};
     const std::string tag = std::to_string(seed);
     srq_ = domain_->map_pm(temp_path("srq-" + tag), round_page(so_.workers * layout.area_bytes()), true).value();

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace ferry::pm {
@@ -64,6 +65,10 @@ class Region {
   // CPU writes through the model (counted; persistence as any store).
   void store(void* dst, const void* src, size_t len);     // cached: reads each line first (RFO)
   void store_nt(void* dst, const void* src, size_t len);  // non-temporal: durable at the next drain()
+  // store_nt() of the same `len` bytes to each of `dsts`, as one call (on
+  // the emulator each call takes the domain's lock, which the NIC engine's
+  // DMA also takes).
+  void store_nt_many(std::span<void* const> dsts, const void* src, size_t len);
   // Cache-line write-back of [addr, addr+len): flush() snapshots the lines,
   // the next drain() (fence) makes those snapshots durable; persist() is both.
   // Bytes a later NIC write or write-back made durable keep the newer value.
@@ -86,6 +91,7 @@ class Region {
   // store(), flush() and drain() with the domain's lock held (persist() and
   // store_persist() take it once).
   void store_locked(void* dst, const void* src, size_t len);
+  void store_nt_locked(void* dst, const void* src, size_t len);
   void flush_locked(const void* addr, size_t len);
   void drain_locked();
   PersistenceDomain* domain_;

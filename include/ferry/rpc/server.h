@@ -125,6 +125,16 @@ struct ServerOptions {
   // (handlers see Request::recovering), then starts afresh. Without it,
   // start() initializes the areas.
   bool recover = false;
+  // Durable mode: how many executed nilext requests may pass before the
+  // worker persists ReqToExecute past them (a group commit). Nobody waits on
+  // it: until it is durable, a power failure makes recovery execute those
+  // requests again, in order, which is harmless because nilext requests are
+  // idempotent (§5.3). It is also persisted before every software response,
+  // before a receive buffer is reposted, and when the worker has found its
+  // CQ empty for req_to_execute_idle_us, so it lags only under load, by at
+  // most this many requests. 1: after every poll batch.
+  uint32_t req_to_execute_group = 64;
+  uint32_t req_to_execute_idle_us = 20;
 };
 
 // Counters of one worker (or their sum). Monotonic.
