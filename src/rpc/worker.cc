@@ -186,8 +186,10 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
     w.free_slots.push_back(slot);
     return;
   }
-  if (options.durable_region != nullptr) {
+  if (options.durable_region != nullptr && !h->info.read_only) {
     // §5.3 ①②③: executed, ReqToExecute persisted past it, then the reply.
+    // (Not for a read-only request: re-running earlier nilext requests
+    // cannot change what it returned. It passes in the next group commit.)
     persist_req_to_execute(w, position + p.consumed);
   }
   uint32_t size;

@@ -20,7 +20,9 @@ namespace ferry::rpc::testing {
 namespace {
 
 constexpr uint16_t kRegPut = 11;     // nilext: u32 key, u64 value -> register[key] = value (persisted)
-constexpr uint16_t kLogAppend = 12;  // non-nilext, not idempotent: u32 key, u64 token -> appended to log[key]
+constexpr uint16_t kLogAppend = 12;
+constexpr uint16_t kRegGet = 13;        // read-only: u32 key (+ 8 ignored bytes) -> register[key]
+constexpr uint16_t kRegGetStrict = 14;  // the same, registered without read_only  // non-nilext, not idempotent: u32 key, u64 token -> appended to log[key]
 constexpr uint32_t kKeysPerSession = 3;
 constexpr uint32_t kLogCapacity = 120;
 
@@ -63,6 +65,20 @@ struct PmState {
                                         region->persist(reg(k), 8);
                                       })
                     .ok());
+    for (const bool read_only : {true, false}) {
+      const rpc::HandlerInfo info{read_only ? "reg-get" : "reg-get-strict", false, read_only};
+      ASSERT_TRUE(server
+                      .register_handler(read_only ? kRegGet : kRegGetStrict, info,
+                                        [this](const Request& r, Reply& out) {
+                                          uint32_t k;
+                                          if (r.payload.size() != 12) return;
+                                          std::memcpy(&k, r.payload.data(), 4);
+                                          if (k >= keys) return;
+                                          out.append(std::span<const uint8_t>(
+                                              reinterpret_cast<const uint8_t*>(reg(k)), 8));
+                                        })
+                      .ok());
+    }
     ASSERT_TRUE(server
                     .register_handler(kLogAppend, {"log-append", false},
                                       [this](const Request& r, Reply& out) {
@@ -161,6 +177,7 @@ class DurableSim {
   }
 
   pm::PersistenceDomain& domain() { return *domain_; }
+  ServerOptions& options() { return so_; }  // for the next up()
   nic::Engine& engine() { return *engine_; }
   Server& server() { return *server_; }
   Client& client() { return *client_; }
@@ -206,6 +223,53 @@ TEST(DurableOrderedQueue, NilextPutsCommitOnThePersistentAckAndAppendsOnTheReply
                   .ok());
   EXPECT_EQ(put_commit, Commit::kPersistentAck);
   EXPECT_EQ(append_commit, Commit::kReply);
+}
+
+// §5.3 persists ReqToExecute before a reply so that recovery cannot run
+// earlier nilext requests again over the replied request's effects. A
+// read-only request has none: its reply leaves ReqToExecute to the group
+// commit, and recovery then runs the earlier puts again (harmlessly); any
+// other reply moves it past them first.
+TEST(DurableOrderedQueue, OnlyAReadOnlyReplyLeavesReqToExecuteToTheGroupCommit) {
+  for (const bool read_only : {true, false}) {
+    SCOPED_TRACE(read_only ? "read-only get" : "get without read_only");
+    DurableSim sim(1, 1);
+    sim.options().req_to_execute_group = 64;
+    sim.options().req_to_execute_idle_us = 1'000'000'000;  // only the group commit and replies persist it
+    sim.up(false);
+    Session& session = sim.client().session(0);
+    auto drive = [&](auto&& done) {
+      ASSERT_TRUE(sim.engine()
+                      .run_until([&] {
+                        for (uint32_t w = 0; w < 2; ++w) sim.server().poll_worker(w);
+                        session.poll();
+                        return done();
+                      })
+                      .ok());
+    };
+    for (uint64_t v = 1; v <= 3; ++v) {
+      Commit commit = Commit::kNone;
+      ASSERT_TRUE(session.call_async(kRegPut, 0, payload(0, v), true, [&](const CallResult& r) { commit = r.commit; })
+                      .ok());
+      drive([&] { return commit == Commit::kPersistentAck && *sim.state().reg(0) == v; });
+    }
+    uint64_t got = 0;
+    bool replied = false;
+    ASSERT_TRUE(session
+                    .call_async(read_only ? kRegGet : kRegGetStrict, 0, payload(0, 0), false,
+                                [&](const CallResult& r) {
+                                  replied = r.commit == Commit::kReply && r.payload.size() == 8;
+                                  if (replied) std::memcpy(&got, r.payload.data(), 8);
+                                })
+                    .ok());
+    drive([&] { return replied; });
+    EXPECT_EQ(got, 3u);
+    sim.domain().power_fail(3);
+    sim.down();
+    sim.up(/*recover=*/true);
+    EXPECT_EQ(sim.server().counters().recovered, read_only ? 3u : 0u);
+    EXPECT_EQ(*sim.state().reg(0), 3u);
+  }
 }
 
 TEST(DurableOrderedQueue, EveryCommittedRequestSurvivesPowerFailureExactlyOnce) {

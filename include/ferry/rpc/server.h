@@ -97,6 +97,11 @@ struct HandlerInfo {
   // twice is the same as once (idempotent): only then may a client mark it
   // nilext (§3, §5.3). Everything else is software-controlled.
   bool nilext = false;
+  // The request changes no state (a get). Durable mode persists ReqToExecute
+  // before a reply so that recovery cannot run earlier nilext requests again
+  // over the replied request's effects; a request without effects has none to
+  // undo, so its reply does not wait for that persist.
+  bool read_only = false;
 };
 
 struct ServerOptions {
