@@ -167,7 +167,8 @@ Result<std::unique_ptr<PmKvService>> PmKvService::attach(rpc::Server& server, pm
     out.set_status(rs.ok() || rs.code() == Code::kNotFound ? kPmOk : kPmError);
   });
   if (!st.ok()) return st;
-  st = server.register_handler(kPmGet, {"pm-get", false, /*read_only=*/true}, [s](const rpc::Request& r, rpc::Reply& out) {
+  const rpc::HandlerInfo get_info{"pm-get", false, /*read_only=*/true};
+  st = server.register_handler(kPmGet, get_info, [s](const rpc::Request& r, rpc::Reply& out) {
     Parsed p;
     if (!parse_kv(r.payload, &p)) return out.set_status(kKvMalformed);
     auto n = s->stores_[r.worker]->get_into(p.key, out.space());

@@ -20,9 +20,9 @@ namespace ferry::rpc::testing {
 namespace {
 
 constexpr uint16_t kRegPut = 11;     // nilext: u32 key, u64 value -> register[key] = value (persisted)
-constexpr uint16_t kLogAppend = 12;
+constexpr uint16_t kLogAppend = 12;  // non-nilext, not idempotent: u32 key, u64 token -> appended to log[key]
 constexpr uint16_t kRegGet = 13;        // read-only: u32 key (+ 8 ignored bytes) -> register[key]
-constexpr uint16_t kRegGetStrict = 14;  // the same, registered without read_only  // non-nilext, not idempotent: u32 key, u64 token -> appended to log[key]
+constexpr uint16_t kRegGetStrict = 14;  // the same, registered without read_only
 constexpr uint32_t kKeysPerSession = 3;
 constexpr uint32_t kLogCapacity = 120;
 

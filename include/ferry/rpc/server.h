@@ -134,10 +134,11 @@ struct ServerOptions {
   // worker persists ReqToExecute past them (a group commit). Nobody waits on
   // it: until it is durable, a power failure makes recovery execute those
   // requests again, in order, which is harmless because nilext requests are
-  // idempotent (§5.3). It is also persisted before every software response,
-  // before a receive buffer is reposted, and when the worker has found its
-  // CQ empty for req_to_execute_idle_us, so it lags only under load, by at
-  // most this many requests. 1: after every poll batch.
+  // idempotent (§5.3). It is also persisted before every software response
+  // (but a read-only handler's), before a receive buffer is reposted, and
+  // when the worker has found its CQ empty for req_to_execute_idle_us, so it
+  // lags only under load, by at most this many requests. 1: after every poll
+  // batch.
   uint32_t req_to_execute_group = 64;
   uint32_t req_to_execute_idle_us = 20;
 };
