@@ -199,6 +199,20 @@ void exercise(Chain& c) {
   EXPECT_EQ(client.replica(c.gid, 0).status().code(), Code::kFailedPrecondition);
 }
 
+// An engine on its own thread, as the in-process tests below use.
+nic::EngineOptions threaded_engine() {
+  nic::EngineOptions eo;
+  eo.threaded = true;
+  return eo;
+}
+
+// n NICs of `engine`, unnamed.
+std::vector<nic::Nic*> add_nics(nic::Engine& engine, int n) {
+  std::vector<nic::Nic*> nics;
+  for (int i = 0; i < n; ++i) nics.push_back(engine.add_nic({}).value());
+  return nics;
+}
+
 std::string socket_path(const char* tag) {
   return "/tmp/ferry-hl-remote-" + std::to_string(getpid()) + "-" + tag + ".sock";
 }
@@ -286,23 +300,17 @@ TEST(HyperLoopRemote, NaiveEventChainAcrossTwoDaemons) {
 }
 
 TEST(HyperLoopRemote, NaivePollChainOnInProcessNics) {
-  nic::EngineOptions eo;
-  eo.threaded = true;
-  nic::Engine engine(eo);
+  nic::Engine engine(threaded_engine());
   // One replica: each NaiveReplica busy-polls a core of its own, and this
   // machine may have two.
-  std::vector<nic::Nic*> nics;
-  for (int i = 0; i < 2; ++i) nics.push_back(engine.add_nic({}).value());
   Chain c;
-  c.build(nics, "naive-poll", System::kNaivePoll);
+  c.build(add_nics(engine, 2), "naive-poll", System::kNaivePoll);
   if (HasFatalFailure()) return;
   exercise(c);
 }
 
 TEST(HyperLoopRemote, ChainOnInProcessNicsOfOneEngine) {
-  nic::EngineOptions eo;
-  eo.threaded = true;
-  nic::Engine engine(eo);
+  nic::Engine engine(threaded_engine());
   std::vector<nic::Nic*> nics;
   for (int i = 0; i < 4; ++i) {
     nic::NicOptions no;
@@ -316,9 +324,7 @@ TEST(HyperLoopRemote, ChainOnInProcessNicsOfOneEngine) {
 }
 
 TEST(HyperLoopRemote, ReplicaConfiguredDifferentlyIsRefusedByName) {
-  nic::EngineOptions eo;
-  eo.threaded = true;
-  nic::Engine engine(eo);
+  nic::Engine engine(threaded_engine());
   nic::Nic* a = engine.add_nic({}).value();
   nic::Nic* b = engine.add_nic({}).value();
   GroupOptions o = small_group(1);
@@ -342,9 +348,7 @@ TEST(HyperLoopRemote, ReplicaConfiguredDifferentlyIsRefusedByName) {
 }
 
 TEST(HyperLoopRemote, MissingHeadTimesOutWithTheAddress) {
-  nic::EngineOptions eo;
-  eo.threaded = true;
-  nic::Engine engine(eo);
+  nic::Engine engine(threaded_engine());
   nic::Nic* a = engine.add_nic({}).value();
   auto client_listener = cm::Listener::start("127.0.0.1:0").value();
   // A port nothing listens on: bind one, then close it.
@@ -369,11 +373,8 @@ TEST(HyperLoopRemote, MissingHeadTimesOutWithTheAddress) {
 // reconnect_group: the operation stuck on the old chain fails kUnavailable,
 // the GroupId and the client memory stay, and the new chain serves writes.
 TEST(HyperLoopRemote, ReconnectGroupMovesToTheRebuiltChain) {
-  nic::EngineOptions eo;
-  eo.threaded = true;
-  nic::Engine engine(eo);
-  std::vector<nic::Nic*> nics;
-  for (int i = 0; i < 4; ++i) nics.push_back(engine.add_nic({}).value());
+  nic::Engine engine(threaded_engine());
+  const std::vector<nic::Nic*> nics = add_nics(engine, 4);
   Chain c;
   c.build(nics, "old");
   if (HasFatalFailure()) return;
