@@ -96,7 +96,7 @@ Result<std::unique_ptr<PmHost>> make_pm_host(const OqBenchOptions& o) {
   h->domain = std::make_unique<pm::PersistenceDomain>(pm::PlatformConfig{});
   const std::string dir = o.pm_dir.empty() ? "/dev/shm" : o.pm_dir;
   const std::string prefix = fmt::format("{}/ferry-oq-bench-{}-", dir, getpid());
-  const size_t area = rpc::kDurableControlBytes + static_cast<size_t>(kMpBuffers) * kMpBufferBytes;
+  const size_t area = rpc::DurableLayout{kMpBuffers, kMpBufferBytes, 64}.area_bytes();
   const size_t srq_bytes = (o.workers * area + (2u << 20) - 1) / (2u << 20) * (2u << 20);
   h->files.push_back(prefix + "srq");
   FERRY_ASSIGN_OR_RETURN(h->srq, h->domain->map_pm(h->files.back(), srq_bytes, true));

@@ -8,6 +8,8 @@
 // poll batch (one persist per batch, Server::Impl::execute_in_order).
 // per buffer reuse:             ReqToExecute past the buffer (persisted)
 //                               -> checksums of its requests zeroed (drained)
+//                               -> Admission::release of the old token
+//                               -> Admission::reserve, its token persisted
 //                               -> SRQTail past the new posting (persisted)
 //                               -> RECV posted
 // So a scan from ReqToExecute to SRQTail sees every request a client may
@@ -30,6 +32,13 @@ void Server::Impl::persist_req_to_execute(Worker& w, uint64_t position) {
 void Server::Impl::persist_srq_tail(Worker& w, uint64_t tail) {
   pm::Region& r = *options.durable_region;
   r.store_persist(&w.control->srq_tail, &tail, sizeof(tail));
+}
+
+void Server::Impl::persist_admission(Worker& w, uint64_t sequence, uint64_t token) {
+  pm::Region& r = *options.durable_region;
+  const DurableLayout layout{options.buffers, options.buffer_bytes, options.stride_bytes};
+  const AdmissionEntry e{sequence, token};
+  r.store_persist(w.area + layout.admission_entry_offset(sequence), &e, sizeof(e));
 }
 
 void Server::Impl::invalidate_buffer(Worker& w, uint64_t sequence) {
@@ -55,10 +64,11 @@ Status Server::Impl::init_durable_area(Worker& w) {
     r.store(&w.control->req_to_execute, &end, sizeof(end));
     r.persist(&w.control->req_to_execute, sizeof(end));
   }
-  const size_t ring_bytes = static_cast<size_t>(options.buffers) * options.buffer_bytes;
+  // The buffers and the admission table after them.
+  const size_t clear_bytes = layout.area_bytes() - kDurableControlBytes;
   static const std::vector<uint8_t> zeros(64 << 10, 0);
-  for (size_t off = 0; off < ring_bytes; off += zeros.size()) {
-    r.store_nt(w.buffer_base + off, zeros.data(), std::min(zeros.size(), ring_bytes - off));
+  for (size_t off = 0; off < clear_bytes; off += zeros.size()) {
+    r.store_nt(w.buffer_base + off, zeros.data(), std::min(zeros.size(), clear_bytes - off));
   }
   r.drain();
   DurableControl c{};
@@ -79,7 +89,12 @@ Status Server::Impl::init_durable_area(Worker& w) {
 Status Server::Impl::recover_durable_area(Worker& w) {
   const DurableLayout layout{options.buffers, options.buffer_bytes, options.stride_bytes};
   std::span<const uint8_t> area(w.area, layout.area_bytes());
+  // Buffers whose admission was restored (their requests may need it), and
+  // the first restore error.
+  std::vector<std::pair<uint64_t, uint64_t>> restored;
+  Status restore_error;
   auto stats = scan_durable_area(area, layout, options.max_request_bytes, [&](uint64_t position, const RequestView& v) {
+    if (!restore_error.ok()) return;
     const HandlerEntry* h = handlers[v.type].present ? &handlers[v.type] : nullptr;
     // Only a nilext request may have been committed without a response;
     // a non-nilext one at or after ReqToExecute was never answered, so it is
@@ -87,6 +102,27 @@ Status Server::Impl::recover_durable_area(Worker& w) {
     if (!v.nilext || h == nullptr || !h->info.nilext) {
       w.counters.recovery_skipped.inc();
       return;
+    }
+    // What the service set aside for this buffer before the failure, set
+    // aside again before any of its requests run.
+    const uint64_t sequence = position / layout.strides();
+    uint64_t token = 0;
+    if (admission.restore) {
+      if (restored.empty() || restored.back().first != sequence) {
+        auto t = durable_admission_token(area, layout, sequence);
+        if (!t.ok()) {
+          restore_error = t.status();
+          return;
+        }
+        if (t.value() != 0) {
+          if (Status st = admission.restore(w.index, sequence, t.value()); !st.ok()) {
+            restore_error = st;
+            return;
+          }
+        }
+        restored.emplace_back(sequence, t.value());
+      }
+      token = restored.back().second;
     }
     std::vector<uint8_t> scratch(options.max_response_bytes);
     Reply reply(std::span<uint8_t>(scratch.data(), scratch.size()));
@@ -97,11 +133,19 @@ Status Server::Impl::recover_durable_area(Worker& w) {
     req.position = position;
     req.payload = v.payload;
     req.recovering = true;
+    req.admission_token = token;
     h->handler(req, reply);
     w.counters.recovered.inc();
     w.counters.requests.inc();
     w.counters.nilext.inc();
   });
+  // Those buffers are gone once the area starts afresh.
+  for (const auto& [sequence, token] : restored) {
+    if (token != 0) admission.release(w.index, sequence, token);
+  }
+  if (!restore_error.ok()) {
+    return Status(restore_error.code(), "worker " + std::to_string(w.index) + ": recovery: " + restore_error.message());
+  }
   if (!stats.ok()) {
     if (stats.status().code() == Code::kNotFound) {  // never initialized: nothing to recover
       recovery.push_back(ScanStats{});

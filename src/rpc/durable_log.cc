@@ -54,4 +54,18 @@ Result<ScanStats> scan_durable_area(std::span<const uint8_t> area, const Durable
   return stats;
 }
 
+Result<uint64_t> durable_admission_token(std::span<const uint8_t> area, const DurableLayout& layout,
+                                         uint64_t sequence) {
+  if (layout.buffers == 0 || area.size() < layout.area_bytes()) {
+    return invalid_argument("durable_admission_token: area smaller than the layout");
+  }
+  AdmissionEntry e;
+  std::memcpy(&e, area.data() + layout.admission_entry_offset(sequence), sizeof(e));
+  if (e.sequence != sequence) {
+    return data_loss("durable area: the admission entry of buffer " + std::to_string(sequence) + " was written for " +
+                     std::to_string(e.sequence));
+  }
+  return e.token;
+}
+
 }  // namespace ferry::rpc

@@ -8,6 +8,7 @@
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
 #include "ferry/nic/connect.h"
+#include "ferry/pm/domain.h"
 #include "connect_wire.h"
 #include "server_impl.h"
 
@@ -52,6 +53,14 @@ Status validate(const ServerOptions& o) {
   if (o.durable_region != nullptr) {
     if (o.mode != Mode::kOrderedQueue) return invalid_argument("rpc server: durable mode is Ordered Queue only");
     if (o.durable_region->media() != pm::Media::kPm) return invalid_argument("rpc server: durable_region must be PM");
+    const pm::PlatformConfig& platform = o.durable_region->domain().config();
+    if (platform.ddio && !platform.eadr) {
+      // H3: the READ behind a SEND drains the NIC's writes into the CPU
+      // cache, which a power failure loses: the persistent ACK would not be.
+      return failed_precondition(
+          "rpc server: durable mode needs a platform where drained DMA is durable, and this one has DDIO on "
+          "without eADR (NIC writes land in the volatile CPU cache); turn DDIO off (hint H3) or use eADR");
+    }
     if (o.req_to_execute_group == 0) return invalid_argument("rpc server: req_to_execute_group must be at least 1");
   } else if (o.recover) {
     return invalid_argument("rpc server: recover needs a durable_region");
@@ -95,6 +104,7 @@ WorkerCounters& WorkerCounters::operator+=(const WorkerCounters& o) {
   out_of_order += o.out_of_order;
   recovered += o.recovered;
   recovery_skipped += o.recovery_skipped;
+  admission_refusals += o.admission_refusals;
   busy_ns += o.busy_ns;
   return *this;
 }
@@ -147,9 +157,23 @@ Status Server::register_handler(uint16_t type, HandlerInfo info, Handler handler
   if (impl_->handlers.empty()) impl_->handlers.resize(65536);
   HandlerEntry& e = impl_->handlers[type];
   if (e.present) return {Code::kAlreadyExists, "rpc server: type " + std::to_string(type) + " has a handler"};
+  if (info.nilext && !info.replay_safe && impl_->options.durable_region != nullptr) {
+    return invalid_argument("rpc server: nilext handler '" + info.name +
+                            "' on a durable server must declare replay_safe: recovery may run any suffix of the "
+                            "executed nilext requests again (docs/juneberry.md)");
+  }
   e.info = std::move(info);
   e.handler = std::move(handler);
   e.present = true;
+  return ok_status();
+}
+
+Status Server::set_admission(Admission admission) {
+  if (impl_->started) return failed_precondition("rpc server: set_admission before start()");
+  if (!admission.reserve || !admission.restore || !admission.release) {
+    return invalid_argument("rpc server: an Admission needs reserve, restore and release");
+  }
+  impl_->admission = std::move(admission);
   return ok_status();
 }
 
@@ -204,6 +228,7 @@ Status Server::start() {
     w->buffer_mr = std::move(bmr.value());
     w->positions.assign(positions, PositionState{});
     w->starts.assign(o.buffers, {});
+    w->tokens.assign(o.buffers, 0);
     auto rmem = nicd::DmaMemory::allocate(*s.nic, static_cast<size_t>(kResponseSlots) * o.max_response_bytes,
                                           "ferry-rpc-responses");
     if (!rmem.ok()) return rmem.status();
@@ -224,9 +249,8 @@ Status Server::start() {
     }
   }
   for (auto& w : s.workers) {
-    for (uint64_t seq = 0; seq < o.buffers; ++seq) {
-      if (Status st = s.post_buffer(*w, seq); !st.ok()) return st;
-    }
+    // As many as Admission lets (all, without one); the rest as room frees.
+    if (Status st = s.post_buffers(*w); !st.ok()) return st;
   }
   s.started = true;
   s.running.store(true, std::memory_order_release);
@@ -388,8 +412,14 @@ WorkerCounters Server::counters(uint32_t w) const {
   c.out_of_order = k.out_of_order;
   c.recovered = k.recovered;
   c.recovery_skipped = k.recovery_skipped;
+  c.admission_refusals = k.admission_refusals;
   c.busy_ns = static_cast<uint64_t>(static_cast<double>(k.busy_ticks.get()) * Tsc::ns_per_tick());
   return c;
+}
+
+uint32_t Server::posted_buffers(uint32_t w) const {
+  if (w >= impl_->workers.size()) return 0;
+  return static_cast<uint32_t>(impl_->workers[w]->posted_gauge.load(std::memory_order_relaxed));
 }
 
 WorkerCounters Server::counters() const {

@@ -35,7 +35,7 @@ struct PositionState {
 
 struct WorkerCounterSet {
   Counter requests, nilext, replies, acks, errors, dropped, recv_errors, fillers, reposts, out_of_order, recovered,
-      recovery_skipped, busy_ticks;
+      recovery_skipped, admission_refusals, busy_ticks;
 };
 
 struct Worker {
@@ -64,6 +64,8 @@ struct Worker {
   std::vector<PositionState> positions;       // ring over the posted buffers' positions
   std::vector<std::vector<uint16_t>> starts;  // per buffer slot: strides where a message started
   std::vector<void*> invalidate;              // durable: scratch, the checksum words a retired buffer clears
+  std::vector<uint64_t> tokens;               // per buffer slot: Admission::reserve's token (0: none)
+  std::atomic<uint64_t> posted_gauge{0};      // `posted`, for posted_buffers() from other threads
 
   // Durable mode: this worker's area of the PM region.
   uint8_t* area = nullptr;
@@ -100,6 +102,7 @@ struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<nic::ProtectionDomain> pd;
   std::vector<HandlerEntry> handlers;  // by type (65536 entries once the first is registered)
+  Admission admission;                 // empty functions: no admission
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<ScanStats> recovery;
   std::atomic<bool> running{false};
@@ -115,6 +118,11 @@ struct Server::Impl {
   void execute_in_order(Worker& w);
   void handle(Worker& w, uint64_t position, const PositionState& p);
   void retire_buffer(Worker& w, uint64_t sequence);
+  // Posts buffers up to `buffers` ahead of execution, in sequence order,
+  // while Admission lets it. An error is a post_recv failure.
+  Status post_buffers(Worker& w);
+  // Posts buffer `sequence` (== w.posted). kResourceExhausted: admission
+  // said not now (nothing changed).
   Status post_buffer(Worker& w, uint64_t sequence);
   // Inside a handler's reply, waiting for a response slot or send-queue
   // room: one CQ poll (receives are only marked, never executed from here),
@@ -135,6 +143,7 @@ struct Server::Impl {
   Status recover_durable_area(Worker& w);
   void persist_req_to_execute(Worker& w, uint64_t position);
   void persist_srq_tail(Worker& w, uint64_t tail);
+  void persist_admission(Worker& w, uint64_t sequence, uint64_t token);
   void invalidate_buffer(Worker& w, uint64_t sequence);
 };
 

@@ -25,6 +25,8 @@ uint8_t* Server::Impl::position_bytes(Worker& w, uint64_t position) {
 }
 
 size_t Server::Impl::poll(Worker& w) {
+  // Buffers Admission held back: room may have been freed since.
+  if (w.posted < w.exec / w.strides + options.buffers) (void)post_buffers(w);
   nic::WorkCompletion wcs[32];
   auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
   if (!n.ok() || n.value() == 0) {
@@ -176,6 +178,7 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
   req.worker = w.index;
   req.position = position;
   req.payload = v.payload;
+  req.admission_token = w.tokens[(position / w.strides) % options.buffers];
   h->handler(req, r);
   w.counters.requests.inc();
   if (v.nilext) w.counters.nilext.inc();
@@ -186,10 +189,14 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
     w.free_slots.push_back(slot);
     return;
   }
-  if (options.durable_region != nullptr && !h->info.read_only) {
+  if (options.durable_region != nullptr) {
     // §5.3 ①②③: executed, ReqToExecute persisted past it, then the reply.
-    // (Not for a read-only request: re-running earlier nilext requests
-    // cannot change what it returned. It passes in the next group commit.)
+    // Every reply, a get's too: the worker has executed nilext requests
+    // whose bytes may still be in the NIC's buffer (their READ not yet
+    // served), and a reply can show their effects. Were ReqToExecute behind
+    // them, a power failure that loses those bytes would make recovery run
+    // the earlier requests again over what the reply showed, and skip the
+    // lost ones: a committed read rolled back.
     persist_req_to_execute(w, position + p.consumed);
   }
   uint32_t size;
@@ -284,17 +291,56 @@ void Server::Impl::retire_buffer(Worker& w, uint64_t sequence) {
     invalidate_buffer(w, sequence);
   }
   w.starts[sequence % options.buffers].clear();
-  const uint64_t next = sequence + options.buffers;
-  if (post_buffer(w, next).ok()) w.counters.reposts.inc();
+  // No request of it runs again (durable: ReqToExecute is past it): what
+  // the service set aside and its requests did not use goes back.
+  uint64_t& token = w.tokens[sequence % options.buffers];
+  if (admission.release && token != 0) admission.release(w.index, sequence, token);
+  token = 0;
+  w.posted_gauge.store(w.posted - w.exec / w.strides, std::memory_order_relaxed);
+  (void)post_buffers(w);
+}
+
+Status Server::Impl::post_buffers(Worker& w) {
+  const uint64_t target = w.exec / w.strides + options.buffers;
+  while (w.posted < target) {
+    const uint64_t sequence = w.posted;
+    Status s = post_buffer(w, sequence);
+    if (s.code() == Code::kResourceExhausted) {
+      w.counters.admission_refusals.inc();
+      return ok_status();  // asked again at the next poll
+    }
+    if (!s.ok()) return s;
+    if (sequence >= options.buffers) w.counters.reposts.inc();
+  }
+  return ok_status();
 }
 
 Status Server::Impl::post_buffer(Worker& w, uint64_t sequence) {
   FERRY_ASSERT(sequence == w.posted, "rpc worker: buffers are posted in sequence order");
-  if (options.durable_region != nullptr) persist_srq_tail(w, sequence + 1);  // before the NIC can use it
+  uint64_t token = 0;
+  if (admission.reserve) {
+    // Before the NIC can commit anything in it (Admission).
+    auto t = admission.reserve(w.index, sequence);
+    if (!t.ok()) return resource_exhausted("rpc worker: admission: " + t.status().message());
+    token = t.value();
+    FERRY_ASSERT(token != 0, "Admission::reserve returned the token 0");
+  }
+  if (options.durable_region != nullptr) {
+    // Both before the NIC can use it: a scan that reaches the buffer finds
+    // its token.
+    persist_admission(w, sequence, token);
+    persist_srq_tail(w, sequence + 1);
+  }
   const size_t offset = (sequence % options.buffers) * options.buffer_bytes;
   const nic::Sge sge = w.buffer_mr->sge(offset, options.buffer_bytes);
   Status s = w.srq->post_recv(nic::RecvWr{sequence, std::span<const nic::Sge>(&sge, 1)});
-  if (s.ok()) ++w.posted;
+  if (!s.ok()) {
+    if (admission.release && token != 0) admission.release(w.index, sequence, token);
+    return s.code() == Code::kResourceExhausted ? internal_error("rpc worker: SRQ full: " + s.message()) : s;
+  }
+  w.tokens[sequence % options.buffers] = token;
+  ++w.posted;
+  w.posted_gauge.store(w.posted - w.exec / w.strides, std::memory_order_relaxed);
   return s;
 }
 

@@ -133,7 +133,11 @@ Result<std::unique_ptr<CacheService>> CacheService::attach(rpc::Server& server, 
   regs.push_back({kCacheIncr, "cache-incr", arith(true)});
   regs.push_back({kCacheDecr, "cache-decr", arith(false)});
   for (Reg& r : regs) {
-    Status st = server.register_handler(r.type, rpc::HandlerInfo{r.name, nilext_type(r.type)}, std::move(r.handler));
+    // The nilext ones (set, quiet delete) are blind writes: re-running any
+    // suffix of them leaves what one run leaves.
+    const bool nilext = nilext_type(r.type);
+    Status st = server.register_handler(r.type, rpc::HandlerInfo{r.name, nilext, /*replay_safe=*/nilext},
+                                        std::move(r.handler));
     if (!st.ok()) return st;
   }
   return svc;
@@ -154,21 +158,50 @@ Result<std::unique_ptr<PmKvService>> PmKvService::attach(rpc::Server& server, pm
     svc->stores_.push_back(std::move(kv.value()));
   }
   PmKvService* s = svc.get();
-  Status st = server.register_handler(kPmPut, {"pm-put", true}, [s](const rpc::Request& r, rpc::Reply& out) {
+  const rpc::ServerOptions& so = server.options();
+  s->stride_bytes_ = so.stride_bytes;
+  s->strides_ = so.buffer_bytes / so.stride_bytes;
+  s->reservation_bytes_ = reservation_bytes(so);
+  // A put committed by the NIC must find room (JUNE BERRY: nilext requests
+  // cannot fail by state): every receive buffer gets its room in the store
+  // before it is posted.
+  rpc::Admission admission;
+  admission.reserve = [s](uint32_t w, uint64_t) -> Result<uint64_t> {
+    FERRY_ASSIGN_OR_RETURN(PmKvReservation r, s->stores_[w]->reserve(s->reservation_bytes_));
+    return r.offset;  // the token: never 0 (the superblock is at 0)
+  };
+  admission.restore = [s](uint32_t w, uint64_t, uint64_t token) {
+    return s->stores_[w]->adopt(PmKvReservation{token, s->reservation_bytes_});
+  };
+  admission.release = [s](uint32_t w, uint64_t, uint64_t token) {
+    s->stores_[w]->release(PmKvReservation{token, s->reservation_bytes_});
+  };
+  FERRY_RETURN_IF_ERROR(server.set_admission(std::move(admission)));
+  Status st = server.register_handler(kPmPut, {"pm-put", true, /*replay_safe=*/true}, [s](const rpc::Request& r, rpc::Reply& out) {
     Parsed p;
     if (!parse_kv(r.payload, &p)) return out.set_status(kKvMalformed);
-    out.set_status(s->stores_[r.worker]->put(p.key, p.value).ok() ? kPmOk : kPmError);
+    PmKv& kv = *s->stores_[r.worker];
+    Status put;
+    if (r.admission_token != 0) {
+      // Its own spot in the buffer's room: where its request lay in the buffer.
+      const uint64_t at = (r.position % s->strides_) * s->stride_bytes_;
+      const uint64_t request = rpc::kRequestHeaderBytes + r.payload.size();
+      const uint64_t room = (request + s->stride_bytes_ - 1) / s->stride_bytes_ * s->stride_bytes_;
+      put = kv.put_reserved(p.key, p.value, PmKvReservation{r.admission_token, s->reservation_bytes_}, at, room);
+    } else {
+      put = kv.put(p.key, p.value);
+    }
+    out.set_status(put.ok() ? kPmOk : kPmError);
   });
   if (!st.ok()) return st;
-  st = server.register_handler(kPmRemove, {"pm-remove", true}, [s](const rpc::Request& r, rpc::Reply& out) {
+  st = server.register_handler(kPmRemove, {"pm-remove", true, /*replay_safe=*/true}, [s](const rpc::Request& r, rpc::Reply& out) {
     Parsed p;
     if (!parse_kv(r.payload, &p)) return out.set_status(kKvMalformed);
     const Status rs = s->stores_[r.worker]->remove(p.key);
     out.set_status(rs.ok() || rs.code() == Code::kNotFound ? kPmOk : kPmError);
   });
   if (!st.ok()) return st;
-  const rpc::HandlerInfo get_info{"pm-get", false, /*read_only=*/true};
-  st = server.register_handler(kPmGet, get_info, [s](const rpc::Request& r, rpc::Reply& out) {
+  st = server.register_handler(kPmGet, {"pm-get", false}, [s](const rpc::Request& r, rpc::Reply& out) {
     Parsed p;
     if (!parse_kv(r.payload, &p)) return out.set_status(kKvMalformed);
     auto n = s->stores_[r.worker]->get_into(p.key, out.space());
@@ -224,7 +257,18 @@ Result<rpc::CallReply> KvClient::request(KvRequestType type, std::string_view ke
   return session_.call(type, key_route(key), std::span<const uint8_t>(scratch_.data(), n), nilext_type(type));
 }
 
+uint64_t PmKvService::reservation_bytes(const rpc::ServerOptions& options) {
+  const uint32_t buffer_bytes = options.multi_packet ? options.buffer_bytes : (options.max_request_bytes + 63) / 64 * 64;
+  return (buffer_bytes + 255) / 256 * 256;
+}
+
 Status KvClient::pm_put_async(std::string_view key, std::string_view value, bool nilext, rpc::Callback done) {
+  // A nilext put must not fail at the server: what its input alone decides
+  // is checked here (room is the server's admission).
+  if (nilext && (key.size() > kPmKvMaxKeyBytes || value.size() > kPmKvMaxValueBytes)) {
+    return invalid_argument("kv: put refused: key or value over PmKv's limits (" + std::to_string(kPmKvMaxKeyBytes) +
+                            ", " + std::to_string(kPmKvMaxValueBytes) + " bytes)");
+  }
   return send(kPmPut, key, value, 0, 0, 0, nilext, std::move(done));
 }
 

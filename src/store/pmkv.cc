@@ -206,6 +206,9 @@ PmKvStats PmKv::stats() const {
   s.bytes_free = alloc_->free_units() * kUnit;
   s.largest_free_bytes = alloc_->largest_free_units() * kUnit;
   s.free_extents = alloc_->extents();
+  s.reservations = reserved_.size();
+  for (const auto& [unit, r] : reserved_) s.bytes_reserved += (r.units - r.live_units) * kUnit;
+  s.reserved_misses = reserved_misses_;
   s.fences = fences_;
   s.puts = puts_;
   s.removes = removes_;

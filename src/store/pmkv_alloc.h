@@ -7,6 +7,7 @@
 // Not thread-safe (one PmKv, one thread).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -34,6 +35,10 @@ class PmKv::Allocator {
   // Returns [unit, unit + units), which must be allocated, merging it with
   // free neighbours.
   void release(uint64_t unit, uint64_t units);
+  // Takes every free unit in [begin, end) out of the free extents, calling
+  // fn(unit, units) for each run taken; allocated units there stay as they are.
+  template <typename Fn>
+  void take_range(uint64_t begin, uint64_t end, Fn&& fn);
 
   uint64_t free_units() const { return free_units_; }
   uint64_t largest_free_units() const { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
@@ -54,5 +59,25 @@ class PmKv::Allocator {
   std::map<uint64_t, uint64_t> by_offset_;           // free extent start -> length
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (length, start)
 };
+
+template <typename Fn>
+void PmKv::Allocator::take_range(uint64_t begin, uint64_t end, Fn&& fn) {
+  auto it = by_offset_.upper_bound(begin);
+  if (it != by_offset_.begin()) --it;
+  while (it != by_offset_.end() && it->first < end) {
+    const uint64_t start = it->first;
+    const uint64_t length = it->second;
+    auto next = std::next(it);
+    const uint64_t lo = std::max(start, begin);
+    const uint64_t hi = std::min(start + length, end);
+    if (lo < hi) {
+      erase(it);
+      if (start < lo) insert(start, lo - start);
+      if (hi < start + length) insert(hi, start + length - hi);
+      fn(lo, hi - lo);
+    }
+    it = next;
+  }
+}
 
 }  // namespace ferry::store

@@ -63,12 +63,18 @@ std::string check_record_header(const RecordHeader& header, uint64_t offset, con
   if (header.value_bytes > kPmKvMaxValueBytes)
     return "value size " + std::to_string(header.value_bytes) + " over the limit";
   const size_t record = record_bytes(header.key_bytes, header.value_bytes);
-  if (size_t{header.block_units} * kUnit != block_bytes(record)) {
+  const size_t block = size_t{header.block_units} * kUnit;
+  // Padded and aligned to its write granularity (H5/H6), or -- a record
+  // placed in a reservation where that did not fit -- whole 64 B lines.
+  const bool padded = block == block_bytes(record);
+  const bool lined = block == line_bytes(record);
+  if (!padded && !lined) {
     return "block of " + std::to_string(header.block_units) + " units does not match a record of " +
            std::to_string(record) + " bytes";
   }
-  if (offset % block_alignment(record) != 0) return "block misaligned";
-  if (offset < layout.heap_offset || offset > layout.heap_end() || layout.heap_end() - offset < block_bytes(record)) {
+  const bool aligned = (padded && offset % block_alignment(record) == 0) || (lined && offset % kUnit == 0);
+  if (!aligned) return "block misaligned";
+  if (offset < layout.heap_offset || offset > layout.heap_end() || layout.heap_end() - offset < block) {
     return "block outside the heap";
   }
   return {};

@@ -23,7 +23,7 @@ namespace ferry::store::detail {
 static_assert(std::endian::native == std::endian::little, "the PM format is little-endian");
 
 inline constexpr uint64_t kSuperMagic = 0x3156'4b50'4d59'5246ULL;  // "FRYMPKV1" in memory order
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: records in whole lines (reservations)
 inline constexpr uint32_t kRecordMagic = 0x5256'4b50U;  // "PKVR" in memory order
 inline constexpr uint32_t kHashSeed = 0x6a09'e667U;
 
@@ -100,6 +100,10 @@ inline size_t record_bytes(size_t key_bytes, size_t value_bytes) {
 // H5/H6: records under 256 B take whole 64 B lines, larger ones whole XPLines.
 inline size_t block_bytes(size_t record) { return pm::padded_size(record); }
 inline size_t block_alignment(size_t record) { return pm::write_granularity(record); }
+// The smallest block of whole 64 B lines (H4) that holds `record`: what a
+// record placed in a reservation takes when its padded block does not fit
+// its spot (PmKv::put_reserved).
+inline size_t line_bytes(size_t record) { return (record + kUnit - 1) / kUnit * kUnit; }
 
 using ferry::crc32c;  // common/checksum.h
 // The key hash that places a key in a bucket (hash % bucket_count) and tags

@@ -131,8 +131,20 @@ Status PmKv::verify() const {
     }
   });
   if (!overlap.empty()) return internal_error("PmKv: " + overlap);
-  if (free_units * kUnit + totals.bytes_in_use != layout_->heap_bytes) {
+  // A reservation's unit holds a record exactly where it says so.
+  uint64_t reserved_units = 0;
+  for (const auto& [first, r] : reserved_) {
+    reserved_units += r.units - r.live_units;
+    for (uint64_t i = 0; i < r.units; ++i) {
+      if (r.live[i] != test_bit(used, first + i - heap_unit0)) {
+        return internal_error("PmKv: reservation at unit " + std::to_string(first) + ": unit " +
+                              std::to_string(first + i) + (r.live[i] ? " should hold a record" : " holds a record"));
+      }
+    }
+  }
+  if ((free_units + reserved_units) * kUnit + totals.bytes_in_use != layout_->heap_bytes) {
     return internal_error("PmKv: " + std::to_string(free_units * kUnit) + " bytes free + " +
+                          std::to_string(reserved_units * kUnit) + " reserved + " +
                           std::to_string(totals.bytes_in_use) + " in use != heap of " +
                           std::to_string(layout_->heap_bytes) + " (a block is leaked)");
   }

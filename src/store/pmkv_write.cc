@@ -49,7 +49,15 @@ Status PmKv::commit_word(uint64_t offset, uint64_t value, CrashPoint written, Cr
   return ok_status();
 }
 
-Status PmKv::put(std::string_view key, std::string_view value) {
+Status PmKv::put(std::string_view key, std::string_view value) { return put_at(key, value, nullptr, 0, 0); }
+
+Status PmKv::put_reserved(std::string_view key, std::string_view value, const PmKvReservation& r, uint64_t at,
+                          uint64_t room) {
+  return put_at(key, value, &r, at, room);
+}
+
+Status PmKv::put_at(std::string_view key, std::string_view value, const PmKvReservation* r, uint64_t spot,
+                    uint64_t room) {
   FERRY_RETURN_IF_ERROR(check_usable());
   if (key.size() > kPmKvMaxKeyBytes) {
     return invalid_argument("PmKv: key of " + std::to_string(key.size()) + " bytes; at most " +
@@ -71,8 +79,17 @@ Status PmKv::put(std::string_view key, std::string_view value) {
   }
 
   const size_t record = detail::record_bytes(key.size(), value.size());
-  const size_t block = detail::block_bytes(record);
-  const auto unit = alloc_->allocate(block / kUnit, detail::block_alignment(record) / kUnit);
+  size_t block = detail::block_bytes(record);
+  std::optional<uint64_t> unit;
+  if (r != nullptr) {
+    if (const auto placed = place_reserved(record, *r, spot, room)) {
+      unit = placed->first;
+      block = placed->second * kUnit;
+    } else {
+      ++reserved_misses_;
+    }
+  }
+  if (!unit) unit = alloc_->allocate(block / kUnit, detail::block_alignment(record) / kUnit);
   if (!unit) {
     return resource_exhausted("PmKv: no free block of " + std::to_string(block) + " bytes (" +
                               std::to_string(alloc_->free_units() * kUnit) + " bytes free, largest extent " +
@@ -107,7 +124,7 @@ Status PmKv::put(std::string_view key, std::string_view value) {
 
   // Durable. Only now may the old block be reused.
   if (pos.found) {
-    alloc_->release(pos.record_at / kUnit, pos.header.block_units);
+    free_block(pos.record_at / kUnit, pos.header.block_units);
     bytes_in_use_ -= size_t{pos.header.block_units} * kUnit;
     payload_bytes_ -= size_t{pos.header.key_bytes} + pos.header.value_bytes;
   } else {
@@ -127,7 +144,7 @@ Status PmKv::remove(std::string_view key) {
   if (!reached(CrashPoint::kBeforeWrite)) return stopped(CrashPoint::kBeforeWrite);
   FERRY_RETURN_IF_ERROR(
       commit_word(pos.link_at, pos.header.next, CrashPoint::kCommitWritten, CrashPoint::kCommitDurable));
-  alloc_->release(pos.record_at / kUnit, pos.header.block_units);
+  free_block(pos.record_at / kUnit, pos.header.block_units);
   bytes_in_use_ -= size_t{pos.header.block_units} * kUnit;
   payload_bytes_ -= size_t{pos.header.key_bytes} + pos.header.value_bytes;
   --records_;

@@ -9,7 +9,9 @@
 // from the input, so the fuzzer reaches the scan loop; otherwise the input's
 // own bytes stand. With bit 1 every stride whose size field fits its buffer
 // gets a correct checksum (no mutation finds a 64-bit hash by chance). Every visited request must re-parse at its position,
-// positions must increase strictly, and lie in [ReqToExecute, SRQTail).
+// positions must increase strictly, and lie in [ReqToExecute, SRQTail); the
+// admission table entry of each visited request's buffer is read as recovery
+// reads it.
 //
 // Run: ./rpc_recovery_scan_fuzz -max_total_time=60 ../tests/fuzz/corpus/rpc_recovery_scan_fuzz
 #include <cstddef>
@@ -89,6 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                    RequestView again;
                                    FUZZ_CHECK(parse_request(std::span<const uint8_t>(area.get() + at, v.size), true,
                                                             max_request, &again) == RequestCheck::kValid);
+                                   // Recovery reads the buffer's admission token too (untrusted).
+                                   (void)durable_admission_token(std::span<const uint8_t>(area.get(), area_bytes),
+                                                                 layout, position / strides);
                                  });
   if (stats.ok()) {
     FUZZ_CHECK(stats.value().from <= stats.value().to);

@@ -19,6 +19,7 @@
 #include "ferry/nic/engine.h"
 #include "ferry/pm/domain.h"
 #include "ferry/rpc/client.h"
+#include "ferry/rpc/format.h"
 #include "ferry/rpc/server.h"
 
 namespace ferry::rpc::testing {
@@ -64,7 +65,7 @@ struct TinyKv {
     appends.assign(server.workers(), 0);
     auto note = [this](const Request& r) { executed_positions[r.worker].push_back(r.position); };
     ASSERT_TRUE(server
-                    .register_handler(kPut, {"put", true},
+                    .register_handler(kPut, {"put", true, /*replay_safe=*/true},
                                       [this, note](const Request& r, Reply&) {
                                         note(r);
                                         auto [k, v] = parse_kv(r.payload);
@@ -72,7 +73,7 @@ struct TinyKv {
                                       })
                     .ok());
     ASSERT_TRUE(server
-                    .register_handler(kRemove, {"remove", true},
+                    .register_handler(kRemove, {"remove", true, /*replay_safe=*/true},
                                       [this, note](const Request& r, Reply&) {
                                         note(r);
                                         parts[r.worker].erase(parse_kv(r.payload).first);
@@ -108,6 +109,79 @@ struct TinyKv {
 };
 
 inline std::string text(std::span<const uint8_t> b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+// A raw client QP connected to a worker, for sending crafted bytes (or a
+// request with no READ behind it: a durable client that died after its SEND).
+class RawPeer {
+ public:
+  RawPeer(nic::Nic& nic, Server& server, uint32_t worker) {
+    pd_ = nic.alloc_pd().value();
+    cq_ = nic.create_cq({}).value();
+    mem_.assign(64 << 10, 0);
+    mr_ = nic.reg_mr(*pd_, mem_.data(), mem_.size(), nic::kAccessLocalWrite).value();
+    nic::QpInitAttr a;
+    a.send_cq = a.recv_cq = cq_.get();
+    qp_ = nic.create_qp(*pd_, a).value();
+    nic::ConnectOptions o;
+    o.timeout = 8;
+    EXPECT_TRUE(server.connect(worker, *qp_, nic, o).ok());
+    for (uint32_t i = 0; i < 8; ++i) {
+      const nic::Sge sge = mr_->sge(32768 + i * 4096, 4096);
+      EXPECT_TRUE(qp_->post_recv(nic::RecvWr{100 + i, std::span<const nic::Sge>(&sge, 1)}).ok());
+    }
+  }
+  // A well-formed request in the send area; returns its size.
+  uint32_t build(uint16_t type, uint8_t flags, std::string_view key, std::string_view value, uint64_t id = 7) {
+    return build(type, flags, kv(key, value), id);
+  }
+  uint32_t build(uint16_t type, uint8_t flags, std::span<const uint8_t> payload, uint64_t id = 7) {
+    if (!payload.empty()) std::memcpy(mem_.data() + kRequestHeaderBytes, payload.data(), payload.size());
+    return seal_request(std::span<uint8_t>(mem_.data(), 32768), type, flags, id, 0,
+                        static_cast<uint32_t>(payload.size()));
+  }
+  uint8_t* bytes() { return mem_.data(); }
+  void send(uint32_t len) {
+    const nic::Sge sge = mr_->sge(0, len);
+    nic::SendWr wr;
+    wr.opcode = nic::WrOpcode::kSend;
+    wr.flags = nic::kSendSignaled;
+    wr.sg_list = std::span<const nic::Sge>(&sge, 1);
+    EXPECT_TRUE(qp_->post_send(wr).ok());
+  }
+  // Completions so far (sends and receives).
+  std::vector<nic::WorkCompletion> completions() {
+    nic::WorkCompletion wcs[16];
+    auto n = cq_->poll(std::span<nic::WorkCompletion>(wcs, 16));
+    for (uint32_t i = 0; n.ok() && i < n.value(); ++i) seen_.push_back(wcs[i]);
+    return seen_;
+  }
+  size_t count(nic::WcOpcode op) {
+    size_t k = 0;
+    for (const auto& wc : completions()) k += wc.opcode == op;
+    return k;
+  }
+  ResponseView response(size_t i) {
+    size_t k = 0;
+    for (const auto& wc : completions()) {
+      if (wc.opcode != nic::WcOpcode::kRecv) continue;
+      if (k++ == i) {
+        ResponseView v;
+        EXPECT_TRUE(parse_response(std::span<const uint8_t>(mem_.data() + 32768 + (wc.wr_id - 100) * 4096, wc.byte_len), &v));
+        return v;
+      }
+    }
+    ADD_FAILURE() << "no response " << i;
+    return {};
+  }
+
+ private:
+  std::unique_ptr<nic::ProtectionDomain> pd_;
+  std::unique_ptr<nic::CompletionQueue> cq_;
+  std::vector<uint8_t> mem_;
+  std::unique_ptr<nic::MemoryRegion> mr_;
+  std::unique_ptr<nic::QueuePair> qp_;
+  std::vector<nic::WorkCompletion> seen_;
+};
 
 // A server host and one client machine on a manual engine with a fake clock.
 // Nothing runs unless the test drives it (drive()/poll_all()).

@@ -75,11 +75,14 @@ class KvSim {
     server_ = rpc::Server::create(*engine_, *server_nic_, so).value();
     return *server_;
   }
-  void start(const CacheOptions& limits = {}) {
+  // `rnr_retry`: the client QPs' (7: forever; less: a call fails kUnavailable
+  // once the server has had no receive buffer that many times).
+  void start(const CacheOptions& limits = {}, uint8_t rnr_retry = 7) {
     Status st = server_->start();
     ASSERT_TRUE(st.ok()) << st.to_string();
     rpc::ClientOptions co;
     co.connect.timeout = 8;
+    co.connect.rnr_retry = rnr_retry;
     client_ = rpc::Client::create(*engine_, *client_nic_, *server_, co).value();
     kv_ = std::make_unique<KvClient>(client_->session(0), limits);
   }
@@ -339,6 +342,114 @@ TEST(PmKvService, GroupCommitOfReqToExecuteMakesRecoveryRepeatPutsHarmlessly) {
   const uint64_t recovered = durable_puts_then_power_failure(64);
   EXPECT_GT(recovered, 11u) << "no executed put was behind ReqToExecute: the group commit did not defer";
   EXPECT_LE(recovered, 11u + 2 * 64) << "more than a group per worker was executed again";
+}
+
+// A nilext put commits at the NIC's ACK, before the worker has run it, so a
+// store out of room must not acknowledge a put it then cannot hold (it was
+// silently dropped). The worker posts a receive buffer only once the store
+// has set aside room for every put that can land in it; a store without
+// room leaves the NIC without buffers, and new puts are held back (RNR)
+// instead. Both OQ modes; the durable one across a power failure too.
+TEST(PmKvService, AFullStoreNeverAcknowledgesAPutItCannotHold) {
+  for (const bool durable : {false, true}) {
+    SCOPED_TRACE(durable ? "JUNE BERRY-D" : "OQ");
+    pm::PersistenceDomain domain{pm::PlatformConfig{}};
+    rpc::ServerOptions so;
+    so.mode = rpc::Mode::kOrderedQueue;
+    so.workers = 1;
+    so.buffers = 4;
+    so.buffer_bytes = 1024;
+    so.max_request_bytes = 512;
+    if (durable) {
+      const rpc::DurableLayout layout{so.buffers, so.buffer_bytes, so.stride_bytes};
+      so.durable_region = domain.map_pm(temp_path("full-srq"), (layout.area_bytes() + 4095) / 4096 * 4096, true).value();
+    }
+    std::vector<pm::Region*> data{domain.map_pm(temp_path("full-data"), 64 << 10, true).value()};
+    std::vector<std::string> committed;
+    int refused = 0;
+    std::unique_ptr<PmKvService> svc;
+    KvSim sim(&domain);
+    rpc::Server& server = sim.make_server(so);
+    svc = PmKvService::attach(server, domain, data, /*open_existing=*/false).value();
+    sim.start({}, /*rnr_retry=*/2);
+    for (int i = 0; i < 2000 && refused == 0; ++i) {
+      const std::string key = "key" + std::to_string(i);
+      auto o = std::make_shared<Outcome>();
+      ASSERT_TRUE(sim.kv().pm_put_async(key, std::string(150, static_cast<char>('a' + i % 26)), true, record(o)).ok());
+      sim.drive(o);
+      const bool acked = o->done && o->status.ok() &&
+                         o->commit == (durable ? rpc::Commit::kPersistentAck : rpc::Commit::kHardwareAck);
+      if (acked) {
+        committed.push_back(key);
+      } else {
+        ++refused;
+      }
+    }
+    EXPECT_EQ(refused, 1) << "the store never filled";
+    EXPECT_GT(committed.size(), 150u) << "the reservations left too little room for data";
+    // The worker runs what it took.
+    for (int i = 0; i < 1000; ++i) {
+      sim.server().poll_worker(0);
+      (void)sim.client().session(0).poll();
+    }
+    EXPECT_GT(sim.server().counters().admission_refusals, 0u);
+    auto check = [&](PmKv& kv) {
+      size_t missing = 0;
+      for (size_t i = 0; i < committed.size(); ++i) {
+        auto v = kv.get(committed[i]);
+        if (!v.ok()) ++missing;
+      }
+      EXPECT_EQ(missing, 0u) << "of " << committed.size() << " acknowledged puts";
+      EXPECT_TRUE(kv.verify().ok()) << kv.verify().to_string();
+    };
+    if (!durable) {
+      check(svc->partition(0));
+      continue;
+    }
+    domain.power_fail(11);
+    svc.reset();
+    rpc::ServerOptions again = so;
+    again.recover = true;
+    KvSim after(&domain);
+    rpc::Server& recovered = after.make_server(again);
+    auto svc2 = PmKvService::attach(recovered, domain, data, /*open_existing=*/true).value();
+    after.start();
+    check(svc2->partition(0));
+  }
+  std::filesystem::remove_all(std::filesystem::path(temp_path("x")).parent_path());
+}
+
+// Each put's record goes to its own spot in its buffer's room (3 bytes of
+// room per byte of buffer, from where the request starts): for every size a
+// request can have, the spot holds the record, padding and 256-byte
+// alignment included, so a put never takes room from its neighbours.
+TEST(PmKvService, EveryPutFitsItsSpotInItsBuffersRoom) {
+  pm::PersistenceDomain domain{pm::PlatformConfig{}};
+  rpc::ServerOptions so;
+  so.mode = rpc::Mode::kOrderedQueue;
+  so.workers = 1;
+  so.buffers = 8;
+  so.buffer_bytes = 16 << 10;
+  so.max_request_bytes = 4096;
+  std::vector<pm::Region*> data{domain.map_pm(temp_path("spots"), 8 << 20, true).value()};
+  KvSim sim(&domain);
+  auto svc = PmKvService::attach(sim.make_server(so), domain, data, /*open_existing=*/false).value();
+  sim.start();
+  constexpr size_t kHeader = rpc::kRequestHeaderBytes + sizeof(KvHeader);
+  uint64_t puts = 0;
+  for (size_t value = 0; value + kHeader + 8 <= so.max_request_bytes; value += 7) {
+    const std::string key = "k" + std::to_string(value % 1000000);
+    auto o = std::make_shared<Outcome>();
+    ASSERT_TRUE(sim.kv().pm_put_async(key, std::string(value, 'v'), true, record(o)).ok());
+    ASSERT_TRUE(sim.drive(o));
+    ++puts;
+  }
+  for (int i = 0; i < 100; ++i) sim.server().poll_worker(0);
+  const PmKvStats stats = svc->partition(0).stats();
+  EXPECT_EQ(stats.reserved_misses, 0u) << "of " << puts << " puts";
+  EXPECT_EQ(stats.records, puts);
+  EXPECT_TRUE(svc->partition(0).verify().ok());
+  std::filesystem::remove_all(std::filesystem::path(temp_path("x")).parent_path());
 }
 
 }  // namespace

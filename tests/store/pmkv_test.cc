@@ -304,7 +304,7 @@ TEST_F(PmKvTest, CorruptSuperblockIsDataLossAndOtherVersionsUnimplemented) {
   uint32_t checksum;
   std::memcpy(&checksum, sb + 60, 4);
   ASSERT_EQ(checksum, doc_crc32c(sb + 8, 52)) << "superblock checksum as documented";
-  const uint32_t version = 2;
+  const uint32_t version = 3;
   std::memcpy(sb + 8, &version, 4);
   checksum = doc_crc32c(sb + 8, 52);
   std::memcpy(sb + 60, &checksum, 4);

@@ -55,6 +55,7 @@ class Region {
   uint8_t* data() const;
   size_t size() const;
   const std::string& path() const;  // PM: backing file; DRAM: empty
+  PersistenceDomain& domain() const { return *domain_; }  // the host whose power failures it follows
   // True when libpmem2 reports byte or cache-line store granularity (DAX on
   // real PM). On an ordinary file (page granularity) the region works, and
   // the model -- not the file -- decides what survives a power failure.

@@ -66,6 +66,9 @@ struct Request {
   uint64_t position = 0;   // place in the worker's SRQ order (buffer sequence * strides + stride)
   std::span<const uint8_t> payload;
   bool recovering = false; // re-executed by recovery after a power failure (durable mode)
+  // What Admission::reserve returned for the receive buffer the request
+  // landed in (0 without an Admission).
+  uint64_t admission_token = 0;
 };
 
 // Where a handler writes its reply: a status byte and up to capacity() bytes.
@@ -93,15 +96,45 @@ using Handler = std::function<void(const Request&, Reply&)>;
 
 struct HandlerInfo {
   std::string name;
-  // The request returns nothing and cannot fail by state, and executing it
-  // twice is the same as once (idempotent): only then may a client mark it
-  // nilext (§3, §5.3). Everything else is software-controlled.
+  // The request returns nothing and cannot fail by the server's state: only
+  // then may a client mark it nilext (§3). A request that may fail by state
+  // (a full store) must have the failure excluded before the client commits
+  // (see Server::set_admission). Everything else is software-controlled.
   bool nilext = false;
-  // The request changes no state (a get). Durable mode persists ReqToExecute
-  // before a reply so that recovery cannot run earlier nilext requests again
-  // over the replied request's effects; a request without effects has none to
-  // undo, so its reply does not wait for that persist.
-  bool read_only = false;
+  // Durable mode (§5.3): recovery executes the nilext requests from the
+  // persisted ReqToExecute on, in order, and ReqToExecute lags the executed
+  // ones (group commit, ServerOptions::req_to_execute_group). So after a power
+  // failure any suffix of the executed nilext requests may run a second time,
+  // in order, on top of its own effects. replay_safe declares that this leaves
+  // the same state as running it once -- true of blind writes (put, remove),
+  // not of requests that read state (copy(a->b) then put(a), re-run, changes
+  // b), and more than idempotence of each request alone. A durable server
+  // refuses a nilext handler without it.
+  bool replay_safe = false;
+};
+
+// Admission (Server::set_admission). A nilext request commits at the NIC,
+// before any server CPU has seen it, so a request that needs a resource to
+// execute (a store's space) must have it set aside before the NIC can take
+// it: per receive buffer, before the buffer is posted. A buffer the service
+// cannot reserve for stays unposted, so the NIC answers new SENDs with RNR
+// NAKs (clients wait, or fail kUnavailable with a finite rnr_retry) and
+// nothing is committed that cannot execute. All three run on the worker's
+// thread (or in start()), never concurrently for one worker.
+struct Admission {
+  // Before buffer `sequence` of `worker` is posted: set aside what any
+  // requests that can land in it need (the service knows the buffer's size
+  // from the server's options) and return a nonzero token naming it. Durable
+  // mode persists the token with the buffer. An error means "not now": the
+  // buffer waits, and the worker asks again each time it polls.
+  std::function<Result<uint64_t>(uint32_t worker, uint64_t sequence)> reserve;
+  // Durable recovery, before it re-executes requests of buffer `sequence`:
+  // set aside again what `token` named before the power failure (the service
+  // lost its memory of it). An error fails start().
+  std::function<Status(uint32_t worker, uint64_t sequence, uint64_t token)> restore;
+  // Every request of the buffer executed and none will run again: give back
+  // what the requests did not use.
+  std::function<void(uint32_t worker, uint64_t sequence, uint64_t token)> release;
 };
 
 struct ServerOptions {
@@ -133,9 +166,9 @@ struct ServerOptions {
   // Durable mode: how many executed nilext requests may pass before the
   // worker persists ReqToExecute past them (a group commit). Nobody waits on
   // it: until it is durable, a power failure makes recovery execute those
-  // requests again, in order, which is harmless because nilext requests are
-  // idempotent (§5.3). It is also persisted before every software response
-  // (but a read-only handler's), before a receive buffer is reposted, and
+  // requests again, in order, which is harmless because a durable server's
+  // nilext handlers are replay_safe. It is also persisted before every
+  // software response (a get's too), before a receive buffer is reposted, and
   // when the worker has found its CQ empty for req_to_execute_idle_us, so it
   // lags only under load, by at most this many requests. 1: after every poll
   // batch.
@@ -157,6 +190,7 @@ struct WorkerCounters {
   uint64_t out_of_order = 0;    // completions that arrived ahead of an earlier buffer position
   uint64_t recovered = 0;       // nilext requests re-executed by recovery
   uint64_t recovery_skipped = 0;  // valid non-nilext requests recovery skipped
+  uint64_t admission_refusals = 0;  // times a buffer stayed unposted: Admission::reserve said not now
   uint64_t busy_ns = 0;         // time spent handling completions (not polling empty CQs)
   WorkerCounters& operator+=(const WorkerCounters& o);
 };
@@ -192,7 +226,12 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Before start(). kAlreadyExists if `type` has a handler.
+  // Before start(): every buffer is posted only after admission.reserve
+  // succeeded for it (see Admission). kInvalidArgument if a function is missing.
+  Status set_admission(Admission admission);
+
+  // Before start(). kAlreadyExists if `type` has a handler; kInvalidArgument
+  // for a nilext handler on a durable server without info.replay_safe.
   Status register_handler(uint16_t type, HandlerInfo info, Handler handler);
 
   // Builds the workers' queues, initializes or recovers the durable areas,
@@ -227,6 +266,9 @@ class Server {
   // Whether a client may mark `type` nilext (its handler says so).
   bool nilext_allowed(uint16_t type) const;
   WorkerCounters counters(uint32_t w) const;
+  // Receive buffers worker w has posted and not yet executed to the end
+  // (fewer than options().buffers while Admission holds some back).
+  uint32_t posted_buffers(uint32_t w) const;
   WorkerCounters counters() const;  // all workers
   // The recovery scans of the last start() with `recover` (one per worker).
   std::vector<ScanStats> recovery_stats() const;

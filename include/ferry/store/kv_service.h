@@ -89,8 +89,30 @@ class CacheService {
   std::vector<std::unique_ptr<Cache>> caches_;
 };
 
+// Room for puts (JUNE BERRY: a nilext put commits at the NIC's ACK, before
+// the worker runs it, so it must not be able to fail for lack of room).
+// PmKvService is the server's Admission: before worker w posts a receive
+// buffer, its store reserves room the size of the buffer, contiguous
+// (PmKv::reserve); the put whose request lay at bytes [b, b + n) of the
+// buffer places its record in [b, b + n) of that room -- a spot no other
+// request of the buffer can use, and always large enough: a request is its
+// record plus 32 bytes (RPC header 32 + KvHeader 24 - record header 24).
+// The record is padded and aligned to 256 B (H5/H6) where that fits the
+// spot, else laid in whole 64 B lines. When the buffer has executed, the
+// room its puts did not use goes back. The server persists the room's
+// offset with the buffer, so recovery re-runs puts into the same spots
+// (PmKv::adopt).
+// When a store cannot reserve a buffer's room, the buffer stays unposted and
+// the NIC holds new requests back (RNR; clients with a finite rnr_retry get
+// kUnavailable) until room is freed -- which only deletes already admitted
+// can do. So size a store for its data plus `buffers` x reservation_bytes per
+// worker, or a full store stops serving. Room must be contiguous: a heap
+// fragmented by overwrites at high occupancy can refuse a buffer's room while
+// holding more free bytes (PmKv has no compaction).
 class PmKvService {
  public:
+  // What one receive buffer reserves in a worker's store.
+  static uint64_t reservation_bytes(const rpc::ServerOptions& options);
   // Registers the PmKv request types on `server`, worker w's partition in
   // regions[w] (PM regions of `domain`, the server host's persistence domain).
   // `open_existing`: recover the stores they hold (after a failure), else
@@ -105,6 +127,9 @@ class PmKvService {
  private:
   PmKvService() = default;
   std::vector<std::unique_ptr<PmKv>> stores_;
+  uint64_t reservation_bytes_ = 0;
+  uint64_t stride_bytes_ = 0;
+  uint64_t strides_ = 1;
 };
 
 // ---- client side ----

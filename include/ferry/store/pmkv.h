@@ -27,7 +27,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -89,9 +91,20 @@ struct PmKvStats {
   uint64_t bytes_free = 0;          // heap_bytes - bytes_in_use
   uint64_t largest_free_bytes = 0;  // the largest free extent (fragmentation: bytes_free is not one block)
   uint64_t free_extents = 0;
+  uint64_t reservations = 0;        // live reserve()s
+  uint64_t bytes_reserved = 0;      // their bytes no record uses (not in bytes_free)
+  uint64_t reserved_misses = 0;     // put_reserved()s whose spot was taken: placed by the allocator instead
   uint64_t fences = 0;  // PM fences (drains) issued by this instance
   uint64_t puts = 0;    // successful mutations by this instance
   uint64_t removes = 0;
+};
+
+// Heap set aside by PmKv::reserve(): [offset, offset + bytes) of the region,
+// 256-byte aligned. What it names is DRAM state: after a failure, adopt() it
+// to set it aside again.
+struct PmKvReservation {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
 };
 
 // What open() found.
@@ -132,6 +145,31 @@ class PmKv {
   // store is unchanged; a replace needs room for the new record before the
   // old one is freed); kDataLoss if the chain is found corrupt.
   Status put(std::string_view key, std::string_view value);
+  // Reservations: room set aside so that later puts cannot fail for lack of
+  // it (JUNE BERRY's admission, PmKvService). reserve() takes `bytes`
+  // (rounded up to 256) of contiguous free heap, 256-byte aligned; put()s
+  // elsewhere never use it. kResourceExhausted if no free extent is that
+  // large (nothing changed).
+  Result<PmKvReservation> reserve(uint64_t bytes);
+  // After open(): sets `r` aside again, as it was before a failure -- its
+  // free parts leave the free space; the records in it stay. kInvalidArgument
+  // if r is not a 256-aligned range of the heap, kFailedPrecondition if it
+  // overlaps a live reservation.
+  Status adopt(const PmKvReservation& r);
+  // Gives back the parts of `r` no record uses. A record placed in it stays
+  // where it is. Releasing what is not reserved is a no-op.
+  void release(const PmKvReservation& r);
+  // As put(), but a new record goes in the reservation, in its spot
+  // [r.offset + at, + room): padded and aligned to its write granularity
+  // (H5/H6) if that fits the spot, else in whole 64 B lines from the spot's
+  // start (at is 64-aligned; a spot of room >= the record rounded up to 64
+  // always holds it). The caller gives every put a spot of its own (JUNE
+  // BERRY: where its request lay in the receive buffer); a spot that does
+  // not hold the record or overlaps a live one is not used, and the put
+  // falls back to the free heap (counted: reserved_misses).
+  Status put_reserved(std::string_view key, std::string_view value, const PmKvReservation& r, uint64_t at,
+                      uint64_t room);
+
   // The value of `key`, verified against its checksum. kNotFound if absent;
   // kDataLoss if the record is corrupt.
   Result<std::string> get(std::string_view key) const;
@@ -149,8 +187,8 @@ class PmKv {
   PmKvStats stats() const;
   const PmKvRecovery& recovery() const { return recovery_; }
   // Consistency check (fsck): every chain valid, every record's checksum
-  // right, no key twice, and the allocator's free space exactly the space no
-  // record uses. O(index + data). kDataLoss / kInternal with the first problem.
+  // right, no key twice, and the allocator's free space plus the unused parts
+  // of reservations exactly the space no record uses. O(index + data). kDataLoss / kInternal with the first problem.
   Status verify() const;
 
   struct Layout;    // internal (src/store/pmkv_format.h)
@@ -162,6 +200,15 @@ class PmKv {
   // Where a key is, or where it would be inserted (pmkv_format.h).
   struct Position;
   Result<Position> find(std::string_view key, uint64_t hash) const;
+  // put() and put_reserved(): `r` null for the free heap.
+  Status put_at(std::string_view key, std::string_view value, const PmKvReservation* r, uint64_t at, uint64_t room);
+  // A block for a record of `record` bytes in r's spot: {first unit,
+  // units}, or nullopt if the spot cannot take it (pmkv_reserve.cc).
+  std::optional<std::pair<uint64_t, uint64_t>> place_reserved(size_t record, const PmKvReservation& r, uint64_t at,
+                                                              uint64_t room);
+  // A record's block becomes unreachable: back to its reservation if it lies
+  // in one (only a later release() frees it), else to the allocator.
+  void free_block(uint64_t unit, uint64_t units);
   // get()'s and get_into()'s lookup: the key's record, its checksum verified
   // (kNotFound, kDataLoss).
   Result<Position> find_verified(std::string_view key) const;
@@ -202,6 +249,14 @@ class PmKv {
   uint64_t removes_ = 0;
   bool failed_ = false;  // a crash hook stopped an operation
   PmKvRecovery recovery_;
+  // Live reservations by first unit: their units, and which hold a record.
+  struct Reserved {
+    uint64_t units = 0;
+    std::vector<bool> live;
+    uint64_t live_units = 0;
+  };
+  std::map<uint64_t, Reserved> reserved_;
+  uint64_t reserved_misses_ = 0;
 };
 
 }  // namespace ferry::store
