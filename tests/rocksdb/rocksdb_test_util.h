@@ -444,7 +444,8 @@ inline std::optional<std::map<std::string, std::string>> reopen_plain(const std:
 struct Head {
   Head(Chain& chain, const std::string& dir_in, const ReplicatedWalOptions& options = {},
        WalStreamProgress* progress = nullptr,
-       std::shared_ptr<::rocksdb::FileSystem> disk = ::rocksdb::FileSystem::Default(), bool resume = false)
+       std::shared_ptr<::rocksdb::FileSystem> disk = ::rocksdb::FileSystem::Default(), bool resume = false,
+       const ::rocksdb::Options& db_options = base_options())
       : dir(dir_in) {
     ReplicatedWalOptions with_dir = options;
     if (with_dir.wal_dir.empty()) with_dir.wal_dir = dir;
@@ -458,7 +459,7 @@ struct Head {
       if (!r.ok()) return;
     }
     env = ::rocksdb::NewCompositeEnv(fs);
-    ::rocksdb::Options o = base_options();
+    ::rocksdb::Options o = db_options;
     o.create_if_missing = true;
     o.env = env.get();
     ::rocksdb::DB* raw = nullptr;
