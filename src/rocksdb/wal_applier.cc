@@ -183,6 +183,7 @@ Status WalApplier::restart_from_cursor_locked() {
   file_ = applied_.file;
   window_at_ = received_ = applied_.offset;
   window_.clear();
+  window_used_ = 0;
   chunks_.clear();
   fragments_.clear();
   in_fragments_ = false;
@@ -191,6 +192,8 @@ Status WalApplier::restart_from_cursor_locked() {
 
 Status WalApplier::consume_chunk_locked(const WalChunk& c) {
   ++counters_.chunks;
+  window_.erase(0, window_used_);
+  window_used_ = 0;
   const uint64_t end = c.offset + c.data.size();
   if (c.file == file_ && c.offset <= received_ && received_ <= end) {
     // The current WAL goes on (the first chunk after a restart may hold
@@ -223,7 +226,8 @@ Status WalApplier::consume_chunk_locked(const WalChunk& c) {
 
 Result<bool> WalApplier::parse_one_locked(uint64_t* applied) {
   for (;;) {
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(window_.data()), window_.size());
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(window_.data()) + window_used_,
+                                         window_.size() - window_used_);
     FERRY_ASSIGN_OR_RETURN(const WalPhysicalRecord r, parse_wal_physical_record(bytes, window_at_, file_));
     if (r.kind == WalPhysicalRecord::kNeedMore) return false;
     std::string_view complete;
@@ -253,10 +257,10 @@ Result<bool> WalApplier::parse_one_locked(uint64_t* applied) {
     }
     const uint64_t record_end = window_at_ + r.bytes;
     Status s = ok_status();
-    const bool is_complete = r.kind == WalPhysicalRecord::kFull || (r.kind == WalPhysicalRecord::kLast);
+    const bool is_complete = r.kind == WalPhysicalRecord::kFull || r.kind == WalPhysicalRecord::kLast;
     if (is_complete) s = apply_locked(complete, record_end);
     FERRY_RETURN_IF_ERROR(s);
-    window_.erase(0, r.bytes);
+    window_used_ += r.bytes;  // dropped from window_ when the next chunk arrives
     window_at_ = record_end;
     if (is_complete) {
       fragments_.clear();

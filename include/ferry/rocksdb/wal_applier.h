@@ -129,7 +129,8 @@ class WalApplier {
   uint64_t file_ = 0;
   uint64_t window_at_ = 0;
   uint64_t received_ = 0;
-  std::string window_;
+  std::string window_;        // from window_used_ on: bytes [window_at_, received_)
+  uint64_t window_used_ = 0;  // parsed bytes at its front, dropped at the next chunk
   struct ChunkSpan {
     uint64_t position, offset, bytes;
   };
