@@ -1,19 +1,22 @@
-// Replicated RocksDB WAL (§5.1): the file system wrapper, the WAL files it
-// hands RocksDB, the replication of their bytes at Sync through
-// TxnClient::append, and the replica side (image, recovery directory).
+// Replicated RocksDB, the head's side (§5.1): the file system wrapper, the
+// WAL files it hands RocksDB, and the replication of their bytes into the
+// replicas' WAL stream through TxnClient::append, in the stream's order,
+// within the room the replicas' appliers have given back.
 #include "ferry/rocksdb/replicated_wal.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <mutex>
+#include <random>
 #include <system_error>
+#include <vector>
 
 #include "ferry/common/assert.h"
-#include "ferry/common/checksum.h"
 
 namespace ferry::rocks {
 
@@ -26,24 +29,13 @@ using ::rocksdb::Slice;
 
 namespace {
 
-constexpr uint64_t kHeaderFieldBytes = 32;  // magic, number, length, checksum
 constexpr uint64_t kMinLogBytes = 1024;
-
-uint64_t load_u64(const uint8_t* at) {
-  uint64_t v;
-  std::memcpy(&v, at, 8);
-  return v;
-}
-void store_u64(uint8_t* at, uint64_t v) { std::memcpy(at, &v, 8); }
-
-std::array<uint8_t, kHeaderFieldBytes> encode_header(uint64_t number, uint64_t length) {
-  std::array<uint8_t, kHeaderFieldBytes> h{};
-  store_u64(h.data(), kWalImageMagic);
-  store_u64(h.data() + 8, number);
-  store_u64(h.data() + 16, length);
-  store_u64(h.data() + 24, checksum64(std::span<const uint8_t>(h.data(), 24)));
-  return h;
-}
+// A record's overhead in the log ring beyond its chunk's bytes: the record
+// header, three entries (the chunk in at most two pieces at the ring's end,
+// the stream header), each padded to 8, the stream header, the record's
+// padding to 64, and a 64-byte margin.
+constexpr uint64_t kRecordOverheadBytes =
+    hyperloop::kTxnRecordHeaderBytes + 3 * hyperloop::kTxnEntryHeaderBytes + 2 * 8 + kWalStreamHeaderBytes + 64 + 64;
 
 IOStatus to_io_status(const Status& s) {
   if (s.ok()) return IOStatus::OK();
@@ -51,79 +43,157 @@ IOStatus to_io_status(const Status& s) {
   return s.code() == Code::kResourceExhausted ? IOStatus::NoSpace(m) : IOStatus::IOError(m);
 }
 
+uint64_t random_stream_id() {
+  std::random_device rd;
+  for (;;) {
+    const uint64_t id = (uint64_t{rd()} << 32) | rd();
+    if (id != 0) return id;
+  }
+}
+
 }  // namespace
 
 namespace detail {
 
-// The state shared by the file system and its open WAL files: the TxnClient
-// and what the image holds. `mu` guards everything here and every open WAL
-// file's replication state, and is held across each TxnClient call (its
-// one-thread rule).
+// An open WAL file as the replicator sees it: bytes waiting to be streamed.
+class StreamedFile {
+ public:
+  virtual ~StreamedFile() = default;
+  // Streams this file's own waiting bytes (no ordering step). Replicator's
+  // mutex held.
+  virtual Status stream_own_pending_locked() = 0;
+  virtual uint64_t replicated_locked() const = 0;
+};
+
+// The state shared by the file system and its open WAL files: the TxnClient,
+// the stream header as last written, and the open WALs. `mu` guards
+// everything here and every open WAL file's replication state, and is held
+// across each TxnClient call (its one-thread rule).
 class Replicator {
  public:
-  Replicator(hyperloop::TxnClient& txn, const ReplicatedWalOptions& options, uint64_t log_bytes, uint64_t db_bytes)
-      : txn_(txn), options_(options), image_bytes_(db_bytes - kWalImageHeaderBytes) {
-    // A record: its header, two entries (data padded to 8, the 32-byte
-    // image header), padded to 64. Half the ring less that (and a 64-byte
-    // margin), in whole 64-byte units: a drained ring always takes it.
-    max_chunk_ = (log_bytes / 2 - hyperloop::kTxnRecordHeaderBytes - 2 * hyperloop::kTxnEntryHeaderBytes -
-                  kHeaderFieldBytes - 64) /
-                 64 * 64;
+  Replicator(hyperloop::TxnClient& txn, const ReplicatedWalOptions& options, WalStreamProgress* progress,
+             uint64_t log_bytes, uint64_t db_bytes)
+      : txn_(txn), options_(options), progress_(progress), capacity_(wal_stream_capacity(db_bytes)) {
+    max_chunk_ = std::min((log_bytes / 2 - kRecordOverheadBytes) / 64 * 64, capacity_ / 4 / 64 * 64);
     if (options_.eager_bytes == 0) options_.eager_bytes = max_chunk_;
+    scratch_.resize(kWalChunkHeaderBytes + max_chunk_);
   }
 
   std::mutex mu;
 
   bool replicating() const { return options_.replicate; }
+  // Is `fname` one of the database's WAL files? Its number if so.
+  std::optional<uint64_t> wal_number(const std::string& fname) const {
+    const std::optional<uint64_t> n = parse_wal_file_name(fname);
+    if (!n || options_.wal_dir.empty()) return n;
+    const std::filesystem::path dir = std::filesystem::path(options_.wal_dir).lexically_normal();
+    const std::filesystem::path parent = std::filesystem::path(fname).parent_path().lexically_normal();
+    auto strip = [](const std::filesystem::path& p) {
+      std::string s = p.string();
+      while (s.size() > 1 && s.back() == '/') s.pop_back();
+      return s;
+    };
+    return strip(dir) == strip(parent) ? n : std::nullopt;
+  }
   uint64_t eager_bytes() const { return options_.eager_bytes; }
   uint64_t max_chunk() const { return max_chunk_; }
-  uint64_t file() const { return file_; }
-  uint64_t length() const { return length_; }
+  const WalStreamHeader& header() const { return header_; }
+  uint64_t newest_file() const { return newest_file_; }
+  bool must_resume_local() const { return must_resume_local_; }
   ReplicatedWalCounters& counters() { return counters_; }
 
-  // A new WAL: the image restarts with {number, 0}.
-  Status start_file_locked(uint64_t number) {
-    const auto h = encode_header(number, 0);
-    const hyperloop::TxnWrite w[] = {{0, h}};
-    FERRY_RETURN_IF_ERROR(append_locked(w));
-    file_ = number;
-    length_ = 0;
+  // At create: continue the stream the mirror holds, or start one.
+  Status start_locked() {
+    // A resumed TxnClient re-queued the records appended before the
+    // restart: executed, the mirror holds the stream as the replicas will.
+    FERRY_RETURN_IF_ERROR(catch_up_locked());
+    std::array<uint8_t, kWalStreamHeaderBytes> h;
+    std::memcpy(h.data(), txn_.db().data(), h.size());
+    Result<WalStreamHeader> found = decode_wal_stream_header(h, capacity_);
+    if (found.ok()) {
+      header_ = *found;
+      must_resume_local_ = true;
+      newest_file_ = header_.last_file;
+      return ok_status();
+    }
+    if (found.status().code() != Code::kNotFound) return found.status();
+    header_ = WalStreamHeader{};
+    header_.stream_id = options_.stream_id != 0 ? options_.stream_id : random_stream_id();
+    std::array<uint8_t, kWalStreamHeaderBytes> enc;
+    encode_wal_stream_header(header_, enc);
+    const hyperloop::TxnWrite w[] = {{0, enc}};
+    return append_locked(w);
+  }
+
+  void opened_locked(uint64_t number, StreamedFile* file) {
+    open_[number] = file;
+    newest_file_ = std::max(newest_file_, number);
     ++counters_.wal_files;
+  }
+  void closed_locked(uint64_t number, StreamedFile* file) {
+    auto it = open_.find(number);
+    if (it != open_.end() && it->second == file) open_.erase(it);
+  }
+  uint64_t replicated_of_locked(uint64_t number) const {
+    auto it = open_.find(number);
+    if (it != open_.end()) return it->second->replicated_locked();
+    return number == header_.last_file ? header_.last_file_bytes : 0;
+  }
+
+  // The ordering rule: before WAL `number`'s bytes (or at its opening),
+  // every older open WAL streams what it still holds, oldest first.
+  Status stream_older_than_locked(uint64_t number) {
+    for (auto& [n, file] : open_) {
+      if (n >= number) break;
+      FERRY_RETURN_IF_ERROR(file->stream_own_pending_locked());
+    }
     return ok_status();
   }
 
-  // WAL `number`'s bytes from `offset` (at most the image's length: no
-  // holes) are `bytes`, and it ends there: records of at most max_chunk_
-  // bytes, each moving the header's length, durable on every replica when
-  // this returns. kResourceExhausted when the image cannot hold them.
-  Status replicate_locked(uint64_t number, uint64_t offset, std::span<const uint8_t> bytes) {
-    FERRY_ASSERT(number == file_, "replicating WAL ", number, " into the image of ", file_);
-    if (offset > length_) {
-      return internal_error("a replication at " + std::to_string(offset) + " past the image's " +
-                            std::to_string(length_) + " bytes");
+  // WAL `file`'s bytes from `offset` are `bytes`: chunks of at most
+  // max_chunk_ bytes, each a record with the header that covers it, durable
+  // on every replica when this returns. `*done` says how many went out
+  // (all unless an error). kResourceExhausted: the stream stayed full.
+  Status stream_locked(uint64_t file, uint64_t offset, std::span<const uint8_t> bytes, uint64_t* done) {
+    *done = 0;
+    const bool continues = file == header_.last_file && offset == header_.last_file_bytes;
+    const bool starts = file > header_.last_file && offset == 0;
+    if (!continues && !starts) {
+      // An older WAL after a newer one, or a hole: the stream would not be
+      // RocksDB's order any more. RocksDB does not write so; refuse.
+      return failed_precondition("WAL " + std::to_string(file) + " bytes at " + std::to_string(offset) +
+                                 " cannot follow WAL " + std::to_string(header_.last_file) + " at " +
+                                 std::to_string(header_.last_file_bytes) + " in the stream");
     }
-    if (offset > image_bytes_ || bytes.size() > image_bytes_ - offset) {
-      return resource_exhausted("WAL " + std::to_string(number) + " grows to " +
-                                std::to_string(offset + bytes.size()) + " bytes; the image holds " +
-                                std::to_string(image_bytes_));
-    }
-    if (bytes.empty()) {  // shortened by Truncate: the header alone
-      const auto h = encode_header(number, offset);
-      const hyperloop::TxnWrite w[] = {{0, h}};
-      FERRY_RETURN_IF_ERROR(append_locked(w));
-      length_ = offset;
-      return ok_status();
-    }
-    for (uint64_t done = 0; done < bytes.size();) {
-      const uint64_t n = std::min<uint64_t>(max_chunk_, bytes.size() - done);
-      const uint64_t end = offset + done + n;
-      const auto h = encode_header(number, end);
-      // The bytes first, then the header that covers them (one record:
-      // applied whole on every replica, by ExecuteAndAdvance or by replay).
-      const hyperloop::TxnWrite w[] = {{kWalImageHeaderBytes + offset + done, bytes.subspan(done, n)}, {0, h}};
-      FERRY_RETURN_IF_ERROR(append_locked(w));
-      length_ = end;
-      done += n;
+    while (*done < bytes.size()) {
+      const uint64_t n = std::min<uint64_t>(max_chunk_, bytes.size() - *done);
+      const uint64_t total = wal_chunk_stream_bytes(n);
+      FERRY_RETURN_IF_ERROR(make_room_locked(total));
+      const uint64_t position = header_.end;
+      const std::span<const uint8_t> data = bytes.subspan(*done, n);
+      encode_wal_chunk_header(position, file, offset + *done, data,
+                              std::span<uint8_t, kWalChunkHeaderBytes>(scratch_.data(), kWalChunkHeaderBytes));
+      std::memcpy(scratch_.data() + kWalChunkHeaderBytes, data.data(), n);
+      WalStreamHeader next = header_;
+      next.end = position + total;
+      next.last_file = file;
+      next.last_file_bytes = offset + *done + n;
+      std::array<uint8_t, kWalStreamHeaderBytes> enc;
+      encode_wal_stream_header(next, enc);
+      // The chunk (in two pieces where it wraps at the ring's end), then the
+      // header that covers it: one record, applied whole on every replica
+      // by ExecuteAndAdvance or by replay.
+      const std::span<const uint8_t> chunk(scratch_.data(), kWalChunkHeaderBytes + n);
+      const uint64_t at = position % capacity_;
+      const uint64_t first = std::min<uint64_t>(chunk.size(), capacity_ - at);
+      hyperloop::TxnWrite w[3];
+      size_t count = 0;
+      w[count++] = {kWalStreamHeaderBytes + at, chunk.first(first)};
+      if (first < chunk.size()) w[count++] = {kWalStreamHeaderBytes, chunk.subspan(first)};
+      w[count++] = {0, enc};
+      FERRY_RETURN_IF_ERROR(append_locked(std::span<const hyperloop::TxnWrite>(w, count)));
+      header_ = next;
+      *done += n;
       counters_.bytes += n;
     }
     return ok_status();
@@ -144,10 +214,41 @@ class Replicator {
     return true;
   }
 
+  void resumed_local_locked() { must_resume_local_ = false; }
+
  private:
+  // Room for `total` more stream bytes: the ring keeps [begin, end); begin
+  // moves only to where every replica's applier has durably reached.
+  Status make_room_locked(uint64_t total) {
+    for (;;) {
+      if (header_.end + total - header_.begin <= capacity_) return ok_status();
+      if (progress_ == nullptr) {
+        return resource_exhausted("the WAL stream is full (" + std::to_string(capacity_) +
+                                  " bytes) and nothing reports the replicas' progress");
+      }
+      // The appliers see only executed records.
+      FERRY_RETURN_IF_ERROR(catch_up_locked());
+      FERRY_ASSIGN_OR_RETURN(uint64_t needed, progress_->needed_from());
+      needed = std::min(needed, header_.end);
+      if (needed > header_.begin) {
+        FERRY_ASSERT(needed % kWalStreamAlign == 0, "a replica needs the stream from ", needed);
+        counters_.reclaimed_bytes += needed - header_.begin;
+        header_.begin = needed;
+        continue;
+      }
+      ++counters_.stream_full_waits;
+      const Status w = progress_->wait_for_room();
+      if (!w.ok()) {
+        return resource_exhausted("the WAL stream is full: every replica still needs it from " +
+                                  std::to_string(header_.begin) + " (" + w.to_string() + ")");
+      }
+    }
+  }
+
   // Append; a full ring executes its oldest record (ExecuteAndAdvance) and
   // tries again: records are at most half the ring, so a drained ring takes it.
   Status append_locked(std::span<const hyperloop::TxnWrite> record) {
+    if (options_.fault_before_record) FERRY_RETURN_IF_ERROR(options_.fault_before_record());
     for (;;) {
       const Result<uint64_t> lsn = txn_.append(record);
       if (lsn.ok()) {
@@ -164,10 +265,14 @@ class Replicator {
 
   hyperloop::TxnClient& txn_;
   ReplicatedWalOptions options_;
-  uint64_t image_bytes_;
+  WalStreamProgress* progress_;
+  uint64_t capacity_;
   uint64_t max_chunk_ = 0;
-  uint64_t file_ = 0;    // the WAL the image holds
-  uint64_t length_ = 0;  // its bytes there, as appended (durable on every replica)
+  WalStreamHeader header_;                  // as appended last (durable on every replica)
+  std::map<uint64_t, StreamedFile*> open_;  // the open WAL files, by number
+  uint64_t newest_file_ = 0;                // the newest WAL opened (or streamed)
+  bool must_resume_local_ = false;          // a continued stream: resume_local_wals first
+  std::vector<uint8_t> scratch_;            // a chunk's header and data
   ReplicatedWalCounters counters_;
 };
 
@@ -176,12 +281,17 @@ class Replicator {
 namespace {
 
 // A WAL file: the local file as usual; the bytes appended since the last
-// replication wait in `pending_` and go to the replicas at Sync (or Append,
-// past eager_bytes, or Close). Every field is guarded by the replicator's mutex.
-class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper {
+// replication wait in `pending_` and go to the stream at Sync (or Append,
+// past eager_bytes, or Close, or when a newer WAL opens or streams). Every
+// field is guarded by the replicator's mutex.
+class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper, public detail::StreamedFile {
  public:
   ReplicatedWalFile(std::unique_ptr<FSWritableFile> file, std::shared_ptr<detail::Replicator> rep, uint64_t number)
       : FSWritableFileOwnerWrapper(std::move(file)), rep_(std::move(rep)), number_(number) {}
+  ~ReplicatedWalFile() override {
+    std::lock_guard lock(rep_->mu);
+    rep_->closed_locked(number_, this);
+  }
 
   IOStatus Append(const Slice& data, const IOOptions& options, IODebugContext* dbg) override {
     IOStatus s = target()->Append(data, options, dbg);
@@ -207,13 +317,12 @@ class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper {
     IOStatus s = target()->Truncate(size, options, dbg);
     if (!s.ok()) return s;
     std::lock_guard lock(rep_->mu);
-    if (size >= replicated_) {
-      pending_.resize(size - replicated_, '\0');
-    } else {  // below what the replicas hold: the header must say so
-      replicated_ = size;
-      pending_.clear();
-      shortened_ = true;
+    if (size < replicated_) {
+      return IOStatus::IOError("ferry replicated WAL: truncating WAL " + std::to_string(number_) + " to " +
+                               std::to_string(size) + " bytes below the " + std::to_string(replicated_) +
+                               " the replicas hold");
     }
+    pending_.resize(size - replicated_, '\0');
     appended_ = size;
     return IOStatus::OK();
   }
@@ -230,8 +339,20 @@ class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper {
     IOStatus s = target()->Close(options, dbg);
     if (!s.ok()) return s;
     std::lock_guard lock(rep_->mu);
-    return to_io_status(replicate_pending_locked());
+    return to_io_status(stream_pending_locked());
   }
+
+  Status stream_own_pending_locked() override {
+    if (pending_.empty()) return ok_status();
+    if (number_ < rep_->newest_file()) rep_->counters().older_wal_bytes += pending_.size();
+    const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(pending_.data()), pending_.size());
+    uint64_t done = 0;
+    const Status s = rep_->stream_locked(number_, replicated_, bytes, &done);
+    replicated_ += done;
+    pending_.erase(0, done);
+    return s;
+  }
+  uint64_t replicated_locked() const override { return replicated_; }
 
  private:
   static constexpr uint64_t kAtEnd = ~uint64_t{0};
@@ -241,18 +362,20 @@ class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper {
     std::lock_guard lock(rep_->mu);
     if (offset == kAtEnd) offset = appended_;
     if (offset < replicated_) {
-      // A rewrite of replicated bytes (PositionedAppend rewrites the last
-      // partial sector): `data` covers everything from `offset` on.
-      replicated_ = offset;
-      pending_.clear();
-    } else {
-      pending_.resize(offset - replicated_, '\0');
+      return IOStatus::IOError("ferry replicated WAL: a rewrite of WAL " + std::to_string(number_) + " at " +
+                               std::to_string(offset) + ", below the " + std::to_string(replicated_) +
+                               " bytes the replicas hold");
     }
+    pending_.resize(offset - replicated_, '\0');
     pending_.append(data.data(), data.size());
     appended_ = offset + data.size();
+    if (number_ < rep_->header().last_file) {
+      return IOStatus::IOError("ferry replicated WAL: WAL " + std::to_string(number_) + " written after WAL " +
+                               std::to_string(rep_->header().last_file) + " reached the replicas");
+    }
     if (pending_.size() > rep_->eager_bytes()) {
       ++rep_->counters().eager_replications;
-      return to_io_status(replicate_pending_locked());
+      return to_io_status(stream_pending_locked());
     }
     return IOStatus::OK();
   }
@@ -260,23 +383,14 @@ class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper {
   IOStatus synced() {
     std::lock_guard lock(rep_->mu);
     ++rep_->counters().syncs;
-    return to_io_status(replicate_pending_locked());
+    return to_io_status(stream_pending_locked());
   }
 
-  Status replicate_pending_locked() {
-    if (pending_.empty() && !shortened_) return ok_status();
-    if (number_ != rep_->file()) {
-      // RocksDB moved to a newer WAL: the image holds that one; these bytes
-      // stay in the head's file (their data is in a memtable being flushed).
-      ++rep_->counters().stale_syncs;
-    } else {
-      const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(pending_.data()), pending_.size());
-      FERRY_RETURN_IF_ERROR(rep_->replicate_locked(number_, replicated_, bytes));
-    }
-    replicated_ = appended_;
-    pending_.clear();
-    shortened_ = false;
-    return ok_status();
+  // The ordering rule, then this file's bytes.
+  Status stream_pending_locked() {
+    if (pending_.empty()) return ok_status();
+    FERRY_RETURN_IF_ERROR(rep_->stream_older_than_locked(number_));
+    return stream_own_pending_locked();
   }
 
   std::shared_ptr<detail::Replicator> rep_;
@@ -284,7 +398,6 @@ class ReplicatedWalFile final : public ::rocksdb::FSWritableFileOwnerWrapper {
   uint64_t appended_ = 0;    // the local file's size, as written through this file
   uint64_t replicated_ = 0;  // bytes [0, replicated_) are on every replica
   std::string pending_;      // bytes [replicated_, appended_)
-  bool shortened_ = false;   // truncated below replicated_: the header must follow
 };
 
 }  // namespace
@@ -298,7 +411,8 @@ ReplicatedWalFileSystem::ReplicatedWalFileSystem(std::shared_ptr<::rocksdb::File
 ReplicatedWalFileSystem::~ReplicatedWalFileSystem() = default;
 
 Result<std::shared_ptr<ReplicatedWalFileSystem>> ReplicatedWalFileSystem::create(
-    std::shared_ptr<::rocksdb::FileSystem> base, hyperloop::TxnClient& txn, const ReplicatedWalOptions& options) {
+    std::shared_ptr<::rocksdb::FileSystem> base, hyperloop::TxnClient& txn, const ReplicatedWalOptions& options,
+    WalStreamProgress* progress) {
   if (base == nullptr) return invalid_argument("replicated WAL: no base file system");
   const uint64_t log_bytes = txn.db_offset() - hyperloop::kTxnControlBytes;
   const uint64_t db_bytes = txn.db().size();
@@ -306,29 +420,43 @@ Result<std::shared_ptr<ReplicatedWalFileSystem>> ReplicatedWalFileSystem::create
     return invalid_argument("replicated WAL: the log ring has " + std::to_string(log_bytes) + " bytes; at least " +
                             std::to_string(kMinLogBytes) + " are needed");
   }
-  if (db_bytes <= kWalImageHeaderBytes) {
+  if (wal_stream_capacity(db_bytes) < 4 * kWalStreamAlign * 4) {
     return invalid_argument("replicated WAL: the database area (" + std::to_string(db_bytes) +
-                            " bytes) cannot hold the image header and any WAL");
+                            " bytes) has no room for a WAL stream");
   }
-  auto rep = std::make_shared<detail::Replicator>(txn, options, log_bytes, db_bytes);
+  auto rep = std::make_shared<detail::Replicator>(txn, options, progress, log_bytes, db_bytes);
+  if (options.replicate) {
+    std::lock_guard lock(rep->mu);
+    FERRY_RETURN_IF_ERROR(rep->start_locked());
+  }
   return std::shared_ptr<ReplicatedWalFileSystem>(new ReplicatedWalFileSystem(std::move(base), std::move(rep)));
 }
 
 IOStatus ReplicatedWalFileSystem::wrap_wal(uint64_t number, std::unique_ptr<FSWritableFile>* result) {
   std::lock_guard lock(rep_->mu);
-  const Status s = rep_->start_file_locked(number);
-  if (!s.ok()) {
+  if (rep_->must_resume_local()) {
     result->reset();
-    return to_io_status(s);
+    return IOStatus::IOError(
+        "ferry replicated WAL: the stream continues an earlier head's; call "
+        "resume_local_wals before RocksDB opens a WAL");
   }
-  *result = std::make_unique<ReplicatedWalFile>(std::move(*result), rep_, number);
-  return IOStatus::OK();
+  if (number <= rep_->header().last_file) {
+    result->reset();
+    return IOStatus::IOError("ferry replicated WAL: WAL " + std::to_string(number) + " is not newer than WAL " +
+                             std::to_string(rep_->header().last_file) + " in the stream");
+  }
+  auto file = std::make_unique<ReplicatedWalFile>(std::move(*result), rep_, number);
+  rep_->opened_locked(number, file.get());
+  *result = std::move(file);
+  // A memtable switch: the older WALs' waiting bytes go now (DB::Flush
+  // returns after this; the flushed data is then on every replica).
+  return to_io_status(rep_->stream_older_than_locked(number));
 }
 
 IOStatus ReplicatedWalFileSystem::NewWritableFile(const std::string& fname, const FileOptions& file_opts,
                                                   std::unique_ptr<FSWritableFile>* result, IODebugContext* dbg) {
   IOStatus s = target()->NewWritableFile(fname, file_opts, result, dbg);
-  const std::optional<uint64_t> number = parse_wal_file_name(fname);
+  const std::optional<uint64_t> number = rep_->wal_number(fname);
   if (!s.ok() || !number || !rep_->replicating()) return s;
   return wrap_wal(*number, result);
 }
@@ -337,17 +465,58 @@ IOStatus ReplicatedWalFileSystem::ReuseWritableFile(const std::string& fname, co
                                                     const FileOptions& file_opts,
                                                     std::unique_ptr<FSWritableFile>* result, IODebugContext* dbg) {
   IOStatus s = target()->ReuseWritableFile(fname, old_fname, file_opts, result, dbg);
-  const std::optional<uint64_t> number = parse_wal_file_name(fname);
+  const std::optional<uint64_t> number = rep_->wal_number(fname);
   if (!s.ok() || !number || !rep_->replicating()) return s;
   return wrap_wal(*number, result);
 }
 
 IOStatus ReplicatedWalFileSystem::ReopenWritableFile(const std::string& fname, const FileOptions& file_opts,
                                                      std::unique_ptr<FSWritableFile>* result, IODebugContext* dbg) {
-  if (parse_wal_file_name(fname) && rep_->replicating()) {
+  if (rep_->wal_number(fname) && rep_->replicating()) {
     return IOStatus::NotSupported("ferry replicated WAL: reopening WAL file for writing", fname);
   }
   return target()->ReopenWritableFile(fname, file_opts, result, dbg);
+}
+
+Status ReplicatedWalFileSystem::resume_local_wals(const std::string& db_dir) {
+  std::lock_guard lock(rep_->mu);
+  if (!rep_->replicating()) return ok_status();
+  std::vector<std::string> children;
+  IOStatus s = target()->GetChildren(db_dir, IOOptions(), &children, nullptr);
+  if (!s.ok()) return unavailable("replicated WAL: listing " + db_dir + ": " + s.ToString());
+  const uint64_t last = rep_->header().last_file;
+  std::vector<uint64_t> numbers;
+  for (const std::string& c : children) {
+    const std::optional<uint64_t> n = parse_wal_file_name(c);
+    if (n && *n >= last && *n != 0) numbers.push_back(*n);
+  }
+  std::sort(numbers.begin(), numbers.end());
+  for (const uint64_t n : numbers) {
+    std::string bytes;
+    s = ReadFileToString(target(), db_dir + "/" + wal_file_name(n), &bytes);
+    if (!s.ok()) return unavailable("replicated WAL: reading WAL " + std::to_string(n) + ": " + s.ToString());
+    const uint64_t from = n == last ? rep_->header().last_file_bytes : 0;
+    if (bytes.size() < from) {
+      return data_loss("replicated WAL: the head's WAL " + std::to_string(n) + " has " + std::to_string(bytes.size()) +
+                       " bytes; the replicas hold " + std::to_string(from));
+    }
+    if (bytes.size() == from) continue;
+    const auto tail =
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()).subspan(from);
+    uint64_t done = 0;
+    FERRY_RETURN_IF_ERROR(rep_->stream_locked(n, from, tail, &done));
+  }
+  rep_->resumed_local_locked();
+  return ok_status();
+}
+
+Result<WalStreamCursor> ReplicatedWalFileSystem::sync_stream() {
+  std::lock_guard lock(rep_->mu);
+  if (!rep_->replicating()) return failed_precondition("replicated WAL: replication is off");
+  FERRY_RETURN_IF_ERROR(rep_->stream_older_than_locked(~uint64_t{0}));
+  FERRY_RETURN_IF_ERROR(rep_->catch_up_locked());
+  const WalStreamHeader& h = rep_->header();
+  return WalStreamCursor{h.stream_id, h.end, h.last_file, h.last_file_bytes};
 }
 
 Status ReplicatedWalFileSystem::catch_up() {
@@ -362,12 +531,17 @@ Result<bool> ReplicatedWalFileSystem::catch_up_one() {
 
 uint64_t ReplicatedWalFileSystem::wal_file_number() const {
   std::lock_guard lock(rep_->mu);
-  return rep_->file();
+  return rep_->newest_file();
 }
 
 uint64_t ReplicatedWalFileSystem::replicated_bytes() const {
   std::lock_guard lock(rep_->mu);
-  return rep_->length();
+  return rep_->replicated_of_locked(rep_->newest_file());
+}
+
+WalStreamHeader ReplicatedWalFileSystem::stream_header() const {
+  std::lock_guard lock(rep_->mu);
+  return rep_->header();
 }
 
 uint64_t ReplicatedWalFileSystem::max_chunk_bytes() const { return rep_->max_chunk(); }
@@ -395,68 +569,6 @@ std::optional<uint64_t> parse_wal_file_name(std::string_view name) {
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
   if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
   return number;
-}
-
-// ---- the replica side ----
-
-Result<WalImage> read_wal_image(std::span<const uint8_t> region) {
-  const uint64_t control = hyperloop::kTxnControlBytes;
-  if (region.size() < control) return data_loss("replicated WAL: a region smaller than the control block");
-  const uint64_t log_bytes = load_u64(region.data() + 8);
-  const uint64_t db_bytes = load_u64(region.data() + 16);
-  if (log_bytes == 0 || log_bytes % hyperloop::kTxnRecordAlign != 0 || log_bytes > region.size() - control ||
-      db_bytes > region.size() - control - log_bytes || db_bytes < kWalImageHeaderBytes) {
-    return data_loss("replicated WAL: the region holds no transaction layout with room for a WAL image");
-  }
-  const uint8_t* db = region.data() + control + log_bytes;
-  bool zero = true;
-  for (uint64_t i = 0; i < kHeaderFieldBytes; ++i) zero = zero && db[i] == 0;
-  if (zero) return not_found("replicated WAL: no WAL was replicated to this region");
-  const uint64_t number = load_u64(db + 8);
-  const uint64_t length = load_u64(db + 16);
-  if (load_u64(db) != kWalImageMagic || load_u64(db + 24) != checksum64(std::span<const uint8_t>(db, 24))) {
-    return data_loss("replicated WAL: the image header fails its magic or checksum");
-  }
-  if (length > db_bytes - kWalImageHeaderBytes) {
-    return data_loss("replicated WAL: the header's length " + std::to_string(length) + " exceeds the image");
-  }
-  WalImage out;
-  out.file_number = number;
-  out.bytes.assign(db + kWalImageHeaderBytes, db + kWalImageHeaderBytes + length);
-  return out;
-}
-
-Result<WalImage> recover_wal(std::span<uint8_t> region, hyperloop::TxnReplay* replay) {
-  FERRY_ASSIGN_OR_RETURN(const hyperloop::TxnReplay r, hyperloop::replay_txn_log(region));
-  if (replay != nullptr) *replay = r;
-  return read_wal_image(region);
-}
-
-Status build_recovery_dir(const std::string& head_dir, const WalImage* wal, const std::string& out_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(head_dir, ec)) return not_found("replicated WAL: " + head_dir + " is not a directory");
-  if (fs::exists(out_dir, ec) && !fs::is_empty(out_dir, ec)) {
-    return already_exists("replicated WAL: " + out_dir + " already holds files");
-  }
-  fs::create_directories(out_dir, ec);
-  if (ec) return unavailable("replicated WAL: cannot create " + out_dir + ": " + ec.message());
-  for (const fs::directory_entry& e : fs::directory_iterator(head_dir, ec)) {
-    if (!e.is_regular_file()) continue;
-    const std::string name = e.path().filename().string();
-    if (parse_wal_file_name(name) || name == "LOCK" || name == "LOG" || name.rfind("LOG.old", 0) == 0) continue;
-    fs::copy_file(e.path(), fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) return unavailable("replicated WAL: cannot copy " + e.path().string() + ": " + ec.message());
-  }
-  if (ec) return unavailable("replicated WAL: cannot list " + head_dir + ": " + ec.message());
-  if (wal != nullptr) {
-    const fs::path path = fs::path(out_dir) / wal_file_name(wal->file_number);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(wal->bytes.data()), static_cast<std::streamsize>(wal->bytes.size()));
-    out.close();
-    if (!out) return unavailable("replicated WAL: cannot write " + path.string());
-  }
-  return ok_status();
 }
 
 }  // namespace ferry::rocks
