@@ -38,6 +38,9 @@ struct Host {
 Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& name, const GroupOptions& options,
                                         bool pm);
 
+// (Re-)registers host.region (its MR died with a killed process).
+Status register_region(Host& host);
+
 // options.pm_dir, or /dev/shm, or $TMPDIR, or /tmp.
 std::string pm_directory(const GroupOptions& options);
 

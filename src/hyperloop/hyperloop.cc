@@ -100,6 +100,7 @@ struct Group {
   std::array<ClientChain, kChainCount> chains;
   std::vector<FlushJoin> joins;
   Status failed;
+  bool stopped = false;            // stop_group: no queues until restart_group
   uint64_t next_seq = 0;
   uint32_t hosts_made = 0;         // replica hosts built for this group so far (names)
   uint64_t retired_cpu_ns = 0;     // replica CPU of data paths torn down by reconfigurations
@@ -145,6 +146,12 @@ struct HyperLoopClient::Impl {
   // for the missing tail positions) and its client host if it has none.
   Status build(Group& g, std::vector<std::unique_ptr<detail::Host>> hosts = {});
   Result<ReplacementReport> replace(GroupId gid, uint32_t failed);
+  // Fails every outstanding operation of g with `reason` and destroys every
+  // queue, ring and buffer of its data path, the client's and the replicas',
+  // keeping the hosts (regions, NICs, PDs) and the client's memory.
+  void stop(Group& g, const Status& reason);
+  // A new data path over g's members, in their order (stop first if needed).
+  Status restart(GroupId gid);
   // Returns the bytes copied.
   Result<uint64_t> copy_region(detail::Host& from, detail::Host& to);
   Status build_client_side(Group& g);
@@ -448,6 +455,56 @@ Result<ReplacementReport> HyperLoopClient::Impl::replace(GroupId gid, uint32_t f
   if (!st.ok()) return Status(st.code(), "replace_replica: rebuilding the chain: " + st.message());
   groups[gid] = std::move(g);
   return report;
+}
+
+void HyperLoopClient::Impl::stop(Group& g, const Status& reason) {
+  fail(g, reason);
+  // Verbs order, as the kernel tears down a dead process's objects: QPs,
+  // then CQs, then MRs and memory. Packets still on the wire for these QPs
+  // are dropped by the NICs that receive them.
+  for (ClientChain& c : g.chains) {
+    c.head.reset();
+    c.ack.reset();
+  }
+  for (ClientChain& c : g.chains) c = ClientChain{};
+  g.buf_mr.reset();
+  if (g.buf != nullptr) g.client->domain->release(g.buf);
+  g.buf = nullptr;
+  g.buf_base = nullptr;
+  for (auto& r : g.replicas) {
+    if (r->agent != nullptr) g.retired_cpu_ns += r->agent->cpu_ns();
+    r->teardown();
+  }
+  g.stopped = true;
+}
+
+Status HyperLoopClient::Impl::restart(GroupId gid) {
+  FERRY_ASSIGN_OR_RETURN(Group * old, find(gid));
+  if (old->remote()) {
+    return failed_precondition("restart_group: group " + std::to_string(gid) +
+                               " runs in replica processes; reconnect_group moves it to a rebuilt chain");
+  }
+  if (!old->stopped) stop(*old, unavailable("group " + std::to_string(gid) + " is restarting"));
+  // A replica killed before (kill_replica) restarts too: its process
+  // registers its region again.
+  for (auto& r : old->replicas) {
+    if (r->host->mr == nullptr) FERRY_RETURN_IF_ERROR(detail::register_region(*r->host));
+  }
+  auto g = std::make_unique<Group>();
+  g->id = old->id;
+  g->options = old->options;
+  g->n = old->n;
+  g->next_seq = old->next_seq;
+  g->hosts_made = old->hosts_made;
+  g->retired_cpu_ns = old->retired_cpu_ns;
+  g->client = std::move(old->client);
+  std::vector<std::unique_ptr<detail::Host>> hosts;
+  for (auto& r : old->replicas) hosts.push_back(std::move(r->host));
+  groups[gid].reset();
+  Status st = build(*g, std::move(hosts));
+  if (!st.ok()) return Status(st.code(), "restart_group: rebuilding the chain: " + st.message());
+  groups[gid] = std::move(g);
+  return ok_status();
 }
 
 // ---- a group across processes ---------------------------------------------------
@@ -877,6 +934,15 @@ Result<ReplacementReport> HyperLoopClient::replace_replica(GroupId gid, uint32_t
   return impl_->replace(gid, failed);
 }
 
+Status HyperLoopClient::stop_group(GroupId gid) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (g->remote()) return failed_precondition("stop_group: group " + std::to_string(gid) + " runs in replica processes");
+  if (!g->stopped) impl_->stop(*g, unavailable("group " + std::to_string(gid) + "'s data path went down"));
+  return ok_status();
+}
+
+Status HyperLoopClient::restart_group(GroupId gid) { return impl_->restart(gid); }
+
 Result<std::span<uint8_t>> HyperLoopClient::client_memory(GroupId gid) {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
   return g->client_mem;
@@ -1011,6 +1077,7 @@ Result<WireBytes> HyperLoopClient::wire_bytes(GroupId gid) const {
   using detail::QpRole;
   WireBytes w;
   for (const ClientChain& ch : g->chains) {
+    if (ch.head == nullptr) continue;  // stopped
     detail::add_traffic(w, *ch.head, QpRole::kData);
     detail::add_traffic(w, *ch.ack, QpRole::kResponder);
   }
