@@ -44,6 +44,17 @@
 // copy of one in flight; applying them again is harmless (a redo log of
 // absolute writes). scan_log finds them.
 //
+// Every restart of the front end reconciles the members before anything
+// executes (TxnClient::initialize with resume, and recover): the log from
+// the LOWEST head of any member, replica 0's valid records extended by a
+// downstream member's where replica 0's log ends, is written to every
+// member with the control block (that lowest head), then flushed. A client
+// that died between the WRITE of a record and the SEND that forwards it
+// leaves the record on replica 0 only; a power failure may leave a record in
+// flight on one replica's log (and replayed into its database) and not on
+// another's; without the reconciliation the members' gMEMCPYs would copy
+// different bytes and their databases diverge for good.
+//
 // Threads: a TxnClient is used by one thread at a time (its GroupClient's
 // rule). ReplicaLocks may be used by any thread of the replica.
 #pragma once
@@ -67,8 +78,10 @@ inline constexpr uint32_t kTxnEntryHeaderBytes = 16;
 struct TxnOptions {
   uint64_t log_bytes = 64 << 10;   // the log ring (a multiple of 64)
   uint64_t db_bytes = 256 << 10;   // the database image
-  // Resume from the region (after a restart of the client): the control
-  // block must hold this layout; the log head comes from it.
+  // Resume from the region (after a restart of the client, or of replicas
+  // after a power failure): the control block must hold this layout; the
+  // log from the lowest head of any member is reconciled on every member
+  // (written again and flushed) and its records queued to run.
   bool resume = false;
   // wrLock gives up after this long (kTimedOut) when the lock stays taken.
   uint64_t lock_timeout_ns = 1'000'000'000ULL;
@@ -132,8 +145,9 @@ struct TxnCounters {
 struct TxnRecovery {
   uint64_t head_source = 0;      // the log head on replica 0 (the upstream-most survivor)
   uint64_t head = 0;             // the lowest head of any member: replay started here
-  uint64_t tail = 0;             // the end of the valid log on replica 0
+  uint64_t tail = 0;             // the end of the valid log (replica 0's, extended by downstream members')
   uint64_t records = 0;          // records executed again (padding included)
+  uint64_t records_from_downstream = 0;  // of those, records replica 0's log lacked (after a power failure)
   uint64_t bytes_rereplicated = 0;
   uint64_t locks_released = 0;   // write-lock words the failed front end held
 };
@@ -177,18 +191,20 @@ class TxnClient {
   // Chain recovery, the application's half (§5: "the entire chain flushes
   // the log of all valid entries, rejects invalid entries, blocks reads
   // temporarily"), once the data path was rebuilt (replace_replica on both
-  // groups, with the same index). Replica 0, the upstream-most survivor,
-  // holds every record any member holds; the replay starts at the lowest
-  // log head of any member. The failed front end's write locks are
-  // released, then all `lock_words` locks are taken (reads wait on every
-  // replica); the control block and the valid log [head, tail) are written
-  // to every member again (gWRITE + gFLUSH: a member that missed a record
-  // gets it; a torn record beyond the tail is left to be overwritten);
-  // every valid record is executed; the locks are given back. Returns the
-  // front end's TxnClient; a record that had been appended completely on
-  // replica 0 before the failure is applied, one that had not is not.
+  // groups, with the same index). The log is reconciled as resume does:
+  // from the lowest log head of any member, replica 0's valid records (the
+  // upstream-most survivor, which holds every record a survivor holds)
+  // extended by any member's, written with the control block to every
+  // member (gWRITE + gFLUSH: a member that missed a record gets it; a torn
+  // record beyond the tail is left to be overwritten). Then the failed
+  // front end's write locks are released and all `lock_words` locks are
+  // taken (reads wait on every replica); every valid record is executed;
+  // the locks are given back. Returns the front end's TxnClient; a record
+  // that had been appended completely on some member before the failure is
+  // applied, one that had not is not.
   // Errors: those of initialize (resume) and of the primitives; kDataLoss if
-  // the log breaks between the lowest and the upstream head;
+  // the log breaks between the lowest and the highest head of the members,
+  // or a member holds no transaction layout;
   // kFailedPrecondition for groups connected across processes (the members'
   // heads are read from their regions, which only an in-process group has):
   // give those the second form.
@@ -240,10 +256,18 @@ class TxnClient {
 
  private:
   TxnClient(GroupClient& client, GroupId data_gid, GroupId lock_gid, const TxnOptions& options);
-  // initialize's resume: the layout and the pending records from replica 0's
-  // region, read through `source`.
+  // initialize's resume: the layout from replica 0's region, read through
+  // `source`, then reconcile.
   static Result<std::unique_ptr<TxnClient>> resume(GroupClient& client, GroupId data_gid, GroupId lock_gid,
-                                                   const TxnOptions& options, TxnRecoverySource& source);
+                                                   const TxnOptions& options, TxnRecoverySource& source,
+                                                   TxnRecovery* report);
+  // With replica 0's region in mem_: the log from the members' lowest head
+  // (see the file comment) written to every member with the control block
+  // and flushed; head_, tail_ and pending_ from it.
+  Status reconcile(TxnRecoverySource& source, TxnRecovery& report);
+  // Copies member `member`'s bytes of a record at `lsn` into mem_'s ring if
+  // its header's size could be one of this lap above `head`; false if not.
+  Result<bool> copy_member_record(TxnRecoverySource& source, uint32_t member, uint64_t lsn, uint64_t head);
   Status write_and_flush(uint64_t offset, uint32_t size);
   Status append_padding();
 
