@@ -5,6 +5,7 @@
 #include "le_words.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -308,29 +309,108 @@ Status TxnClient::execute_all() {
   return ok_status();
 }
 
-Status TxnClient::wr_lock(uint32_t lock) {
+// A replica's lock word is one of: n readers (n >= 0); kIntent | n (a writer
+// waits for the n readers inside; no reader enters); kWriterWord (a writer
+// holds it). Only the client's gCAS sets or clears kIntent and kWriter, and
+// a reader's rd_unlock (fetch_sub) leaves them as they are.
+Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
   FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
   if ((static_cast<uint64_t>(lock) + 1) * 8 > o.region_bytes) {
     return invalid_argument("txn: no lock " + std::to_string(lock) + " in the lock group's region");
   }
+  const uint64_t offset = uint64_t{lock} * 8;
   const uint8_t all = all_replicas(o.replicas);
+  uint8_t held = 0;    // replicas where this client holds the writer word
+  uint8_t intent = 0;  // replicas where the intent bit is this client's
+  std::array<uint64_t, kMaxReplicas> seen{};
+  bool waited = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.lock_timeout_ns);
   for (uint32_t attempt = 0;; ++attempt) {
-    FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{lock} * 8, 0, kWriterWord, all));
-    if (r.succeeded == all) return ok_status();
-    ++counters_.lock_conflicts;
-    if (r.succeeded != 0) {
-      // Taken on some replicas only: give those back (§4.2's undo).
-      ++counters_.lock_undos;
-      FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, uint64_t{lock} * 8, kWriterWord, 0, r.succeeded));
-      if (u.succeeded != r.succeeded) return internal_error("txn: the undo of a partial write lock did not apply");
+    // The writer word goes where the word is what this client expects there:
+    // 0, or its own intent once the readers inside have left.
+    for (const bool with_intent : {false, true}) {
+      const auto map = static_cast<uint8_t>(all & ~held & (with_intent ? intent : ~intent));
+      if (map == 0) continue;
+      FERRY_ASSIGN_OR_RETURN(const CasResult r,
+                             client_.gcas(locks_, offset, with_intent ? ReplicaLocks::kIntent : 0, kWriterWord, map));
+      held |= r.succeeded;
+      intent &= static_cast<uint8_t>(~r.succeeded);
+      for (uint32_t i = 0; i < o.replicas; ++i) seen[i] = r.original[i];
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (held == all) break;
+    if (attempt == 0 && !take_over) ++counters_.lock_conflicts;
+    bool other_writer = false;
+    for (uint32_t i = 0; i < o.replicas; ++i) {
+      const auto bit = static_cast<uint8_t>(1u << i);
+      if ((held & bit) != 0) continue;
+      const uint64_t v = seen[i];
+      const bool foreign = (v & ReplicaLocks::kWriter) != 0 || ((v & ReplicaLocks::kIntent) != 0 && (intent & bit) == 0);
+      if (foreign && take_over) {
+        // The dead front end's writer word or intent is this client's now.
+        ++*stale;
+        if ((v & ReplicaLocks::kWriter) != 0) {
+          held |= bit;
+        } else {
+          intent |= bit;
+        }
+      } else if (foreign) {
+        other_writer = true;
+      } else if ((intent & bit) == 0) {
+        // Readers are inside: turn new ones away until they have left. A
+        // reader coming or going changes v; then the next round tries again.
+        FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, offset, v, v | ReplicaLocks::kIntent, bit));
+        if (r.succeeded != 0) {
+          intent |= bit;
+          waited = true;
+        }
+      }
+    }
+    if (held == all) break;
+    const bool expired = std::chrono::steady_clock::now() >= deadline;
+    if (other_writer || (expired && !take_over)) {
+      // Another writer: give back what this client took (§4.2's undo) and
+      // try again; at the deadline, give back and give up.
+      if (held != 0) ++counters_.lock_undos;
+      FERRY_RETURN_IF_ERROR(give_back(lock, held, intent, seen));
+      held = 0;
+      intent = 0;
+    }
+    if (expired) {
+      // A take-over keeps what it holds: the locks stay shut until a retry.
       return timed_out("txn: lock " + std::to_string(lock) + " stayed taken (readers or another writer)");
     }
     if (attempt > 8) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  if (waited) ++counters_.lock_intents;
+  return ok_status();
 }
+
+Status TxnClient::give_back(uint32_t lock, uint8_t held, uint8_t intent, const std::array<uint64_t, kMaxReplicas>& seen) {
+  const uint64_t offset = uint64_t{lock} * 8;
+  if (held != 0) {
+    FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, offset, kWriterWord, 0, held));
+    if (u.succeeded != held) return internal_error("txn: the undo of a partial write lock did not apply");
+  }
+  // The intent bit comes off whatever the reader count is now; only readers
+  // leaving change it meanwhile (none can enter), so this ends.
+  for (uint32_t i = 0; i < kMaxReplicas; ++i) {
+    const auto bit = static_cast<uint8_t>(1u << i);
+    if ((intent & bit) == 0) continue;
+    uint64_t v = seen[i] | ReplicaLocks::kIntent;
+    for (;;) {
+      FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, offset, v, v & ~ReplicaLocks::kIntent, bit));
+      if (r.succeeded != 0) break;
+      v = r.original[i];
+      if ((v & ReplicaLocks::kIntent) == 0 || (v & ReplicaLocks::kWriter) != 0) {
+        return internal_error("txn: lock " + std::to_string(lock) + " lost its writer's intent on replica " +
+                              std::to_string(i));
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status TxnClient::wr_lock(uint32_t lock) { return acquire(lock, /*take_over=*/false, nullptr); }
 
 Status TxnClient::wr_unlock(uint32_t lock) {
   FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
@@ -350,6 +430,17 @@ Result<uint64_t> TxnClient::release_stale_locks(uint32_t locks) {
   for (uint32_t l = 0; l < locks; ++l) {
     FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{l} * 8, kWriterWord, 0, all));
     released += static_cast<uint64_t>(__builtin_popcount(r.succeeded));
+    // A writer that died waiting for readers left its intent: readers would
+    // stay shut out for good.
+    uint8_t intent = 0;
+    std::array<uint64_t, kMaxReplicas> seen{};
+    for (uint32_t i = 0; i < o.replicas; ++i) {
+      seen[i] = r.original[i];
+      const bool waiting = (r.original[i] & ReplicaLocks::kIntent) != 0 && (r.original[i] & ReplicaLocks::kWriter) == 0;
+      if (waiting) intent |= static_cast<uint8_t>(1u << i);
+    }
+    released += static_cast<uint64_t>(__builtin_popcount(intent));
+    FERRY_RETURN_IF_ERROR(give_back(l, 0, intent, seen));
   }
   return released;
 }
@@ -400,7 +491,9 @@ std::atomic_ref<uint64_t> ReplicaLocks::at(uint32_t lock) const {
 bool ReplicaLocks::try_rd_lock(uint32_t lock) {
   auto w = at(lock);
   uint64_t v = w.load(std::memory_order_acquire);
-  while ((v & kWriter) == 0) {
+  // A writer's intent turns new readers away, so that steady readers cannot
+  // starve it: the readers inside leave, and its gCAS finds the count at 0.
+  while ((v & (kWriter | kIntent)) == 0) {
     if (w.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) return true;
   }
   return false;

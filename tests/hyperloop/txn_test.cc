@@ -488,6 +488,87 @@ TEST(TxnLocks, AWriteLockExcludesReadersAndAPartialLockIsUndone) {
   EXPECT_EQ(f.txn->wr_lock(1 << 20).code(), Code::kInvalidArgument);
 }
 
+// Readers on replica 1 come and go between every two engine steps, each one
+// arriving before the one before it leaves, so that lock 5 always has a
+// reader while readers are let in. A writer must still get the lock (its
+// intent turns new readers away until those inside left), and readers get
+// back in once it unlocks.
+TEST(TxnLocks, SteadyOverlappingReadersDoNotStarveAWriter) {
+  TxnFixture f;
+  ReplicaLocks r1 = f.reader(1);
+  uint64_t inside = 0, entered = 0, refused = 0;
+  bool readers_run = true;
+  ASSERT_TRUE(r1.try_rd_lock(5));
+  ++inside;
+  f.client->set_poll_hook([&] {
+    if (!readers_run) return;
+    if (r1.try_rd_lock(5)) {  // the next reader arrives
+      ++inside;
+      ++entered;
+    } else {
+      ++refused;
+    }
+    if (inside > 0) {  // the oldest leaves
+      r1.rd_unlock(5);
+      --inside;
+    }
+  });
+  Status st = f.txn->wr_lock(5);
+  readers_run = false;
+  f.client->set_poll_hook({});
+  ASSERT_TRUE(st.ok()) << st.to_string() << " after " << entered << " readers came and went";
+  EXPECT_EQ(inside, 0u);
+  EXPECT_GT(entered, 0u) << "readers were never let in: the test proves nothing";
+  EXPECT_GT(refused, 0u);
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(f.reader(r).word(5), ReplicaLocks::kWriter | 1) << "replica " << r;
+  ASSERT_TRUE(f.txn->wr_unlock(5).ok());
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(f.reader(r).word(5), 0u) << "replica " << r;
+    EXPECT_TRUE(f.reader(r).try_rd_lock(5)) << "replica " << r << ": readers stay shut out after the writer";
+    f.reader(r).rd_unlock(5);
+  }
+}
+
+// A writer that gives up clears its intent, and one that dies waiting for
+// readers (its intent set on replica 1, its writer word on the others)
+// leaves nothing behind its successor's release_stale_locks: readers get in
+// everywhere again, and the reader inside keeps its count.
+TEST(TxnLocks, AWritersIntentGoesWithItWhenItGivesUpOrDies) {
+  TxnFixture f;
+  ReplicaLocks r1 = f.reader(1);
+  ASSERT_TRUE(r1.try_rd_lock(2));  // a reader that stays
+  EXPECT_EQ(f.txn->wr_lock(2).code(), Code::kTimedOut);
+  EXPECT_GT(f.txn->counters().lock_intents + f.txn->counters().lock_undos, 0u);
+  EXPECT_EQ(r1.word(2), 1u) << "the writer that gave up left its intent";
+  ASSERT_TRUE(r1.try_rd_lock(2));
+  r1.rd_unlock(2);
+  // The writer dies as soon as its intent is on replica 1.
+  bool crashed = false;
+  f.client->set_poll_hook([&] {
+    if (!crashed && (r1.word(2) & ReplicaLocks::kIntent) != 0) {
+      crashed = true;
+      ASSERT_TRUE(f.client->stop_group(f.data).ok());
+      ASSERT_TRUE(f.client->stop_group(f.locks).ok());
+    }
+  });
+  EXPECT_FALSE(f.txn->wr_lock(2).ok());
+  ASSERT_TRUE(crashed);
+  f.client->set_poll_hook({});
+  EXPECT_EQ(r1.word(2), ReplicaLocks::kIntent | 1);
+  EXPECT_FALSE(r1.try_rd_lock(2)) << "a reader got in under a writer's intent";
+  ASSERT_NO_FATAL_FAILURE(crash_and_resume(f));
+  auto released = f.txn->release_stale_locks(8);
+  ASSERT_TRUE(released.ok()) << released.status().to_string();
+  EXPECT_EQ(released.value(), 3u) << "two writer words and one intent";
+  EXPECT_EQ(r1.word(2), 1u) << "the dead writer's intent stayed, or the reader's count was touched";
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(f.reader(r).try_rd_lock(2)) << "replica " << r;
+    f.reader(r).rd_unlock(2);
+  }
+  r1.rd_unlock(2);
+  EXPECT_TRUE(f.txn->wr_lock(2).ok());
+}
+
 // The client crashes holding a write lock, with a record appended and not
 // executed: readers on the replicas are shut out until a client resumes in
 // its place, releases the crashed client's locks and executes the record.

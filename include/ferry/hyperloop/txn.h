@@ -19,8 +19,12 @@
 //                       inverse gCAS on the replicas that swapped (§4.2).
 //   rdLock/rdUnlock     on one replica only (ReplicaLocks), by that
 //                       replica's CPU: a reader count in the same word,
-//                       taken only while no writer holds it, so a writer's
-//                       gCAS (which expects 0) fails where readers are.
+//                       taken only while no writer holds it or waits for
+//                       it, so a writer's gCAS (which expects 0) fails
+//                       where readers are; the writer then sets its intent
+//                       bit there (gCAS count -> count | intent), which
+//                       turns new readers away, and takes the word when
+//                       the count has drained: readers cannot starve it.
 //
 // Layout of the data group's region (the same offsets on every replica and
 // in the client's memory, which mirrors them):
@@ -59,6 +63,7 @@
 // rule). ReplicaLocks may be used by any thread of the replica.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <span>
@@ -139,6 +144,7 @@ struct TxnCounters {
   uint64_t padding = 0;          // padding records written at the ring's end
   uint64_t lock_conflicts = 0;   // wrLock attempts that found the lock taken on some replica
   uint64_t lock_undos = 0;       // partial gCAS results undone
+  uint64_t lock_intents = 0;     // wrLocks that set their intent and waited for readers to leave
 };
 
 // What TxnClient::recover found and did.
@@ -231,15 +237,20 @@ class TxnClient {
   // Executes every appended record.
   Status execute_all();
 
-  // Group write lock `lock` (an index into the lock group's region):
-  // kTimedOut after lock_timeout_ns if it stays taken (readers or another
-  // writer on some replica).
+  // Group write lock `lock` (an index into the lock group's region): gCAS
+  // 0 -> writer on every replica; where readers are inside, a gCAS sets the
+  // writer's intent (ReplicaLocks::kIntent), which turns new readers away,
+  // and the writer takes the word once they have left -- steady readers
+  // cannot starve it. Another writer's word or intent on some replica: what
+  // was taken is given back and the lock is tried again. kTimedOut after
+  // lock_timeout_ns, with everything given back (intent included).
   Status wr_lock(uint32_t lock);
   Status wr_unlock(uint32_t lock);
   // After a client crash (this client resumed in its place): releases every
   // write lock in [0, locks) that the crashed client held, on every replica
-  // (gCAS writer -> 0; a lock word holding readers or nothing is left
-  // alone). Returns how many replica words were released.
+  // (gCAS writer -> 0), and clears the intent it left where it was waiting
+  // for readers (their count is left alone). Returns how many replica words
+  // were released.
   Result<uint64_t> release_stale_locks(uint32_t locks);
 
   uint64_t head() const { return head_; }  // LSN of the next record to execute
@@ -269,6 +280,14 @@ class TxnClient {
   // its header's size could be one of this lap above `head`; false if not.
   Result<bool> copy_member_record(TxnRecoverySource& source, uint32_t member, uint64_t lsn, uint64_t head);
   Status write_and_flush(uint64_t offset, uint32_t size);
+  // wr_lock's protocol; with `take_over`, another writer's word or intent is
+  // the dead front end's (one front end per chain): it becomes this
+  // client's (counted in *stale) instead of being waited for, and a
+  // timeout keeps what is held.
+  Status acquire(uint32_t lock, bool take_over, uint64_t* stale);
+  // Gives back the writer word on `held` and clears the intent on `intent`
+  // (whose words were last seen as `seen`).
+  Status give_back(uint32_t lock, uint8_t held, uint8_t intent, const std::array<uint64_t, kMaxReplicas>& seen);
   Status append_padding();
 
   GroupClient& client_;
@@ -287,13 +306,16 @@ class ReplicaLocks {
  public:
   // `lock_region`: replica r's region of the lock group (ReplicaView::region->data()).
   explicit ReplicaLocks(uint8_t* lock_region, size_t bytes) : words_(lock_region), bytes_(bytes) {}
-  // Takes a read lock unless a writer holds `lock` (then false; retry).
+  // Takes a read lock unless a writer holds `lock` or waits for it (its
+  // intent is set): then false; retry.
   bool try_rd_lock(uint32_t lock);
   void rd_unlock(uint32_t lock);
   // The word: writer bit and reader count (tests, monitoring).
   uint64_t word(uint32_t lock) const;
 
   static constexpr uint64_t kWriter = uint64_t{1} << 63;
+  // A writer waits for the readers inside to leave; no new one enters.
+  static constexpr uint64_t kIntent = uint64_t{1} << 62;
 
  private:
   std::atomic_ref<uint64_t> at(uint32_t lock) const;
