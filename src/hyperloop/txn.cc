@@ -214,11 +214,11 @@ Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, Group
   // again under every lock.
   TxnRecovery rep;
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TxnClient> t, resume(client, data_gid, lock_gid, o, source, &rep));
-  // The front end that failed may have held write locks: they are its own
-  // (one front end per chain). Then every lock is taken, so that no replica
-  // serves a read while records are applied again.
-  FERRY_ASSIGN_OR_RETURN(rep.locks_released, t->release_stale_locks(lock_words));
-  for (uint32_t l = 0; l < lock_words; ++l) FERRY_RETURN_IF_ERROR(t->wr_lock(l));
+  // Every lock is taken, so that no replica serves a read while records
+  // are applied again; the failed front end's are taken over, never
+  // released first (a reader would get in between and see its last record
+  // half-applied).
+  FERRY_ASSIGN_OR_RETURN(rep.locks_released, t->take_over_locks(lock_words));
   FERRY_RETURN_IF_ERROR(t->execute_all());
   for (uint32_t l = lock_words; l-- > 0;) FERRY_RETURN_IF_ERROR(t->wr_unlock(l));
   if (report != nullptr) *report = rep;
@@ -420,6 +420,12 @@ Status TxnClient::wr_unlock(uint32_t lock) {
   return ok_status();
 }
 
+Result<uint64_t> TxnClient::take_over_locks(uint32_t locks) {
+  uint64_t stale = 0;
+  for (uint32_t l = 0; l < locks; ++l) FERRY_RETURN_IF_ERROR(acquire(l, /*take_over=*/true, &stale));
+  return stale;
+}
+
 Result<uint64_t> TxnClient::release_stale_locks(uint32_t locks) {
   FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
   if (static_cast<uint64_t>(locks) * 8 > o.region_bytes) {
@@ -497,6 +503,10 @@ bool ReplicaLocks::try_rd_lock(uint32_t lock) {
     if (w.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) return true;
   }
   return false;
+}
+
+void ReplicaLocks::hold_until_recovered(uint32_t locks) {
+  for (uint32_t l = 0; l < locks; ++l) at(l).store(kWriterWord, std::memory_order_release);
 }
 
 void ReplicaLocks::rd_unlock(uint32_t lock) { at(lock).fetch_sub(1, std::memory_order_release); }

@@ -569,6 +569,73 @@ TEST(TxnLocks, AWritersIntentGoesWithItWhenItGivesUpOrDies) {
   EXPECT_TRUE(f.txn->wr_lock(2).ok());
 }
 
+// The front end dies in the middle of ExecuteAndAdvance under its write
+// lock: replica 1 has the record's first entry applied and not its second.
+// While its successor recovers, readers try every replica between every two
+// engine steps: none may get in before the record has run again everywhere
+// (recover takes the dead front end's locks over; releasing them first would
+// let a reader in between).
+TEST(TxnLocks, RecoverLetsNoReaderInBeforeTheDeadFrontEndsRecordRanAgain) {
+  TxnFixture f;
+  constexpr uint64_t kA = 0, kB = 4096;  // two entries of one record, in separate gMEMCPYs
+  auto field = [&](uint32_t r, uint64_t at) {
+    uint64_t v = 0;
+    std::memcpy(&v, f.txn->replica_db(r).value().data() + at, 8);
+    return v;
+  };
+  auto record = [&](uint64_t v) {
+    const TxnWrite w[] = {{kA, {reinterpret_cast<const uint8_t*>(&v), 8}},
+                          {kB, {reinterpret_cast<const uint8_t*>(&v), 8}}};
+    ASSERT_TRUE(f.txn->wr_lock(0).ok());
+    ASSERT_TRUE(f.txn->append(w).ok());
+    (void)f.txn->execute_and_advance();
+  };
+  ASSERT_NO_FATAL_FAILURE(record(1));
+  ASSERT_TRUE(f.txn->wr_unlock(0).ok());
+  bool crashed = false;
+  uint8_t* r1_db = f.replica_region(1).data() + kTxnControlBytes + f.options.log_bytes;
+  f.client->set_poll_hook([&] {
+    uint64_t a = 0, b = 0;
+    std::memcpy(&a, r1_db + kA, 8);
+    std::memcpy(&b, r1_db + kB, 8);
+    if (!crashed && a == 2 && b == 1) {
+      crashed = true;
+      ASSERT_TRUE(f.client->stop_group(f.data).ok());
+      ASSERT_TRUE(f.client->stop_group(f.locks).ok());
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(record(2));
+  ASSERT_TRUE(crashed);
+  f.txn.reset();
+  ASSERT_TRUE(f.client->restart_group(f.data).ok());
+  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
+  uint64_t reads = 0, torn = 0;
+  f.client->set_poll_hook([&] {
+    for (uint32_t r = 0; r < 3; ++r) {
+      ReplicaLocks lk = f.reader(r);
+      if (!lk.try_rd_lock(0)) continue;
+      uint64_t a = 0, b = 0;
+      std::memcpy(&a, f.replica_region(r).data() + kTxnControlBytes + f.options.log_bytes + kA, 8);
+      std::memcpy(&b, f.replica_region(r).data() + kTxnControlBytes + f.options.log_bytes + kB, 8);
+      lk.rd_unlock(0);
+      ++reads;
+      torn += a != b;
+    }
+  });
+  TxnRecovery rep;
+  auto t = TxnClient::recover(*f.client, f.data, f.locks, resume_options(f), /*lock_words=*/1, &rep);
+  f.client->set_poll_hook({});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+  EXPECT_EQ(torn, 0u) << "a reader saw the dead front end's record half-applied (" << reads << " reads)";
+  EXPECT_EQ(rep.locks_released, 3u);
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(field(r, kA), 2u) << "replica " << r;
+    EXPECT_EQ(field(r, kB), 2u) << "replica " << r;
+    EXPECT_EQ(f.reader(r).word(0), 0u) << "replica " << r;
+  }
+}
+
 // The client crashes holding a write lock, with a record appended and not
 // executed: readers on the replicas are shut out until a client resumes in
 // its place, releases the crashed client's locks and executes the record.

@@ -246,12 +246,24 @@ class TxnClient {
   // lock_timeout_ns, with everything given back (intent included).
   Status wr_lock(uint32_t lock);
   Status wr_unlock(uint32_t lock);
+  // After a crash of the front end (this client resumed in its place, one
+  // front end per chain): takes every write lock in [0, locks) on every
+  // replica, a writer word or intent that stands in the way counting as the
+  // dead front end's and becoming this client's (never released first, so
+  // that no reader gets in before the records it left ran again); readers
+  // inside are waited for as wr_lock does. Returns how many replica words
+  // it took over. The locks stay held: execute what the log holds, then
+  // wr_unlock each. On an error (kTimedOut: a reader never left) what it
+  // holds stays held; a retry takes it over again.
+  Result<uint64_t> take_over_locks(uint32_t locks);
   // After a client crash (this client resumed in its place): releases every
   // write lock in [0, locks) that the crashed client held, on every replica
   // (gCAS writer -> 0), and clears the intent it left where it was waiting
   // for readers (their count is left alone). Returns how many replica words
   // were released.
   Result<uint64_t> release_stale_locks(uint32_t locks);
+  // Note: between this and the next wr_lock readers may get in; where the
+  // crashed client left records to run again, take_over_locks instead.
 
   uint64_t head() const { return head_; }  // LSN of the next record to execute
   uint64_t tail() const { return tail_; }  // LSN the next append starts at
@@ -309,6 +321,14 @@ class ReplicaLocks {
   // Takes a read lock unless a writer holds `lock` or waits for it (its
   // intent is set): then false; retry.
   bool try_rd_lock(uint32_t lock);
+  // At the replica's restart after a power failure, before it serves reads
+  // (its DRAM lock words are gone): every lock in [0, locks) reads as held
+  // by a writer -- the dead front end's, for all anyone knows -- so that no
+  // read is served from a replayed image the front end has not reconciled
+  // with the other members yet (a record in flight may be applied here and
+  // not there). The resuming front end takes them over (take_over_locks,
+  // TxnKv::open, recover) and unlocks once the log has run.
+  void hold_until_recovered(uint32_t locks);
   void rd_unlock(uint32_t lock);
   // The word: writer bit and reader count (tests, monitoring).
   uint64_t word(uint32_t lock) const;
