@@ -61,7 +61,7 @@ Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& 
 }
 
 Status register_region(Host& host) {
-  FERRY_ASSIGN_OR_RETURN(host.mr, host.nic->reg_mr(*host.pd, host.region->data(), host.region->size(), nic::kAccessAll));
+  FERRY_ASSIGN_OR_RETURN(host.mr, host.nic->reg_mr(*host.pd, host.region->data(), host.region->size(), kRegionAccess));
   return ok_status();
 }
 

@@ -362,6 +362,29 @@ TEST(HyperLoopSafety, RemoteAtomicsReachOnlyTheControlRings) {
   expect_group_works(f, g);
 }
 
+// A buggy or hostile client turns replica 0's forwarding WRITE (the slot may
+// hold WRITE or NOP) into a READ: with the message's addresses it would copy
+// replica 1's bytes backwards into replica 0's region. The replica's region
+// grants no remote READ (gFLUSH's READ has 0 bytes and needs no rkey), so the
+// READ fails and nothing moves.
+TEST(HyperLoopSafety, AClientTurningAForwardingWriteIntoAReadCopiesNothingBackwards) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto mem = f.mem(g);
+  set_word(mem.data() + 4096, 0x1111);
+  ASSERT_TRUE(f.client->gwrite(g, 4096, 8).ok());
+  auto cas = f.client->gcas(g, 4096, 0x1111, 0x2222, 0b010);  // replica 1 differs
+  ASSERT_TRUE(cas.ok());
+  ASSERT_EQ(word(f.replica(g, 1) + 4096), 0x2222u);
+  f.client->set_message_hook([](Primitive p, std::span<uint8_t> msg) {
+    if (p == Primitive::kWrite) msg[0] = static_cast<uint8_t>(nic::WrOpcode::kRdmaRead);  // desc[0].op
+  });
+  set_word(mem.data() + 4096, 0x3333);
+  EXPECT_FALSE(f.client->gwrite(g, 4096, 8).ok()) << "the rewritten READ ran";
+  EXPECT_EQ(word(f.replica(g, 0) + 4096), 0x3333u) << "replica 1's bytes were copied into replica 0";
+  EXPECT_EQ(word(f.replica(g, 1) + 4096), 0x2222u);
+}
+
 TEST(HyperLoopSafety, AnotherTenantCannotEnableAReplicasQueue) {
   using namespace nic;
   Fixture f;
@@ -378,7 +401,9 @@ TEST(HyperLoopSafety, AnotherTenantCannotEnableAReplicasQueue) {
   auto own_managed = nic->create_qp(*pd, managed).value();
   auto peer = nic->create_qp(*pd, attr).value();
   ASSERT_TRUE(connect_qps(*own_managed, *nic, *peer, *nic).ok());
-  auto ctl = nic->create_qp(*pd, attr).value();
+  QpInitAttr cross = attr;
+  cross.cross_channel = true;
+  auto ctl = nic->create_qp(*pd, cross).value();
   auto ctl_peer = nic->create_qp(*pd, attr).value();
   ASSERT_TRUE(connect_qps(*ctl, *nic, *ctl_peer, *nic).ok());
   // The tenant posts an ENABLE of its own queue and rewrites its target QP

@@ -173,6 +173,14 @@ class HyperLoopClient final : public GroupClient {
   // runs at the start of every poll, i.e. between engine steps while a
   // synchronous call waits. It may kill replicas; it must not submit.
   void set_poll_hook(std::function<void()> hook);
+  // Fault injection (tests): `hook` sees the message of every operation
+  // (docs/hyperloop.md, "Metadata": the descriptors of replicas 0..N-1, and
+  // gCAS's result map) after the client built it and before it is posted,
+  // and may change its bytes, as a buggy or hostile client would; the
+  // primitive is kFlush for a gflush's flush-only operations. What the
+  // replicas' NICs then do is what the safety tests check.
+  using MessageHook = std::function<void(Primitive, std::span<uint8_t>)>;
+  void set_message_hook(MessageHook hook);
 
   HyperLoopStats stats() const;
   Result<ReplicaRings> replica_rings(GroupId gid, uint32_t index) const;
