@@ -57,7 +57,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   # Every test suite (the CLI tests need the tool, which this build skips).
   # Seed campaigns run at full default size in the release step; here they
   # check memory safety, so a smaller size keeps the step within budget.
-  FERRY_RPC_POWER_SEEDS=${FERRY_RPC_POWER_SEEDS:-100} \
+  FERRY_RPC_POWER_SEEDS=${FERRY_RPC_POWER_SEEDS:-100} FERRY_TXN_KV_SEEDS=${FERRY_TXN_KV_SEEDS:-10} \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -LE cli
 
