@@ -335,10 +335,12 @@ Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
                              client_.gcas(locks_, offset, with_intent ? ReplicaLocks::kIntent : 0, kWriterWord, map));
       held |= r.succeeded;
       intent &= static_cast<uint8_t>(~r.succeeded);
-      for (uint32_t i = 0; i < o.replicas; ++i) seen[i] = r.original[i];
+      for (uint32_t i = 0; i < o.replicas; ++i) {
+        if ((map >> i & 1) != 0) seen[i] = r.original[i];
+      }
     }
     if (held == all) break;
-    if (attempt == 0 && !take_over) ++counters_.lock_conflicts;
+    if (!take_over) ++counters_.lock_conflicts;
     bool other_writer = false;
     for (uint32_t i = 0; i < o.replicas; ++i) {
       const auto bit = static_cast<uint8_t>(1u << i);

@@ -142,7 +142,7 @@ struct TxnCounters {
   uint64_t appended = 0;
   uint64_t executed = 0;         // records applied (padding records not counted)
   uint64_t padding = 0;          // padding records written at the ring's end
-  uint64_t lock_conflicts = 0;   // wrLock attempts that found the lock taken on some replica
+  uint64_t lock_conflicts = 0;   // wrLock rounds that found the lock taken on some replica
   uint64_t lock_undos = 0;       // partial gCAS results undone
   uint64_t lock_intents = 0;     // wrLocks that set their intent and waited for readers to leave
 };
