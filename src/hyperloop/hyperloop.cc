@@ -961,7 +961,9 @@ Result<ReplacementReport> HyperLoopClient::replace_replica(GroupId gid, uint32_t
 
 Status HyperLoopClient::stop_group(GroupId gid) {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
-  if (g->remote()) return failed_precondition("stop_group: group " + std::to_string(gid) + " runs in replica processes");
+  if (g->remote()) {
+    return failed_precondition("stop_group: group " + std::to_string(gid) + " runs in replica processes");
+  }
   if (!g->stopped) impl_->stop(*g, unavailable("group " + std::to_string(gid) + "'s data path went down"));
   return ok_status();
 }

@@ -346,7 +346,8 @@ Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
       const auto bit = static_cast<uint8_t>(1u << i);
       if ((held & bit) != 0) continue;
       const uint64_t v = seen[i];
-      const bool foreign = (v & ReplicaLocks::kWriter) != 0 || ((v & ReplicaLocks::kIntent) != 0 && (intent & bit) == 0);
+      const bool foreign =
+          (v & ReplicaLocks::kWriter) != 0 || ((v & ReplicaLocks::kIntent) != 0 && (intent & bit) == 0);
       if (foreign && take_over) {
         // The dead front end's writer word or intent is this client's now.
         ++*stale;
@@ -387,7 +388,8 @@ Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
   return ok_status();
 }
 
-Status TxnClient::give_back(uint32_t lock, uint8_t held, uint8_t intent, const std::array<uint64_t, kMaxReplicas>& seen) {
+Status TxnClient::give_back(uint32_t lock, uint8_t held, uint8_t intent,
+                            const std::array<uint64_t, kMaxReplicas>& seen) {
   const uint64_t offset = uint64_t{lock} * 8;
   if (held != 0) {
     FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, offset, kWriterWord, 0, held));

@@ -438,9 +438,11 @@ TEST(TxnKvCampaign, CrashesPowerFailuresAndReplicaLossLoseNoAcknowledgedWriteAnd
               static_cast<unsigned long long>(totals.seeds), static_cast<unsigned long long>(totals.writes),
               static_cast<unsigned long long>(totals.acknowledged), static_cast<unsigned long long>(totals.pending),
               static_cast<unsigned long long>(totals.pending_applied), static_cast<unsigned long long>(totals.reads),
-              static_cast<unsigned long long>(totals.reads_refused), static_cast<unsigned long long>(totals.history_ops),
+              static_cast<unsigned long long>(totals.reads_refused),
+              static_cast<unsigned long long>(totals.history_ops),
               static_cast<unsigned long long>(totals.crashes), static_cast<unsigned long long>(totals.power_failures),
-              static_cast<unsigned long long>(totals.replicas_powered_off), static_cast<unsigned long long>(totals.losses),
+              static_cast<unsigned long long>(totals.replicas_powered_off),
+              static_cast<unsigned long long>(totals.losses),
               static_cast<unsigned long long>(totals.head_losses), static_cast<unsigned long long>(failed_seeds),
               static_cast<unsigned long long>(totals.violations));
 }
