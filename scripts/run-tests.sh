@@ -60,6 +60,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   FERRY_RPC_POWER_SEEDS=${FERRY_RPC_POWER_SEEDS:-100} \
   FERRY_OQ_HISTORY_SEEDS=${FERRY_OQ_HISTORY_SEEDS:-100} \
   FERRY_ROCKSDB_SEEDS=${FERRY_ROCKSDB_SEEDS:-3} \
+  FERRY_TXN_KV_SEEDS=${FERRY_TXN_KV_SEEDS:-10} \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -LE cli
 

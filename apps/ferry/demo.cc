@@ -218,7 +218,9 @@ int Demo::run() {
   QueuePair& r1_fwd = qp(r1, managed);
   QueuePair& r2_in = qp(r2);
   connect(r1_fwd, r1, r2_in, r2);
-  QueuePair& r1_ctrl = qp(r1);
+  QpInitAttr cross_channel;
+  cross_channel.cross_channel = true;  // may issue WAIT / ENABLE
+  QueuePair& r1_ctrl = qp(r1, cross_channel);
   QueuePair& r1_ctrl_peer = qp(r1);
   connect(r1_ctrl, r1, r1_ctrl_peer, r1);
   std::strcpy(reinterpret_cast<char*>(r1.mem + 32768), "forwarded by replica-1's NIC");

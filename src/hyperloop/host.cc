@@ -56,10 +56,13 @@ Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& 
     if (!region.ok()) return region.status();
     host->region = region.value();
   }
-  auto mr = host->nic->reg_mr(*host->pd, host->region->data(), host->region->size(), nic::kAccessAll);
-  if (!mr.ok()) return mr.status();
-  host->mr = std::move(mr).value();
+  FERRY_RETURN_IF_ERROR(register_region(*host));
   return host;
+}
+
+Status register_region(Host& host) {
+  FERRY_ASSIGN_OR_RETURN(host.mr, host.nic->reg_mr(*host.pd, host.region->data(), host.region->size(), kRegionAccess));
+  return ok_status();
 }
 
 }  // namespace ferry::hyperloop::detail

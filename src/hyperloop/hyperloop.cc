@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ferry/cm/cm.h"
+#include "ferry/common/assert.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/wqe.h"
 #include "ferry/nicd/nicd.h"
@@ -100,6 +101,7 @@ struct Group {
   std::array<ClientChain, kChainCount> chains;
   std::vector<FlushJoin> joins;
   Status failed;
+  bool stopped = false;            // stop_group: no queues until restart_group
   uint64_t next_seq = 0;
   uint32_t hosts_made = 0;         // replica hosts built for this group so far (names)
   uint64_t retired_cpu_ns = 0;     // replica CPU of data paths torn down by reconfigurations
@@ -135,6 +137,7 @@ struct HyperLoopClient::Impl {
   HyperLoopStats stats;
   std::deque<std::pair<Callback, OpResult>> ready;  // finished, callback not yet run
   std::function<void()> poll_hook;                  // set_poll_hook
+  MessageHook message_hook;                         // set_message_hook
 
   Result<Group*> find(GroupId gid) const {
     if (gid >= groups.size() || groups[gid] == nullptr) return not_found("unknown group " + std::to_string(gid));
@@ -145,6 +148,12 @@ struct HyperLoopClient::Impl {
   // for the missing tail positions) and its client host if it has none.
   Status build(Group& g, std::vector<std::unique_ptr<detail::Host>> hosts = {});
   Result<ReplacementReport> replace(GroupId gid, uint32_t failed);
+  // Fails every outstanding operation of g with `reason` and destroys every
+  // queue, ring and buffer of its data path, the client's and the replicas',
+  // keeping the hosts (regions, NICs, PDs) and the client's memory.
+  void stop(Group& g, const Status& reason);
+  // A new data path over g's members, in their order (stop first if needed).
+  Status restart(GroupId gid);
   // Returns the bytes copied.
   Result<uint64_t> copy_region(detail::Host& from, detail::Host& to);
   Status build_client_side(Group& g);
@@ -329,6 +338,11 @@ Status HyperLoopClient::Impl::build(Group& g, std::vector<std::unique_ptr<detail
 Result<uint64_t> HyperLoopClient::Impl::copy_region(detail::Host& from, detail::Host& to) {
   constexpr uint32_t kChunk = 64 << 10;
   constexpr uint32_t kDepth = 16;
+  // The neighbour's region as the copy's READs see it: an MR of its own,
+  // remote read only (the data path's grants none), dropped after the copy
+  // (declared first, so destroyed after the QPs that use it).
+  FERRY_ASSIGN_OR_RETURN(auto read_mr,
+                         from.nic->reg_mr(*from.pd, from.region->data(), from.region->size(), nic::kAccessRemoteRead));
   nic::CqInitAttr cqa;
   cqa.cqe = 2 * kDepth;
   FERRY_ASSIGN_OR_RETURN(auto cq_to, to.nic->create_cq(cqa));
@@ -357,8 +371,8 @@ Result<uint64_t> HyperLoopClient::Impl::copy_region(detail::Host& from, detail::
       rd.wr_id = posted;
       rd.flags = nic::kSendSignaled;
       rd.sg_list = std::span<const Sge>(&sge, 1);
-      rd.remote_addr = from.iova(posted);
-      rd.rkey = from.mr->rkey();
+      rd.remote_addr = read_mr->iova() + posted;
+      rd.rkey = read_mr->rkey();
       FERRY_RETURN_IF_ERROR(qp_to->post_send(rd));
       posted += len;
       ++in_flight;
@@ -450,6 +464,56 @@ Result<ReplacementReport> HyperLoopClient::Impl::replace(GroupId gid, uint32_t f
   return report;
 }
 
+void HyperLoopClient::Impl::stop(Group& g, const Status& reason) {
+  fail(g, reason);
+  // Verbs order, as the kernel tears down a dead process's objects: QPs,
+  // then CQs, then MRs and memory. Packets still on the wire for these QPs
+  // are dropped by the NICs that receive them.
+  for (ClientChain& c : g.chains) {
+    c.head.reset();
+    c.ack.reset();
+  }
+  for (ClientChain& c : g.chains) c = ClientChain{};
+  g.buf_mr.reset();
+  if (g.buf != nullptr) g.client->domain->release(g.buf);
+  g.buf = nullptr;
+  g.buf_base = nullptr;
+  for (auto& r : g.replicas) {
+    if (r->agent != nullptr) g.retired_cpu_ns += r->agent->cpu_ns();
+    r->teardown();
+  }
+  g.stopped = true;
+}
+
+Status HyperLoopClient::Impl::restart(GroupId gid) {
+  FERRY_ASSIGN_OR_RETURN(Group * old, find(gid));
+  if (old->remote()) {
+    return failed_precondition("restart_group: group " + std::to_string(gid) +
+                               " runs in replica processes; reconnect_group moves it to a rebuilt chain");
+  }
+  if (!old->stopped) stop(*old, unavailable("group " + std::to_string(gid) + " is restarting"));
+  // A replica killed before (kill_replica) restarts too: its process
+  // registers its region again.
+  for (auto& r : old->replicas) {
+    if (r->host->mr == nullptr) FERRY_RETURN_IF_ERROR(detail::register_region(*r->host));
+  }
+  auto g = std::make_unique<Group>();
+  g->id = old->id;
+  g->options = old->options;
+  g->n = old->n;
+  g->next_seq = old->next_seq;
+  g->hosts_made = old->hosts_made;
+  g->retired_cpu_ns = old->retired_cpu_ns;
+  g->client = std::move(old->client);
+  std::vector<std::unique_ptr<detail::Host>> hosts;
+  for (auto& r : old->replicas) hosts.push_back(std::move(r->host));
+  groups[gid].reset();
+  Status st = build(*g, std::move(hosts));
+  if (!st.ok()) return Status(st.code(), "restart_group: rebuilding the chain: " + st.message());
+  groups[gid] = std::move(g);
+  return ok_status();
+}
+
 // ---- a group across processes ---------------------------------------------------
 
 Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro) {
@@ -534,6 +598,18 @@ Status HyperLoopClient::Impl::connect_chains(Group& g, const RemoteGroupOptions&
 
 // ---- submission --------------------------------------------------------------
 
+namespace {
+
+// Every descriptor the client sends holds only its slots' opcodes
+// (layout.h, opcode_allowed): the replicas run whatever byte arrives.
+void check_opcodes(const Group& g, Chain c, uint8_t op, uint8_t flush_op) {
+  FERRY_ASSERT(detail::opcode_allowed(c, detail::OpcodeField::kData, g.options.flush_verb, op) &&
+                   detail::opcode_allowed(c, detail::OpcodeField::kFlush, g.options.flush_verb, flush_op),
+               "hyperloop: a descriptor with an opcode its slot may not hold");
+}
+
+}  // namespace
+
 Status HyperLoopClient::Impl::acquire(Group& g, ClientChain& ch) {
   if (!g.failed.ok()) return failed_precondition("group " + std::to_string(g.id) + " failed: " + g.failed.message());
   auto room = [&] { return !g.failed.ok() || ch.next - ch.acked < g.options.window; };
@@ -573,7 +649,8 @@ Status HyperLoopClient::Impl::post_write(Group& g, uint64_t offset, uint32_t siz
       desc.remote_addr = g.replica_iova[i + 1] + offset;
       desc.local_addr = g.replica_iova[i] + offset;
       desc.length = size;
-    }
+      check_opcodes(g, Chain::kWrite, desc.op, desc.flush_op);
+    }  // the tail's op bytes go to its discard scratch
     std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
   }
   SendWr wrs[3];
@@ -595,6 +672,7 @@ Status HyperLoopClient::Impl::post_write(Group& g, uint64_t offset, uint32_t siz
     f.flush_whole_mr = true;
   }
   const Sge msg_sge{g.buf_iova(msg), detail::message_bytes(Chain::kWrite, n, 0), g.buf_mr->lkey()};
+  if (message_hook) message_hook(data ? Primitive::kWrite : Primitive::kFlush, {msg, msg_sge.length});
   SendWr& send = wrs[count++];
   send.opcode = WrOpcode::kSend;
   send.wr_id = k;
@@ -617,10 +695,12 @@ Status HyperLoopClient::Impl::post_cas(Group& g, uint64_t offset, uint64_t old_v
     desc.target = g.replica_iova[i] + offset;
     desc.compare = old_value;
     desc.swap = new_value;
+    check_opcodes(g, Chain::kCas, desc.op, desc.flush_op);
     std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
   }
   std::memset(msg + n * kDescBytes, 0, 8 * n);  // the result map, filled in along the chain
   const Sge msg_sge{g.buf_iova(msg), detail::message_bytes(Chain::kCas, n, 0), g.buf_mr->lkey()};
+  if (message_hook) message_hook(map != 0 || !flush ? Primitive::kCas : Primitive::kFlush, {msg, msg_sge.length});
   SendWr send;
   send.opcode = WrOpcode::kSend;
   send.wr_id = k;
@@ -643,9 +723,11 @@ Status HyperLoopClient::Impl::post_memcpy(Group& g, uint64_t src, uint64_t dst, 
     desc.remote_addr = g.replica_iova[i] + dst;
     desc.local_addr = g.replica_iova[i] + src;
     desc.length = size;
+    check_opcodes(g, Chain::kMemcpy, desc.op, desc.flush_op);
     std::memcpy(msg + i * kDescBytes, &desc, kDescBytes);
   }
   const Sge msg_sge{g.buf_iova(msg), detail::message_bytes(Chain::kMemcpy, n, 0), g.buf_mr->lkey()};
+  if (message_hook) message_hook(copy ? Primitive::kMemcpy : Primitive::kFlush, {msg, msg_sge.length});
   SendWr send;
   send.opcode = WrOpcode::kSend;
   send.wr_id = k;
@@ -877,6 +959,17 @@ Result<ReplacementReport> HyperLoopClient::replace_replica(GroupId gid, uint32_t
   return impl_->replace(gid, failed);
 }
 
+Status HyperLoopClient::stop_group(GroupId gid) {
+  FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
+  if (g->remote()) {
+    return failed_precondition("stop_group: group " + std::to_string(gid) + " runs in replica processes");
+  }
+  if (!g->stopped) impl_->stop(*g, unavailable("group " + std::to_string(gid) + "'s data path went down"));
+  return ok_status();
+}
+
+Status HyperLoopClient::restart_group(GroupId gid) { return impl_->restart(gid); }
+
 Result<std::span<uint8_t>> HyperLoopClient::client_memory(GroupId gid) {
   FERRY_ASSIGN_OR_RETURN(Group * g, impl_->find(gid));
   return g->client_mem;
@@ -1011,6 +1104,7 @@ Result<WireBytes> HyperLoopClient::wire_bytes(GroupId gid) const {
   using detail::QpRole;
   WireBytes w;
   for (const ClientChain& ch : g->chains) {
+    if (ch.head == nullptr) continue;  // stopped
     detail::add_traffic(w, *ch.head, QpRole::kData);
     detail::add_traffic(w, *ch.ack, QpRole::kResponder);
   }
@@ -1057,6 +1151,8 @@ Result<ReplicaRings> HyperLoopClient::replica_rings(GroupId gid, uint32_t index)
 }
 
 void HyperLoopClient::set_poll_hook(std::function<void()> hook) { impl_->poll_hook = std::move(hook); }
+
+void HyperLoopClient::set_message_hook(MessageHook hook) { impl_->message_hook = std::move(hook); }
 
 size_t HyperLoopClient::poll_completions() {
   if (impl_->poll_hook) impl_->poll_hook();

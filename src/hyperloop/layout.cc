@@ -17,6 +17,13 @@ const char* chain_name(Chain c) {
   return "?";
 }
 
+bool opcode_allowed(Chain c, OpcodeField field, bool flush_verb, uint8_t opcode) {
+  const auto op = static_cast<WrOpcode>(opcode);
+  if (op == WrOpcode::kNop) return true;
+  if (field == OpcodeField::kFlush) return op == (flush_verb ? WrOpcode::kFlush : WrOpcode::kRdmaRead);
+  return op == (c == Chain::kCas ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kRdmaWrite);
+}
+
 ChainShape chain_shape(Chain c, bool tail) {
   switch (c) {
     case Chain::kWrite:

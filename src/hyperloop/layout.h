@@ -54,6 +54,19 @@ constexpr uint32_t kRemoteAddrField = nic::kWqeRemoteOffset;  // u64
 constexpr uint32_t kCompareSwapField = nic::kWqeAtomicOffset; // 2 x u64
 constexpr uint32_t kSgeAddrLenField = nic::kWqeDataOffset;    // u64 addr + u32 length
 
+// The opcodes each rewritten opcode field may hold (docs/hyperloop.md,
+// "Which opcodes a slot may hold"): a descriptor's `op` turns its data WQE
+// on or off (gWRITE/gMEMCPY: RDMA_WRITE or NOP; gCAS: CMP_AND_SWP or NOP),
+// its `flush_op` the flush WQE (the group's flush opcode -- 0-byte READ, or
+// FLUSH with flush_verb -- or NOP). The client builds only these. Nothing
+// on a replica checks them: the RECV scatter writes the byte into the WQE
+// and the NIC runs it, with no replica software in between. What a client
+// that sends others cannot do is the replica setup's to enforce through the
+// NIC: its data queues lack the cross-channel capability (no WAIT, no
+// ENABLE), its region grants no remote READ, its links no atomics.
+enum class OpcodeField : uint8_t { kData, kFlush };
+bool opcode_allowed(Chain c, OpcodeField field, bool flush_verb, uint8_t opcode);
+
 struct ChainShape {
   uint32_t down_per_op;  // WQEs per operation on the down QP (a power of two)
   uint32_t loop_per_op;  // on the loopback QP (0: no loopback)

@@ -225,12 +225,19 @@ Status create_replica_queues(ReplicaNode& r) {
       FERRY_ASSIGN_OR_RETURN(ch.loop_b, nic.create_qp(pd, plain));
     }
 
+    // Only the control pair may issue WAITs and ENABLEs: the data queues
+    // above, whose WQEs the upstream's message rewrites, are created without
+    // the capability, so no message can turn one of their slots into a WAIT
+    // or an ENABLE (the NIC fails it with LOC_QP_OP_ERR).
     QpInitAttr ctl = plain;
     ctl.cap.max_send_wr = ch.ctl_depth;
     ctl.managed_send = true;
+    ctl.cross_channel = true;
     ctl.send_ring_memory = {ch.ctl_ring, static_cast<size_t>(ch.ctl_depth) * kWqeBytes};
     FERRY_ASSIGN_OR_RETURN(ch.ctl, nic.create_qp(pd, ctl));
-    FERRY_ASSIGN_OR_RETURN(ch.ctl_peer, nic.create_qp(pd, plain));
+    QpInitAttr ctl_peer = plain;
+    ctl_peer.cross_channel = true;  // posts the boot enables
+    FERRY_ASSIGN_OR_RETURN(ch.ctl_peer, nic.create_qp(pd, ctl_peer));
   }
   return ok_status();
 }

@@ -55,7 +55,7 @@ Result<std::unique_ptr<Replica>> Replica::create(nic::Nic& nic, std::span<uint8_
   r.region = region.first(o.region_bytes);
   r.nic = &nic;
   FERRY_ASSIGN_OR_RETURN(r.pd, nic.alloc_pd());
-  FERRY_ASSIGN_OR_RETURN(r.region_mr, nic.reg_mr(*r.pd, r.region.data(), r.region.size(), nic::kAccessAll));
+  FERRY_ASSIGN_OR_RETURN(r.region_mr, nic.reg_mr(*r.pd, r.region.data(), r.region.size(), detail::kRegionAccess));
   const size_t wq_bytes = detail::replica_wq_bytes(o.replicas, o.ring_ops);
   FERRY_ASSIGN_OR_RETURN(r.wq_mem, nicd::SharedMemory::create(wq_bytes, "ferry-hyperloop-wq"));
 

@@ -5,6 +5,7 @@
 #include "le_words.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -45,7 +46,7 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
     // The client restarted: its memory comes back from replica 0 (in
     // process; a deployed client reads it through another source).
     GroupRecoverySource source(client, data_gid);
-    return resume(client, data_gid, lock_gid, options, source);
+    return resume(client, data_gid, lock_gid, options, source, nullptr);
   }
   std::unique_ptr<TxnClient> t(new TxnClient(client, data_gid, lock_gid, options));
   FERRY_ASSIGN_OR_RETURN(t->mem_, client.client_memory(data_gid));
@@ -60,7 +61,8 @@ Result<std::unique_ptr<TxnClient>> TxnClient::initialize(GroupClient& client, Gr
 }
 
 Result<std::unique_ptr<TxnClient>> TxnClient::resume(GroupClient& client, GroupId data_gid, GroupId lock_gid,
-                                                     const TxnOptions& options, TxnRecoverySource& source) {
+                                                     const TxnOptions& options, TxnRecoverySource& source,
+                                                     TxnRecovery* report) {
   const uint64_t need = kTxnControlBytes + options.log_bytes + options.db_bytes;
   std::unique_ptr<TxnClient> t(new TxnClient(client, data_gid, lock_gid, options));
   FERRY_ASSIGN_OR_RETURN(t->mem_, client.client_memory(data_gid));
@@ -70,13 +72,102 @@ Result<std::unique_ptr<TxnClient>> TxnClient::resume(GroupClient& client, GroupI
       detail::load_le<uint64_t>(c + 16) != options.db_bytes) {
     return invalid_argument("txn: resume finds another layout (or none) in the region");
   }
-  t->head_ = t->tail_ = detail::load_le<uint64_t>(c + kTxnHeadOffset);
-  // Records appended but not executed before the restart run again.
-  for (auto& r : scan_log(t->mem_.subspan(kTxnControlBytes, options.log_bytes), t->head_, options.db_bytes)) {
-    t->tail_ = r.lsn + r.bytes;
-    t->pending_.push_back(std::move(r));
-  }
+  TxnRecovery rep;
+  FERRY_RETURN_IF_ERROR(t->reconcile(source, rep));
+  if (report != nullptr) *report = rep;
   return t;
+}
+
+Result<bool> TxnClient::copy_member_record(TxnRecoverySource& source, uint32_t member, uint64_t lsn, uint64_t head) {
+  const uint64_t log_bytes = options_.log_bytes;
+  const uint64_t pos = lsn % log_bytes;
+  uint8_t header[kTxnRecordHeaderBytes];
+  FERRY_RETURN_IF_ERROR(source.read(member, kTxnControlBytes + pos, header));
+  const auto bytes = detail::load_le<uint32_t>(header + 4);
+  // Only what could be a record of this lap is copied: it must fit before
+  // the ring's end and leave the records taken so far ([head, lsn)) alone.
+  if (bytes == 0 || bytes % kTxnRecordAlign != 0 || bytes > log_bytes - pos || lsn + bytes - head > log_bytes) {
+    return false;
+  }
+  FERRY_RETURN_IF_ERROR(source.read(member, kTxnControlBytes + pos, mem_.subspan(kTxnControlBytes + pos, bytes)));
+  return true;
+}
+
+Status TxnClient::reconcile(TxnRecoverySource& source, TxnRecovery& rep) {
+  const uint32_t members = source.members();
+  const uint64_t log_bytes = options_.log_bytes;
+  const uint64_t db_bytes = options_.db_bytes;
+  uint8_t* c = mem_.data();
+  const uint64_t source_head = detail::load_le<uint64_t>(c + kTxnHeadOffset);
+  // The lowest head of any member: records below it were applied on every
+  // member (a head moves only after its record's copies were flushed
+  // everywhere, or after a member's own replay applied them).
+  uint64_t lowest = source_head, highest = source_head;
+  for (uint32_t m = 1; m < members; ++m) {
+    uint8_t control[32];
+    FERRY_RETURN_IF_ERROR(source.read(m, 0, control));
+    if (detail::load_le<uint64_t>(control) != kTxnMagic || detail::load_le<uint64_t>(control + 8) != log_bytes ||
+        detail::load_le<uint64_t>(control + 16) != db_bytes) {
+      return data_loss("txn: member " + std::to_string(m) + " holds no transaction layout of these options");
+    }
+    const auto h = detail::load_le<uint64_t>(control + kTxnHeadOffset);
+    lowest = std::min(lowest, h);
+    highest = std::max(highest, h);
+  }
+  // The log from the lowest head: replica 0's valid records, and where its
+  // log ends, a record a downstream member holds whole at that LSN (after a
+  // power failure replica 0 may have lost a record in flight that a
+  // downstream member kept, and replayed). A valid record of a given LSN is
+  // the same record on every member that has it: one client writes each LSN
+  // once, and a client that resumes reconciles before it appends. The ring
+  // still holds [lowest, ...): an append overwrites only what the client saw
+  // executed on every member.
+  const std::span<uint8_t> ring = mem_.subspan(kTxnControlBytes, log_bytes);
+  pending_.clear();
+  uint64_t lsn = lowest;
+  uint64_t from_downstream = 0;
+  for (;;) {
+    Result<TxnRecord> r = decode_txn_record(ring, lsn, db_bytes);
+    for (uint32_t m = 1; !r.ok() && m < members; ++m) {
+      FERRY_ASSIGN_OR_RETURN(const bool copied, copy_member_record(source, m, lsn, lowest));
+      if (!copied) continue;
+      r = decode_txn_record(ring, lsn, db_bytes);
+      from_downstream += r.ok();
+    }
+    if (!r.ok() || lsn + r->bytes - lowest > log_bytes) break;
+    lsn += r->bytes;
+    pending_.push_back(std::move(r).value());
+  }
+  if (lsn < highest) {
+    return data_loss("txn: the log from head " + std::to_string(lowest) + " breaks at " + std::to_string(lsn) +
+                     " before a member's head " + std::to_string(highest));
+  }
+  head_ = lowest;
+  tail_ = lsn;
+  detail::store_le<uint64_t>(c + kTxnHeadOffset, lowest);
+  // Every member gets the control block (the lowest head: no member's
+  // restart may skip a record another member has not applied) and the log
+  // [head, tail): what a member lacks it gets before anything executes, so
+  // every member's gMEMCPYs copy the same bytes. A torn record beyond the
+  // tail does not verify and is overwritten by the next append.
+  FERRY_RETURN_IF_ERROR(client_.gwrite(data_, 0, kTxnControlBytes, false));
+  uint64_t rewritten = 0;
+  for (uint64_t at = lowest; at < tail_;) {
+    const uint64_t pos = at % log_bytes;
+    const uint64_t len = std::min(tail_ - at, log_bytes - pos);
+    const auto chunk = static_cast<uint32_t>(std::min<uint64_t>(len, uint64_t{1} << 20));
+    FERRY_RETURN_IF_ERROR(client_.gwrite(data_, kTxnControlBytes + pos, chunk, false));
+    rewritten += chunk;
+    at += chunk;
+  }
+  FERRY_RETURN_IF_ERROR(client_.gflush(data_));
+  rep.head_source = source_head;
+  rep.head = lowest;
+  rep.tail = tail_;
+  rep.records = pending_.size();
+  rep.records_from_downstream = from_downstream;
+  rep.bytes_rereplicated = rewritten;
+  return ok_status();
 }
 
 uint32_t GroupRecoverySource::members() const {
@@ -111,9 +202,7 @@ Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, Group
     return invalid_argument("txn recovery: the source names " + std::to_string(source.members()) +
                             " members; the group has " + std::to_string(data_opts.replicas));
   }
-  // The same checks as initialize, then replica 0's state: it is the
-  // upstream-most survivor, whose log holds every record any replica holds
-  // (a chain forwards downstream only).
+  // The same checks as initialize.
   FERRY_ASSIGN_OR_RETURN(const GroupOptions lock_opts, client.group_options(lock_gid));
   if (o.log_bytes == 0 || o.log_bytes % kTxnRecordAlign != 0 || o.db_bytes == 0 ||
       kTxnControlBytes + o.log_bytes + o.db_bytes > data_opts.region_bytes ||
@@ -121,52 +210,15 @@ Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, Group
     return invalid_argument("txn recovery: the layout does not fit the group's region, or the lock group has "
                             "another number of replicas");
   }
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TxnClient> t, resume(client, data_gid, lock_gid, o, source));
-  uint64_t head = t->head_;
-  for (uint32_t r = 0; r < data_opts.replicas; ++r) {
-    uint8_t word[8];
-    FERRY_RETURN_IF_ERROR(source.read(r, kTxnHeadOffset, word));
-    head = std::min(head, detail::load_le<uint64_t>(word));
-  }
+  // The log is reconciled on every member first (resume), then records run
+  // again under every lock.
   TxnRecovery rep;
-  rep.head_source = t->head_;
-  rep.head = head;
-  if (head < t->head_) {
-    // A downstream replica had not applied [head, source's head) yet: those
-    // records run again everywhere (absolute writes, in order: harmless on
-    // the replicas that had them). The ring still holds them, since appends
-    // only overwrite what the client had seen executed on every replica.
-    const uint64_t source_head = t->head_;
-    t->pending_ = scan_log(t->mem_.subspan(kTxnControlBytes, o.log_bytes), head, o.db_bytes);
-    t->tail_ = t->pending_.empty() ? head : t->pending_.back().lsn + t->pending_.back().bytes;
-    if (t->tail_ < source_head) {
-      return data_loss("txn recovery: the log from head " + std::to_string(head) + " breaks at " +
-                       std::to_string(t->tail_) + " before the upstream head " + std::to_string(source_head));
-    }
-    t->head_ = head;
-    detail::store_le<uint64_t>(t->mem_.data() + kTxnHeadOffset, head);
-  }
-  rep.tail = t->tail_;
-  rep.records = t->pending_.size();
-  // The front end that failed may have held write locks: they are its own
-  // (one front end per chain). Then every lock is taken, so that no replica
-  // serves a read while records are applied again.
-  FERRY_ASSIGN_OR_RETURN(rep.locks_released, t->release_stale_locks(lock_words));
-  for (uint32_t l = 0; l < lock_words; ++l) FERRY_RETURN_IF_ERROR(t->wr_lock(l));
-  // Every member gets the control block and the valid log (the upstream's):
-  // what a member lacks is appended again; what does not verify beyond the
-  // tail is left to be overwritten.
-  FERRY_RETURN_IF_ERROR(client.gwrite(data_gid, 0, kTxnControlBytes, false));
-  uint64_t lsn = head;
-  while (lsn < t->tail_) {
-    const uint64_t pos = lsn % o.log_bytes;
-    const uint64_t len = std::min(t->tail_ - lsn, o.log_bytes - pos);
-    const auto chunk = static_cast<uint32_t>(std::min<uint64_t>(len, uint64_t{1} << 20));
-    FERRY_RETURN_IF_ERROR(client.gwrite(data_gid, kTxnControlBytes + pos, chunk, false));
-    rep.bytes_rereplicated += chunk;
-    lsn += chunk;
-  }
-  FERRY_RETURN_IF_ERROR(client.gflush(data_gid));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TxnClient> t, resume(client, data_gid, lock_gid, o, source, &rep));
+  // Every lock is taken, so that no replica serves a read while records
+  // are applied again; the failed front end's are taken over, never
+  // released first (a reader would get in between and see its last record
+  // half-applied).
+  FERRY_ASSIGN_OR_RETURN(rep.locks_released, t->take_over_locks(lock_words));
   FERRY_RETURN_IF_ERROR(t->execute_all());
   for (uint32_t l = lock_words; l-- > 0;) FERRY_RETURN_IF_ERROR(t->wr_unlock(l));
   if (report != nullptr) *report = rep;
@@ -257,29 +309,112 @@ Status TxnClient::execute_all() {
   return ok_status();
 }
 
-Status TxnClient::wr_lock(uint32_t lock) {
+// A replica's lock word is one of: n readers (n >= 0); kIntent | n (a writer
+// waits for the n readers inside; no reader enters); kWriterWord (a writer
+// holds it). Only the client's gCAS sets or clears kIntent and kWriter, and
+// a reader's rd_unlock (fetch_sub) leaves them as they are.
+Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
   FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
   if ((static_cast<uint64_t>(lock) + 1) * 8 > o.region_bytes) {
     return invalid_argument("txn: no lock " + std::to_string(lock) + " in the lock group's region");
   }
+  const uint64_t offset = uint64_t{lock} * 8;
   const uint8_t all = all_replicas(o.replicas);
+  uint8_t held = 0;    // replicas where this client holds the writer word
+  uint8_t intent = 0;  // replicas where the intent bit is this client's
+  std::array<uint64_t, kMaxReplicas> seen{};
+  bool waited = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.lock_timeout_ns);
   for (uint32_t attempt = 0;; ++attempt) {
-    FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{lock} * 8, 0, kWriterWord, all));
-    if (r.succeeded == all) return ok_status();
-    ++counters_.lock_conflicts;
-    if (r.succeeded != 0) {
-      // Taken on some replicas only: give those back (§4.2's undo).
-      ++counters_.lock_undos;
-      FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, uint64_t{lock} * 8, kWriterWord, 0, r.succeeded));
-      if (u.succeeded != r.succeeded) return internal_error("txn: the undo of a partial write lock did not apply");
+    // The writer word goes where the word is what this client expects there:
+    // 0, or its own intent once the readers inside have left.
+    for (const bool with_intent : {false, true}) {
+      const auto map = static_cast<uint8_t>(all & ~held & (with_intent ? intent : ~intent));
+      if (map == 0) continue;
+      FERRY_ASSIGN_OR_RETURN(const CasResult r,
+                             client_.gcas(locks_, offset, with_intent ? ReplicaLocks::kIntent : 0, kWriterWord, map));
+      held |= r.succeeded;
+      intent &= static_cast<uint8_t>(~r.succeeded);
+      for (uint32_t i = 0; i < o.replicas; ++i) {
+        if ((map >> i & 1) != 0) seen[i] = r.original[i];
+      }
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (held == all) break;
+    if (!take_over) ++counters_.lock_conflicts;
+    bool other_writer = false;
+    for (uint32_t i = 0; i < o.replicas; ++i) {
+      const auto bit = static_cast<uint8_t>(1u << i);
+      if ((held & bit) != 0) continue;
+      const uint64_t v = seen[i];
+      const bool foreign =
+          (v & ReplicaLocks::kWriter) != 0 || ((v & ReplicaLocks::kIntent) != 0 && (intent & bit) == 0);
+      if (foreign && take_over) {
+        // The dead front end's writer word or intent is this client's now.
+        ++*stale;
+        if ((v & ReplicaLocks::kWriter) != 0) {
+          held |= bit;
+        } else {
+          intent |= bit;
+        }
+      } else if (foreign) {
+        other_writer = true;
+      } else if ((intent & bit) == 0) {
+        // Readers are inside: turn new ones away until they have left. A
+        // reader coming or going changes v; then the next round tries again.
+        FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, offset, v, v | ReplicaLocks::kIntent, bit));
+        if (r.succeeded != 0) {
+          intent |= bit;
+          waited = true;
+        }
+      }
+    }
+    if (held == all) break;
+    const bool expired = std::chrono::steady_clock::now() >= deadline;
+    if (other_writer || (expired && !take_over)) {
+      // Another writer: give back what this client took (§4.2's undo) and
+      // try again; at the deadline, give back and give up.
+      if (held != 0) ++counters_.lock_undos;
+      FERRY_RETURN_IF_ERROR(give_back(lock, held, intent, seen));
+      held = 0;
+      intent = 0;
+    }
+    if (expired) {
+      // A take-over keeps what it holds: the locks stay shut until a retry.
       return timed_out("txn: lock " + std::to_string(lock) + " stayed taken (readers or another writer)");
     }
     if (attempt > 8) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  if (waited) ++counters_.lock_intents;
+  return ok_status();
 }
+
+Status TxnClient::give_back(uint32_t lock, uint8_t held, uint8_t intent,
+                            const std::array<uint64_t, kMaxReplicas>& seen) {
+  const uint64_t offset = uint64_t{lock} * 8;
+  if (held != 0) {
+    FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, offset, kWriterWord, 0, held));
+    if (u.succeeded != held) return internal_error("txn: the undo of a partial write lock did not apply");
+  }
+  // The intent bit comes off whatever the reader count is now; only readers
+  // leaving change it meanwhile (none can enter), so this ends.
+  for (uint32_t i = 0; i < kMaxReplicas; ++i) {
+    const auto bit = static_cast<uint8_t>(1u << i);
+    if ((intent & bit) == 0) continue;
+    uint64_t v = seen[i] | ReplicaLocks::kIntent;
+    for (;;) {
+      FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, offset, v, v & ~ReplicaLocks::kIntent, bit));
+      if (r.succeeded != 0) break;
+      v = r.original[i];
+      if ((v & ReplicaLocks::kIntent) == 0 || (v & ReplicaLocks::kWriter) != 0) {
+        return internal_error("txn: lock " + std::to_string(lock) + " lost its writer's intent on replica " +
+                              std::to_string(i));
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status TxnClient::wr_lock(uint32_t lock) { return acquire(lock, /*take_over=*/false, nullptr); }
 
 Status TxnClient::wr_unlock(uint32_t lock) {
   FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
@@ -287,6 +422,12 @@ Status TxnClient::wr_unlock(uint32_t lock) {
   FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{lock} * 8, kWriterWord, 0, all));
   if (r.succeeded != all) return failed_precondition("txn: lock " + std::to_string(lock) + " was not held");
   return ok_status();
+}
+
+Result<uint64_t> TxnClient::take_over_locks(uint32_t locks) {
+  uint64_t stale = 0;
+  for (uint32_t l = 0; l < locks; ++l) FERRY_RETURN_IF_ERROR(acquire(l, /*take_over=*/true, &stale));
+  return stale;
 }
 
 Result<uint64_t> TxnClient::release_stale_locks(uint32_t locks) {
@@ -299,6 +440,17 @@ Result<uint64_t> TxnClient::release_stale_locks(uint32_t locks) {
   for (uint32_t l = 0; l < locks; ++l) {
     FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{l} * 8, kWriterWord, 0, all));
     released += static_cast<uint64_t>(__builtin_popcount(r.succeeded));
+    // A writer that died waiting for readers left its intent: readers would
+    // stay shut out for good.
+    uint8_t intent = 0;
+    std::array<uint64_t, kMaxReplicas> seen{};
+    for (uint32_t i = 0; i < o.replicas; ++i) {
+      seen[i] = r.original[i];
+      const bool waiting = (r.original[i] & ReplicaLocks::kIntent) != 0 && (r.original[i] & ReplicaLocks::kWriter) == 0;
+      if (waiting) intent |= static_cast<uint8_t>(1u << i);
+    }
+    released += static_cast<uint64_t>(__builtin_popcount(intent));
+    FERRY_RETURN_IF_ERROR(give_back(l, 0, intent, seen));
   }
   return released;
 }
@@ -349,10 +501,16 @@ std::atomic_ref<uint64_t> ReplicaLocks::at(uint32_t lock) const {
 bool ReplicaLocks::try_rd_lock(uint32_t lock) {
   auto w = at(lock);
   uint64_t v = w.load(std::memory_order_acquire);
-  while ((v & kWriter) == 0) {
+  // A writer's intent turns new readers away, so that steady readers cannot
+  // starve it: the readers inside leave, and its gCAS finds the count at 0.
+  while ((v & (kWriter | kIntent)) == 0) {
     if (w.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) return true;
   }
   return false;
+}
+
+void ReplicaLocks::hold_until_recovered(uint32_t locks) {
+  for (uint32_t l = 0; l < locks; ++l) at(l).store(kWriterWord, std::memory_order_release);
 }
 
 void ReplicaLocks::rd_unlock(uint32_t lock) { at(lock).fetch_sub(1, std::memory_order_release); }

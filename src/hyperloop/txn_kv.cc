@@ -491,15 +491,16 @@ Result<TxnKvEntries> TxnKv::scan(std::string_view start_key, uint32_t count) con
 
 Result<std::unique_ptr<TxnKv>> TxnKv::open(TxnClient& txn, const TxnKvOptions& options) {
   FERRY_RETURN_IF_ERROR(check_options(options, txn.db().size()));
-  if (txn.head() != txn.tail()) {
-    // The old front end's last records: logged (so acknowledged or in
-    // flight), maybe not applied. Readers must not see them half-applied.
-    std::set<uint32_t> all;
-    for (uint32_t l = 0; l < txn_kv_lock_words(options); ++l) all.insert(l);
-    WriteLocks locks(txn, all);
-    FERRY_RETURN_IF_ERROR(locks.status());
-    FERRY_RETURN_IF_ERROR(txn.execute_all());
-  }
+  // The old front end's last records (logged, so acknowledged or in
+  // flight; reconciled on every member by the resume) run again under every
+  // lock of the store: a replica may hold them half-applied, or replayed
+  // after a power failure, and readers must not see that. One front end per
+  // store: a lock held (or a writer's intent) is the dead front end's, and
+  // is taken over, never released first -- a reader would get in between.
+  const uint32_t words = txn_kv_lock_words(options);
+  FERRY_RETURN_IF_ERROR(txn.take_over_locks(words).status());
+  FERRY_RETURN_IF_ERROR(txn.execute_all());
+  for (uint32_t l = words; l-- > 0;) FERRY_RETURN_IF_ERROR(txn.wr_unlock(l));
   FERRY_RETURN_IF_ERROR(check_header(txn.db(), options));
   // The index must list exactly the live slots, in order.
   FERRY_ASSIGN_OR_RETURN(const TxnKvEntries all, ImageWalk(txn.db(), options).scan({}, options.slots));

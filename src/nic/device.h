@@ -56,7 +56,7 @@ struct QpView {
   uint8_t* rq_ring = nullptr;
   uint32_t rq_depth = 0, rq_stride = 0;
   QpCapabilities cap;
-  bool has_srq = false, managed_send = false, managed_recv = false;
+  bool has_srq = false, managed_send = false, managed_recv = false, cross_channel = false;
   // Application side.
   uint64_t app_sq_producer = 0;
   uint64_t app_rq_producer = 0;

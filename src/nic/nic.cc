@@ -319,6 +319,7 @@ Result<QpCore*> NicCore::create_qp(uint32_t pd, const QpInitAttr& attr, CqCore* 
     qp->sq_sig_all = attr.sq_sig_all;
     qp->managed_send = attr.managed_send;
     qp->managed_recv = attr.managed_recv;
+    qp->cross_channel = attr.cross_channel;
     qp->sq_depth = round_pow2(cap.max_send_wr, 2);
     qp->sq_stride = send_wqe_stride(qp->cap.max_send_sge, cap.max_inline_data);
     qp->cap.max_send_wr = qp->sq_depth;
@@ -610,6 +611,7 @@ class InProcessDevice final : public detail::Device {
     view.has_srq = q->srq != nullptr;
     view.managed_send = q->managed_send;
     view.managed_recv = q->managed_recv;
+    view.cross_channel = q->cross_channel;
     return view;
   }
 

@@ -246,6 +246,7 @@ struct QpCore {
   QpCapabilities cap;
   bool sq_sig_all = false;
   bool managed_send = false;
+  bool cross_channel = false;  // may execute WAIT / SEND_ENABLE / RECV_ENABLE
   bool managed_recv = false;
   uint32_t owner = 0;  // daemon client that created it (0: in process)
   AlignedBuffer sq_memory, rq_memory;

@@ -73,6 +73,9 @@ Status QueuePair::post_send(std::span<const SendWr> wrs) {
                    std::to_string(qp->cap.max_inline_data));
       }
     }
+    const bool cross = wr.opcode == WrOpcode::kWait || wr.opcode == WrOpcode::kSendEnable ||
+                       wr.opcode == WrOpcode::kRecvEnable;
+    if (cross && !qp->cross_channel) return bad("WAIT / ENABLE need a QP created with cross_channel");
     if (wr.opcode == WrOpcode::kWait && (wr.wait_cq == nullptr || wr.wait_cq->dev_ != dev_)) {
       return bad("WAIT needs a CQ of this NIC");
     }

@@ -100,6 +100,11 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
   if ((wqe.flags & kSendInline) && !opcode_carries_payload(op)) return fail(WcStatus::kLocQpOpErr);
   const bool rd_atomic = op == WrOpcode::kRdmaRead || op == WrOpcode::kAtomicCmpAndSwp ||
                          op == WrOpcode::kAtomicFetchAndAdd || op == WrOpcode::kFlush;
+  // A queue without the cross-channel capability runs none, whatever was
+  // written into its ring (HyperLoop's data queues are rewritten by peers).
+  if ((op == WrOpcode::kWait || op == WrOpcode::kSendEnable || op == WrOpcode::kRecvEnable) && !qp->cross_channel) {
+    return fail(WcStatus::kLocQpOpErr);
+  }
   switch (op) {
     case WrOpcode::kWait: {
       const CrossChannelResult r = execute_wait(qp, wqe);

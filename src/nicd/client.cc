@@ -331,6 +331,7 @@ class Client final : public nic::detail::Device {
     w.u32(attr.sq_sig_all ? 1 : 0);
     w.u32(attr.managed_send ? 1 : 0);
     w.u32(attr.managed_recv ? 1 : 0);
+    w.u32(attr.cross_channel ? 1 : 0);
     w.u32(static_cast<uint32_t>(send_cq));
     w.u32(static_cast<uint32_t>(recv_cq));
     w.u32(static_cast<uint32_t>(srq));
@@ -375,6 +376,7 @@ class Client final : public nic::detail::Device {
     v.has_srq = srq != 0;
     v.managed_send = attr.managed_send;
     v.managed_recv = attr.managed_recv;
+    v.cross_channel = attr.cross_channel;
     return v;
   }
   void destroy_qp(uint64_t qp) override { destroy(proto::Op::kDestroyQp, qp); }

@@ -540,6 +540,7 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       attr.sq_sig_all = r.u32() != 0;
       attr.managed_send = r.u32() != 0;
       attr.managed_recv = r.u32() != 0;
+      attr.cross_channel = r.u32() != 0;
       const uint32_t send_cq = r.u32();
       const uint32_t recv_cq = r.u32();
       const uint32_t srq_number = r.u32();

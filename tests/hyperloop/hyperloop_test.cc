@@ -362,6 +362,29 @@ TEST(HyperLoopSafety, RemoteAtomicsReachOnlyTheControlRings) {
   expect_group_works(f, g);
 }
 
+// A buggy or hostile client turns replica 0's forwarding WRITE (the slot may
+// hold WRITE or NOP) into a READ: with the message's addresses it would copy
+// replica 1's bytes backwards into replica 0's region. The replica's region
+// grants no remote READ (gFLUSH's READ has 0 bytes and needs no rkey), so the
+// READ fails and nothing moves.
+TEST(HyperLoopSafety, AClientTurningAForwardingWriteIntoAReadCopiesNothingBackwards) {
+  Fixture f;
+  const GroupId g = f.group(3);
+  auto mem = f.mem(g);
+  set_word(mem.data() + 4096, 0x1111);
+  ASSERT_TRUE(f.client->gwrite(g, 4096, 8).ok());
+  auto cas = f.client->gcas(g, 4096, 0x1111, 0x2222, 0b010);  // replica 1 differs
+  ASSERT_TRUE(cas.ok());
+  ASSERT_EQ(word(f.replica(g, 1) + 4096), 0x2222u);
+  f.client->set_message_hook([](Primitive p, std::span<uint8_t> msg) {
+    if (p == Primitive::kWrite) msg[0] = static_cast<uint8_t>(nic::WrOpcode::kRdmaRead);  // desc[0].op
+  });
+  set_word(mem.data() + 4096, 0x3333);
+  EXPECT_FALSE(f.client->gwrite(g, 4096, 8).ok()) << "the rewritten READ ran";
+  EXPECT_EQ(word(f.replica(g, 0) + 4096), 0x3333u) << "replica 1's bytes were copied into replica 0";
+  EXPECT_EQ(word(f.replica(g, 1) + 4096), 0x2222u);
+}
+
 TEST(HyperLoopSafety, AnotherTenantCannotEnableAReplicasQueue) {
   using namespace nic;
   Fixture f;
@@ -378,7 +401,9 @@ TEST(HyperLoopSafety, AnotherTenantCannotEnableAReplicasQueue) {
   auto own_managed = nic->create_qp(*pd, managed).value();
   auto peer = nic->create_qp(*pd, attr).value();
   ASSERT_TRUE(connect_qps(*own_managed, *nic, *peer, *nic).ok());
-  auto ctl = nic->create_qp(*pd, attr).value();
+  QpInitAttr cross = attr;
+  cross.cross_channel = true;
+  auto ctl = nic->create_qp(*pd, cross).value();
   auto ctl_peer = nic->create_qp(*pd, attr).value();
   ASSERT_TRUE(connect_qps(*ctl, *nic, *ctl_peer, *nic).ok());
   // The tenant posts an ENABLE of its own queue and rewrites its target QP
@@ -624,6 +649,49 @@ TEST_P(FlushKinds, AfterARealPowerFailureEveryFlushedOperationSurvivesOnEveryRep
 }
 INSTANTIATE_TEST_SUITE_P(HyperLoop, FlushKinds, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "FlushVerb" : "ZeroByteRead"; });
+
+// ---- the data path stopped and rebuilt (fault injection) --------------------------
+
+// The group goes down in the middle of an operation (stop_group, as when the
+// client's process dies): the operation fails, later ones are refused and
+// nothing reaches the replicas; after restart_group the same members, with
+// their regions as they were, serve every primitive again.
+TEST(HyperLoopRestart, AStoppedGroupRefusesOperationsAndARestartedOneServesOnWithItsRegions) {
+  Fixture f;
+  const GroupId g = f.group(3, pm::Media::kPm);
+  auto mem = f.mem(g);
+  for (int i = 0; i < 64; ++i) mem[i] = static_cast<uint8_t>(i + 1);
+  ASSERT_TRUE(f.client->gwrite(g, 0, 64, true).ok());
+  for (int i = 0; i < 64; ++i) mem[4096 + i] = 0xEE;
+  Status in_flight = internal_error("no callback");
+  ASSERT_TRUE(f.client->gwrite_async(g, 4096, 64, true, [&](const OpResult& r) { in_flight = r.status; }).ok());
+  f.engine->step();
+  ASSERT_TRUE(f.client->stop_group(g).ok());
+  f.client->poll();
+  EXPECT_EQ(in_flight.code(), Code::kUnavailable) << in_flight.to_string();
+  EXPECT_EQ(f.client->gwrite(g, 0, 64).code(), Code::kFailedPrecondition) << "a stopped group took an operation";
+  EXPECT_TRUE(f.client->wire_bytes(g).ok());
+  for (int i = 0; i < 200; ++i) f.engine->step();  // whatever was on the wire lands or is dropped
+  ASSERT_TRUE(f.client->restart_group(g).ok());
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(std::memcmp(f.replica(g, r), mem.data(), 64), 0) << "replica " << r << " lost its region";
+  }
+  for (int i = 0; i < 64; ++i) mem[8192 + i] = static_cast<uint8_t>(200 - i);
+  ASSERT_TRUE(f.client->gwrite(g, 8192, 64, true).ok());
+  auto cas = f.client->gcas(g, 16384, 0, 7, 0b111);
+  ASSERT_TRUE(cas.ok()) << cas.status().to_string();
+  EXPECT_EQ(cas->succeeded, 0b111);
+  ASSERT_TRUE(f.client->gmemcpy(g, 8192, 12288, 64).ok());
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(std::memcmp(f.replica(g, r) + 12288, mem.data() + 8192, 64), 0) << "replica " << r;
+    EXPECT_EQ(word(f.replica(g, r) + 16384), 7u) << "replica " << r;
+  }
+  // Restarting a running group stops it first; a killed replica's process
+  // comes back too.
+  ASSERT_TRUE(f.client->kill_replica(g, 1).ok());
+  ASSERT_TRUE(f.client->restart_group(g).ok());
+  ASSERT_TRUE(f.client->gwrite(g, 0, 64, true).ok());
+}
 
 // ---- errors ----------------------------------------------------------------------
 

@@ -433,6 +433,73 @@ TEST(TxnKvScan, AReplicaScanOfACorruptIndexEndsWithDataLoss) {
   EXPECT_EQ(f.reader(0).scan(std::string(17, 'k'), 1).status().code(), Code::kInvalidArgument);
 }
 
+// ---- a new front end after a crash (TxnKv::open) -----------------------------------
+
+bool image_holds(KvFixture& f, uint32_t r, const std::string& bytes_wanted) {
+  auto db = f.txn->replica_db(r).value();
+  return std::search(db.begin(), db.end(), bytes_wanted.begin(), bytes_wanted.end()) != db.end();
+}
+
+// The front end dies in the middle of a transaction's ExecuteAndAdvance:
+// replica 1 has one of its two keys applied and not the other. A new front
+// end resumes and opens the store without releasing anything first: open
+// takes the dead front end's locks over, runs the record and only then lets
+// readers in. A reader trying every replica between every two engine steps
+// never sees one key of the transaction without the other.
+TEST(TxnKvOpen, TakesTheDeadFrontEndsLocksOverAndNoReaderSeesItsTransactionHalfApplied) {
+  TxnKvOptions o = KvFixture::small();
+  o.locks = 1;  // one stripe: a reader's lock covers both keys
+  KvFixture f(o);
+  const std::string a1 = "alpha-version-1", m1 = "omega-version-1", a2 = "alpha-version-2", m2 = "omega-version-2";
+  const TxnKvOp first[] = {{TxnKvOp::kPut, "a", bytes(a1)}, {TxnKvOp::kPut, "m", bytes(m1)}};
+  ASSERT_TRUE(f.kv->transaction(first).ok());
+  bool crashed = false;
+  f.client->set_poll_hook([&] {
+    if (!crashed && image_holds(f, 1, a2) != image_holds(f, 1, m2)) {
+      crashed = true;
+      ASSERT_TRUE(f.client->stop_group(f.data).ok());
+      ASSERT_TRUE(f.client->stop_group(f.locks).ok());
+    }
+  });
+  const TxnKvOp second[] = {{TxnKvOp::kPut, "a", bytes(a2)}, {TxnKvOp::kPut, "m", bytes(m2)}};
+  EXPECT_FALSE(f.kv->transaction(second).ok());
+  ASSERT_TRUE(crashed);
+  f.kv.reset();
+  f.txn.reset();
+  ASSERT_TRUE(f.client->restart_group(f.data).ok());
+  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
+  TxnOptions to;
+  to.log_bytes = f.options.log_bytes;
+  to.db_bytes = f.options.db_bytes;
+  to.lock_timeout_ns = f.options.lock_timeout_ns;
+  to.resume = true;
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+  uint64_t reads = 0, torn = 0;
+  f.client->set_poll_hook([&] {
+    for (uint32_t r = 0; r < 3; ++r) {
+      ReplicaLocks lk = f.TxnChain::reader(r);
+      if (!lk.try_rd_lock(0)) continue;  // a reader does not wait here: the engine must go on
+      auto a = f.reader(r).get("a");
+      auto m = f.reader(r).get("m");
+      lk.rd_unlock(0);
+      ++reads;
+      torn += !a.ok() || !m.ok() || text(a.value()).back() != text(m.value()).back();
+    }
+  });
+  auto kv = TxnKv::open(*f.txn, o);
+  f.client->set_poll_hook({});
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  f.kv = std::move(kv).value();
+  EXPECT_EQ(torn, 0u) << "a reader saw the dead front end's transaction half-applied (" << reads << " reads)";
+  expect_everywhere(f, {{"a", a2}, {"m", m2}}, {"a", "m"});
+  ASSERT_TRUE(f.kv->put("a", bytes(a1)).ok()) << "the store takes writes again";
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (uint32_t l = 0; l < txn_kv_lock_words(o); ++l) EXPECT_EQ(f.TxnChain::reader(r).word(l), 0u);
+  }
+}
+
 // A damaged slot (a replica's image after a crash) is not a torn read: the
 // reader looks again with no writer active and says kDataLoss instead of
 // retrying forever.

@@ -223,7 +223,9 @@ TEST_F(RewriteTest, RecvScatterIntoTheRingRewritesAddressesAndOpcode) {
 TEST_F(RewriteTest, WaitGatedOrdinaryQueueReadsItsWqeOnlyWhenReached) {
   // Without a managed queue: [WAIT][WRITE] posted with a doorbell. The WRITE
   // is rewritten while the WAIT blocks; the NIC fetches it afterwards.
-  QueuePair& plain = add_qp(*b_);
+  QpInitAttr waits;
+  waits.cross_channel = true;
+  QueuePair& plain = add_qp(*b_, waits);
   QueuePair& sink = add_qp(*c_);
   connect(plain, *b_, sink, *c_);
   std::span<uint8_t> ring = plain.send_ring();
@@ -322,6 +324,85 @@ TEST_F(CrossChannelTest, EnablingAQueueThatIsNotManagedIsALocalQpOperationError)
   auto wcs = drain(*h.cq);
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, WcStatus::kLocQpOpErr);
+}
+
+// ---- only a queue created with the capability issues cross-channel requests --
+// (mlx5: IBV_EXP_QP_CREATE_CROSS_CHANNEL, the QP context's cd_master.) A
+// peer that rewrites a data queue's WQEs -- HyperLoop's upstream, through a
+// RECV scatter -- must not be able to turn one into a WAIT (the queue stalls)
+// or an ENABLE (its rkey field read as a QP number: another managed queue of
+// the PD runs).
+
+TEST_F(CrossChannelTest, AQueueWithoutTheCapabilityCannotPostAWaitOrAnEnable) {
+  Host& h = add_host();
+  QpInitAttr managed;
+  managed.managed_send = true;
+  QueuePair& target = add_qp(h, managed);
+  QueuePair& data = add_qp(h);  // no cross_channel
+  QueuePair& peer = add_qp(h);
+  connect(data, h, peer, h);
+  EXPECT_EQ(data.post_send(enable_wr(target, 1)).code(), Code::kInvalidArgument);
+  EXPECT_EQ(data.post_send(wait_wr(*h.cq, 0)).code(), Code::kInvalidArgument);
+  EXPECT_EQ(data.post_send(enable_wr(target, 1, /*recv=*/true)).code(), Code::kInvalidArgument);
+}
+
+TEST_F(CrossChannelTest, AWqeRewrittenIntoAnEnableOnAQueueWithoutTheCapabilityFailsAndEnablesNothing) {
+  // The target: a managed queue of the same PD with a WRITE pre-posted.
+  Host& h = add_host();
+  Host& remote = add_host();
+  QpInitAttr managed;
+  managed.managed_send = true;
+  QueuePair& target = add_qp(h, managed);
+  QueuePair& target_peer = add_qp(remote);
+  connect(target, h, target_peer, remote);
+  *h.at(0) = 0x5A;
+  const Sge sge = h.sge(0, 1);
+  ASSERT_TRUE(target.post_send(write_wr(1, &sge, remote.va(64), remote.mr->rkey())).ok());
+  // The data queue: managed (enabled by a control queue), a NOP pre-posted
+  // whose slot is rewritten into SEND_ENABLE(target, 1) before it runs.
+  QueuePair& data = add_qp(h, managed);
+  QueuePair& data_peer = add_qp(h);
+  connect(data, h, data_peer, h);
+  SendWr nop;
+  nop.opcode = WrOpcode::kNop;
+  nop.flags = kSendSignaled;
+  nop.wr_id = 7;
+  ASSERT_TRUE(data.post_send(nop).ok());
+  uint8_t* slot = data.send_wqe(0);
+  slot[0] = static_cast<uint8_t>(WrOpcode::kSendEnable);
+  WqeRemoteSeg seg{1, target.qp_num(), 0};  // remote_addr: the index; rkey: the QP number
+  std::memcpy(slot + kWqeRemoteOffset, &seg, sizeof(seg));
+  QueuePair& ctrl = loopback_qp(h);
+  ASSERT_TRUE(ctrl.post_send(enable_wr(data, 1)).ok());
+  run();
+  auto wcs = drain(*h.cq);
+  ASSERT_FALSE(wcs.empty());
+  EXPECT_EQ(wcs.front().status, WcStatus::kLocQpOpErr) << "a data queue ran a cross-channel request";
+  EXPECT_EQ(data.state(), QpState::kError);
+  EXPECT_EQ(*remote.at(64), 0) << "the rewritten ENABLE let the target queue run its WRITE";
+}
+
+TEST_F(CrossChannelTest, AWqeRewrittenIntoAWaitOnAQueueWithoutTheCapabilityFailsInsteadOfStalling) {
+  Host& h = add_host();
+  QpInitAttr managed;
+  managed.managed_send = true;
+  QueuePair& data = add_qp(h, managed);
+  QueuePair& data_peer = add_qp(h);
+  connect(data, h, data_peer, h);
+  SendWr nop;
+  nop.opcode = WrOpcode::kNop;
+  nop.flags = kSendSignaled;
+  ASSERT_TRUE(data.post_send(nop).ok());
+  uint8_t* slot = data.send_wqe(0);
+  slot[0] = static_cast<uint8_t>(WrOpcode::kWait);
+  WqeRemoteSeg seg{1'000'000, h.cq->number(), 0};  // a count the CQ never reaches
+  std::memcpy(slot + kWqeRemoteOffset, &seg, sizeof(seg));
+  QueuePair& ctrl = loopback_qp(h);
+  ASSERT_TRUE(ctrl.post_send(enable_wr(data, 1)).ok());
+  run();
+  auto wcs = drain(*h.cq);
+  ASSERT_FALSE(wcs.empty()) << "the queue stalls in a WAIT a peer wrote into it";
+  EXPECT_EQ(wcs.front().status, WcStatus::kLocQpOpErr);
 }
 
 // ---- protection: cross-channel requests stay inside their PD ----------------

@@ -185,6 +185,7 @@ class NicTest : public ::testing::Test {
   // A QP connected to a partner on the same NIC: carries WAIT/ENABLE/NOP and
   // local copies.
   QueuePair& loopback_qp(Host& h, QpInitAttr attr = {}) {
+    attr.cross_channel = true;
     QueuePair& q1 = add_qp(h, attr);
     QueuePair& q2 = add_qp(h);
     connect(q1, h, q2, h);

@@ -148,11 +148,39 @@ class HyperLoopClient final : public GroupClient {
   // copy fails the group stays as it was (failed; retry); if the rebuild
   // itself fails, the group is gone (kNotFound from then on).
   Result<ReplacementReport> replace_replica(GroupId gid, uint32_t failed);
+  // Fault injection: group `gid`'s whole data path goes down where it
+  // stands -- the client's process died, or the replicas' hosts lost power
+  // (then power_fail their domains through replica() as well). Every
+  // outstanding operation fails with kUnavailable; every queue, ring and
+  // buffer of the client and of every replica is destroyed, as the kernel
+  // destroys a dead process's QPs; what a NIC had not finished stays as far
+  // as it got (a gWRITE may be whole on replica 0 and absent downstream).
+  // The hosts, their regions and the client's memory stay. Until
+  // restart_group, operations fail with kFailedPrecondition (a crashed
+  // client's leftover calls change nothing). May run inside a poll hook.
+  // kFailedPrecondition for a group connected across processes.
+  Status stop_group(GroupId gid);
+  // Builds group `gid`'s data path again over the same members in the same
+  // order, with their regions as they are (the client that took the dead
+  // one's place, or the replicas back from a power failure, reconnect);
+  // stops it first if it runs. What the application must do on top
+  // (reconcile the logs, release the locks) is TxnClient's resume and
+  // recover. If the rebuild fails the group is gone (kNotFound from then on).
+  // Not inside a poll hook.
+  Status restart_group(GroupId gid);
 
   // Fault injection at arbitrary points of an operation (tests): `hook`
   // runs at the start of every poll, i.e. between engine steps while a
   // synchronous call waits. It may kill replicas; it must not submit.
   void set_poll_hook(std::function<void()> hook);
+  // Fault injection (tests): `hook` sees the message of every operation
+  // (docs/hyperloop.md, "Metadata": the descriptors of replicas 0..N-1, and
+  // gCAS's result map) after the client built it and before it is posted,
+  // and may change its bytes, as a buggy or hostile client would; the
+  // primitive is kFlush for a gflush's flush-only operations. What the
+  // replicas' NICs then do is what the safety tests check.
+  using MessageHook = std::function<void(Primitive, std::span<uint8_t>)>;
+  void set_message_hook(MessageHook hook);
 
   HyperLoopStats stats() const;
   Result<ReplicaRings> replica_rings(GroupId gid, uint32_t index) const;

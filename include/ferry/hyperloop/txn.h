@@ -19,8 +19,12 @@
 //                       inverse gCAS on the replicas that swapped (§4.2).
 //   rdLock/rdUnlock     on one replica only (ReplicaLocks), by that
 //                       replica's CPU: a reader count in the same word,
-//                       taken only while no writer holds it, so a writer's
-//                       gCAS (which expects 0) fails where readers are.
+//                       taken only while no writer holds it or waits for
+//                       it, so a writer's gCAS (which expects 0) fails
+//                       where readers are; the writer then sets its intent
+//                       bit there (gCAS count -> count | intent), which
+//                       turns new readers away, and takes the word when
+//                       the count has drained: readers cannot starve it.
 //
 // Layout of the data group's region (the same offsets on every replica and
 // in the client's memory, which mirrors them):
@@ -44,10 +48,22 @@
 // copy of one in flight; applying them again is harmless (a redo log of
 // absolute writes). scan_log finds them.
 //
+// Every restart of the front end reconciles the members before anything
+// executes (TxnClient::initialize with resume, and recover): the log from
+// the LOWEST head of any member, replica 0's valid records extended by a
+// downstream member's where replica 0's log ends, is written to every
+// member with the control block (that lowest head), then flushed. A client
+// that died between the WRITE of a record and the SEND that forwards it
+// leaves the record on replica 0 only; a power failure may leave a record in
+// flight on one replica's log (and replayed into its database) and not on
+// another's; without the reconciliation the members' gMEMCPYs would copy
+// different bytes and their databases diverge for good.
+//
 // Threads: a TxnClient is used by one thread at a time (its GroupClient's
 // rule). ReplicaLocks may be used by any thread of the replica.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <span>
@@ -67,8 +83,10 @@ inline constexpr uint32_t kTxnEntryHeaderBytes = 16;
 struct TxnOptions {
   uint64_t log_bytes = 64 << 10;   // the log ring (a multiple of 64)
   uint64_t db_bytes = 256 << 10;   // the database image
-  // Resume from the region (after a restart of the client): the control
-  // block must hold this layout; the log head comes from it.
+  // Resume from the region (after a restart of the client, or of replicas
+  // after a power failure): the control block must hold this layout; the
+  // log from the lowest head of any member is reconciled on every member
+  // (written again and flushed) and its records queued to run.
   bool resume = false;
   // wrLock gives up after this long (kTimedOut) when the lock stays taken.
   uint64_t lock_timeout_ns = 1'000'000'000ULL;
@@ -124,16 +142,18 @@ struct TxnCounters {
   uint64_t appended = 0;
   uint64_t executed = 0;         // records applied (padding records not counted)
   uint64_t padding = 0;          // padding records written at the ring's end
-  uint64_t lock_conflicts = 0;   // wrLock attempts that found the lock taken on some replica
+  uint64_t lock_conflicts = 0;   // wrLock rounds that found the lock taken on some replica
   uint64_t lock_undos = 0;       // partial gCAS results undone
+  uint64_t lock_intents = 0;     // wrLocks that set their intent and waited for readers to leave
 };
 
 // What TxnClient::recover found and did.
 struct TxnRecovery {
   uint64_t head_source = 0;      // the log head on replica 0 (the upstream-most survivor)
   uint64_t head = 0;             // the lowest head of any member: replay started here
-  uint64_t tail = 0;             // the end of the valid log on replica 0
+  uint64_t tail = 0;             // the end of the valid log (replica 0's, extended by downstream members')
   uint64_t records = 0;          // records executed again (padding included)
+  uint64_t records_from_downstream = 0;  // of those, records replica 0's log lacked (after a power failure)
   uint64_t bytes_rereplicated = 0;
   uint64_t locks_released = 0;   // write-lock words the failed front end held
 };
@@ -177,18 +197,20 @@ class TxnClient {
   // Chain recovery, the application's half (§5: "the entire chain flushes
   // the log of all valid entries, rejects invalid entries, blocks reads
   // temporarily"), once the data path was rebuilt (replace_replica on both
-  // groups, with the same index). Replica 0, the upstream-most survivor,
-  // holds every record any member holds; the replay starts at the lowest
-  // log head of any member. The failed front end's write locks are
-  // released, then all `lock_words` locks are taken (reads wait on every
-  // replica); the control block and the valid log [head, tail) are written
-  // to every member again (gWRITE + gFLUSH: a member that missed a record
-  // gets it; a torn record beyond the tail is left to be overwritten);
-  // every valid record is executed; the locks are given back. Returns the
-  // front end's TxnClient; a record that had been appended completely on
-  // replica 0 before the failure is applied, one that had not is not.
+  // groups, with the same index). The log is reconciled as resume does:
+  // from the lowest log head of any member, replica 0's valid records (the
+  // upstream-most survivor, which holds every record a survivor holds)
+  // extended by any member's, written with the control block to every
+  // member (gWRITE + gFLUSH: a member that missed a record gets it; a torn
+  // record beyond the tail is left to be overwritten). Then the failed
+  // front end's write locks are released and all `lock_words` locks are
+  // taken (reads wait on every replica); every valid record is executed;
+  // the locks are given back. Returns the front end's TxnClient; a record
+  // that had been appended completely on some member before the failure is
+  // applied, one that had not is not.
   // Errors: those of initialize (resume) and of the primitives; kDataLoss if
-  // the log breaks between the lowest and the upstream head;
+  // the log breaks between the lowest and the highest head of the members,
+  // or a member holds no transaction layout;
   // kFailedPrecondition for groups connected across processes (the members'
   // heads are read from their regions, which only an in-process group has):
   // give those the second form.
@@ -215,16 +237,33 @@ class TxnClient {
   // Executes every appended record.
   Status execute_all();
 
-  // Group write lock `lock` (an index into the lock group's region):
-  // kTimedOut after lock_timeout_ns if it stays taken (readers or another
-  // writer on some replica).
+  // Group write lock `lock` (an index into the lock group's region): gCAS
+  // 0 -> writer on every replica; where readers are inside, a gCAS sets the
+  // writer's intent (ReplicaLocks::kIntent), which turns new readers away,
+  // and the writer takes the word once they have left -- steady readers
+  // cannot starve it. Another writer's word or intent on some replica: what
+  // was taken is given back and the lock is tried again. kTimedOut after
+  // lock_timeout_ns, with everything given back (intent included).
   Status wr_lock(uint32_t lock);
   Status wr_unlock(uint32_t lock);
+  // After a crash of the front end (this client resumed in its place, one
+  // front end per chain): takes every write lock in [0, locks) on every
+  // replica, a writer word or intent that stands in the way counting as the
+  // dead front end's and becoming this client's (never released first, so
+  // that no reader gets in before the records it left ran again); readers
+  // inside are waited for as wr_lock does. Returns how many replica words
+  // it took over. The locks stay held: execute what the log holds, then
+  // wr_unlock each. On an error (kTimedOut: a reader never left) what it
+  // holds stays held; a retry takes it over again.
+  Result<uint64_t> take_over_locks(uint32_t locks);
   // After a client crash (this client resumed in its place): releases every
   // write lock in [0, locks) that the crashed client held, on every replica
-  // (gCAS writer -> 0; a lock word holding readers or nothing is left
-  // alone). Returns how many replica words were released.
+  // (gCAS writer -> 0), and clears the intent it left where it was waiting
+  // for readers (their count is left alone). Returns how many replica words
+  // were released.
   Result<uint64_t> release_stale_locks(uint32_t locks);
+  // Note: between this and the next wr_lock readers may get in; where the
+  // crashed client left records to run again, take_over_locks instead.
 
   uint64_t head() const { return head_; }  // LSN of the next record to execute
   uint64_t tail() const { return tail_; }  // LSN the next append starts at
@@ -240,11 +279,27 @@ class TxnClient {
 
  private:
   TxnClient(GroupClient& client, GroupId data_gid, GroupId lock_gid, const TxnOptions& options);
-  // initialize's resume: the layout and the pending records from replica 0's
-  // region, read through `source`.
+  // initialize's resume: the layout from replica 0's region, read through
+  // `source`, then reconcile.
   static Result<std::unique_ptr<TxnClient>> resume(GroupClient& client, GroupId data_gid, GroupId lock_gid,
-                                                   const TxnOptions& options, TxnRecoverySource& source);
+                                                   const TxnOptions& options, TxnRecoverySource& source,
+                                                   TxnRecovery* report);
+  // With replica 0's region in mem_: the log from the members' lowest head
+  // (see the file comment) written to every member with the control block
+  // and flushed; head_, tail_ and pending_ from it.
+  Status reconcile(TxnRecoverySource& source, TxnRecovery& report);
+  // Copies member `member`'s bytes of a record at `lsn` into mem_'s ring if
+  // its header's size could be one of this lap above `head`; false if not.
+  Result<bool> copy_member_record(TxnRecoverySource& source, uint32_t member, uint64_t lsn, uint64_t head);
   Status write_and_flush(uint64_t offset, uint32_t size);
+  // wr_lock's protocol; with `take_over`, another writer's word or intent is
+  // the dead front end's (one front end per chain): it becomes this
+  // client's (counted in *stale) instead of being waited for, and a
+  // timeout keeps what is held.
+  Status acquire(uint32_t lock, bool take_over, uint64_t* stale);
+  // Gives back the writer word on `held` and clears the intent on `intent`
+  // (whose words were last seen as `seen`).
+  Status give_back(uint32_t lock, uint8_t held, uint8_t intent, const std::array<uint64_t, kMaxReplicas>& seen);
   Status append_padding();
 
   GroupClient& client_;
@@ -263,13 +318,24 @@ class ReplicaLocks {
  public:
   // `lock_region`: replica r's region of the lock group (ReplicaView::region->data()).
   explicit ReplicaLocks(uint8_t* lock_region, size_t bytes) : words_(lock_region), bytes_(bytes) {}
-  // Takes a read lock unless a writer holds `lock` (then false; retry).
+  // Takes a read lock unless a writer holds `lock` or waits for it (its
+  // intent is set): then false; retry.
   bool try_rd_lock(uint32_t lock);
+  // At the replica's restart after a power failure, before it serves reads
+  // (its DRAM lock words are gone): every lock in [0, locks) reads as held
+  // by a writer -- the dead front end's, for all anyone knows -- so that no
+  // read is served from a replayed image the front end has not reconciled
+  // with the other members yet (a record in flight may be applied here and
+  // not there). The resuming front end takes them over (take_over_locks,
+  // TxnKv::open, recover) and unlocks once the log has run.
+  void hold_until_recovered(uint32_t locks);
   void rd_unlock(uint32_t lock);
   // The word: writer bit and reader count (tests, monitoring).
   uint64_t word(uint32_t lock) const;
 
   static constexpr uint64_t kWriter = uint64_t{1} << 63;
+  // A writer waits for the readers inside to leave; no new one enters.
+  static constexpr uint64_t kIntent = uint64_t{1} << 62;
 
  private:
   std::atomic_ref<uint64_t> at(uint32_t lock) const;

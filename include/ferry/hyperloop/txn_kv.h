@@ -88,15 +88,19 @@ class TxnKv {
   // TxnClient. kInvalidArgument if the layout does not fit its database.
   static Result<std::unique_ptr<TxnKv>> create(TxnClient& txn, const TxnKvOptions& options = {});
   // Attaches to the image an earlier front end formatted (TxnClient
-  // initialized with resume = true: after a client restart or a chain
-  // recovery). Runs the records the log still holds (appended, not
-  // executed) under every lock of the store, so the mirror and the replicas
-  // hold every logged record; after a crash of the old front end, release
-  // its locks first (txn.release_stale_locks(txn_kv_lock_words(options))),
-  // or this waits for them (kTimedOut). Checks the header and walks the
+  // initialized with resume = true: after a client restart, a power failure
+  // of replicas or a chain recovery). Takes every lock of the store over
+  // (TxnClient::take_over_locks: one front end per store, so a lock still
+  // held, or a writer's intent, is a dead front end's; it is not released
+  // first, and must not be by the caller either -- a reader would get in
+  // before the dead front end's last record ran again), runs the records the
+  // log still holds (appended, not executed), so the mirror and the replicas
+  // hold every logged record, and unlocks. Checks the header and walks the
   // whole index (O(slots)). kInvalidArgument: bad options, a database too
   // small for them, or a TxnKv image of other options; kDataLoss: not a
-  // TxnKv image (another magic, a version-1 image) or a malformed index.
+  // TxnKv image (another magic, a version-1 image) or a malformed index;
+  // kTimedOut: a reader never left a lock (the locks taken stay held; open
+  // again).
   static Result<std::unique_ptr<TxnKv>> open(TxnClient& txn, const TxnKvOptions& options);
 
   // Each write is one record, applied on every replica under the key's

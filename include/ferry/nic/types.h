@@ -196,6 +196,13 @@ struct QpInitAttr {
   // SEND_ENABLE / RECV_ENABLE requests on another queue of the same NIC set.
   bool managed_send = false;
   bool managed_recv = false;
+  // May issue cross-channel requests (WAIT, SEND_ENABLE, RECV_ENABLE), as a
+  // QP created with mlx5's IBV_EXP_QP_CREATE_CROSS_CHANNEL (cd_master). A QP
+  // without it is refused them at post (kInvalidArgument), and a WQE
+  // rewritten into one in its ring completes with LOC_QP_OP_ERR when the NIC
+  // starts it: a peer that rewrites a data queue's WQEs (HyperLoop) cannot
+  // turn one into a WAIT or an ENABLE.
+  bool cross_channel = false;
   // Optional caller-provided ring memory (e.g. a persistent-memory region);
   // when empty the NIC allocates page-aligned DRAM. Must be 64-byte aligned and
   // at least the ring size (see QueuePair::send_ring()).
