@@ -65,6 +65,7 @@ struct Worker {
   std::vector<std::vector<uint16_t>> starts;  // per buffer slot: strides where a message started
   std::vector<void*> invalidate;              // durable: scratch, the checksum words a retired buffer clears
   std::vector<uint64_t> tokens;               // per buffer slot: Admission::reserve's token (0: none)
+  bool admission_waiting = false;             // the next buffer waits for Admission::reserve
   std::atomic<uint64_t> posted_gauge{0};      // `posted`, for posted_buffers() from other threads
 
   // Durable mode: this worker's area of the PM region.

@@ -306,10 +306,12 @@ Status Server::Impl::post_buffers(Worker& w) {
     const uint64_t sequence = w.posted;
     Status s = post_buffer(w, sequence);
     if (s.code() == Code::kResourceExhausted) {
-      w.counters.admission_refusals.inc();
+      if (!w.admission_waiting) w.counters.admission_refusals.inc();  // once per wait, not per poll
+      w.admission_waiting = true;
       return ok_status();  // asked again at the next poll
     }
     if (!s.ok()) return s;
+    w.admission_waiting = false;
     if (sequence >= options.buffers) w.counters.reposts.inc();
   }
   return ok_status();

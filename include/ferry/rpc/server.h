@@ -190,7 +190,7 @@ struct WorkerCounters {
   uint64_t out_of_order = 0;    // completions that arrived ahead of an earlier buffer position
   uint64_t recovered = 0;       // nilext requests re-executed by recovery
   uint64_t recovery_skipped = 0;  // valid non-nilext requests recovery skipped
-  uint64_t admission_refusals = 0;  // times a buffer stayed unposted: Admission::reserve said not now
+  uint64_t admission_refusals = 0;  // times posting stopped because Admission::reserve said not now
   uint64_t busy_ns = 0;         // time spent handling completions (not polling empty CQs)
   WorkerCounters& operator+=(const WorkerCounters& o);
 };
