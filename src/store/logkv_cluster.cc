@@ -127,7 +127,8 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     const uint64_t log_id = si.log_id;
     si.on_freed = [coord, log_id](uint64_t segment_id) {
       std::lock_guard lk(coord->mu);
-      coord->min_versions[log_id][segment_id] = std::numeric_limits<uint64_t>::max();
+      coord->min_versions[log_id][segment_id] = tailwind::kFreedSegment;
+      return ok_status();
     };
     FERRY_RETURN_IF_ERROR(si.create_log(candidates, [coord, log_id](uint64_t segment_id, uint64_t version) {
       std::lock_guard lk(coord->mu);
@@ -350,11 +351,14 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
     std::unique_lock lk(m.own_mu);
     m.owned.insert(tablet);
   }
-  // The crashed log's replicas are no longer needed.
+  // The crashed log's replicas are no longer needed: freed on record first,
+  // so a copy a free does not reach is never replayed.
+  {
+    std::lock_guard lk(c.coordinator.mu);
+    for (const auto& seg : segments) c.coordinator.min_versions[dead.log_id][seg.segment_id] = tailwind::kFreedSegment;
+  }
   for (const auto& seg : segments) {
     for (auto* l : raw) (void)l->free(seg.segment_id);
-    std::lock_guard lk(c.coordinator.mu);
-    c.coordinator.min_versions[dead.log_id][seg.segment_id] = std::numeric_limits<uint64_t>::max();
   }
   result.elapsed_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());

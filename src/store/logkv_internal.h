@@ -239,9 +239,10 @@ struct Server::Impl {
   std::map<uint64_t, uint32_t> tablets_of;
 
   std::mutex clean_mu;  // one cleaner pass at a time
-  // Told when a segment of this log is freed (the coordinator then ignores
-  // any replica of it that survives on a backup).
-  std::function<void(uint64_t segment_id)> on_freed;
+  // Told before a segment of this log is freed on its backups (the
+  // coordinator then ignores any replica of it that survives on a backup);
+  // an error keeps the segment (the cleaner retries at its next pass).
+  std::function<Status(uint64_t segment_id)> on_freed;
 
   struct Counters {
     std::atomic<uint64_t> puts{0}, gets{0}, removes{0}, conditional_failures{0}, wrong_server{0},
@@ -275,7 +276,8 @@ struct Coordinator {
   mutable std::mutex mu;
   std::vector<TableMap> tables;  // table_id = position + 1
   // Per log: the replica version each segment's replicas must have (a
-  // freed segment: UINT64_MAX, so no replica of it is ever used again).
+  // freed segment: tailwind::kFreedSegment, so no replica of it is ever
+  // used again).
   std::map<uint64_t, std::map<uint64_t, uint64_t>> min_versions;
 };
 

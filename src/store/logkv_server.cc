@@ -252,12 +252,23 @@ Result<CleanResult> Server::Impl::clean() {
       ++result.objects_relocated;
     }
     result.bytes_freed += seg.size();
+    // The coordinator records the segment as freed before any copy goes:
+    // a copy left on a backup the log no longer reaches (declared failed,
+    // partitioned) must never be replayed by a recovery, or the objects
+    // whose tombstones are dropped with it come back (RAMCloud's log digest
+    // stops listing a cleaned segment for the same reason).
+    if (on_freed) {
+      const Status reported = on_freed(id);
+      if (!reported.ok()) {
+        return Status(reported.code(), name + ": the coordinator did not record segment " + std::to_string(id) +
+                                           " as freed: " + reported.message());
+      }
+    }
     FERRY_RETURN_IF_ERROR(log->free_segment(id));
     {
       std::lock_guard lk(live_mu);
       live.erase(id);
     }
-    if (on_freed) on_freed(id);
     ++result.segments_cleaned;
   }
   counters.segments_cleaned += result.segments_cleaned;

@@ -34,16 +34,26 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
   for (auto& [segment_id, candidates] : by_segment) {
     auto required = min_versions.find(segment_id);
     uint64_t need = required == min_versions.end() ? 0 : required->second;
+    if (need == kFreedSegment) {
+      // The cleaner freed it (or a recovery consumed it): a copy that
+      // survived anywhere -- open or closed, on a backup declared dead
+      // before the free -- would bring back objects whose tombstones were
+      // dropped with it.
+      rep.stale_ignored += candidates.size();
+      continue;
+    }
     // A replica below the newest version any backup reports for this
-    // segment was left behind by a re-replication (§3.3.3).
+    // segment was left behind by a re-replication (§3.3.3). The rule holds
+    // for closed replicas too: a replica's state says nothing of whether the
+    // primary still counted it.
     for (const Candidate& c : candidates) {
-      if (!c.info.closed) need = std::max(need, c.info.replica_version);
+      if (!c.info.corrupted) need = std::max(need, c.info.replica_version);
     }
     std::vector<Candidate> usable;
     for (const Candidate& c : candidates) {
       if (c.info.corrupted) {
         ++rep.corrupted_ignored;
-      } else if (!c.info.closed && c.info.replica_version < need) {
+      } else if (c.info.replica_version < need) {
         ++rep.stale_ignored;
       } else {
         if (!c.info.closed && !c.info.zero_after_valid) ++rep.torn_open;

