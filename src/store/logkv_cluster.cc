@@ -134,6 +134,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
       std::lock_guard lk(coord->mu);
       uint64_t& v = coord->min_versions[log_id][segment_id];
       v = std::max(v, version);
+      return ok_status();
     }));
   }
   if (options.clean_interval_ms > 0) {

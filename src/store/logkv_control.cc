@@ -194,7 +194,7 @@ Result<std::unordered_map<std::string, Replayed>> replay(
 }  // namespace detail
 
 Status Server::Impl::create_log(std::vector<tailwind::BackupLink*> candidates,
-                                std::function<void(uint64_t segment_id, uint64_t version)> on_version) {
+                                std::function<Status(uint64_t segment_id, uint64_t version)> on_version) {
   tailwind::LogOptions lo;
   lo.log_id = log_id;
   lo.segment_bytes = options.segment_bytes;

@@ -240,7 +240,7 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(nic::Nic& nic, cm::L
     w.put<uint64_t>(log_id);
     w.put<uint64_t>(segment_id);
     w.put<uint64_t>(version);
-    (void)mp->report(detail::kCoordVersion, w.out());
+    return mp->report(detail::kCoordVersion, w.out());
   }));
   detail::WireWriter w;
   w.put<uint32_t>(index);

@@ -261,7 +261,7 @@ struct Server::Impl {
   Status register_control_handlers();
   // The log over `candidates` (links[k] is to server link_server[k]).
   Status create_log(std::vector<tailwind::BackupLink*> candidates,
-                    std::function<void(uint64_t segment_id, uint64_t version)> on_version);
+                    std::function<Status(uint64_t segment_id, uint64_t version)> on_version);
   // Appends (table, key) at `version` with `value` and points the index at
   // it; the partition's lock must be held. Used by PUT and recovery.
   Result<detail::IndexEntry> append_and_index(detail::Partition& p, const std::string& ikey, uint64_t table_id,

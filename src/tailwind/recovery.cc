@@ -30,6 +30,24 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       by_segment[r.segment_id].push_back({b, r});
     }
   }
+  // Completeness: every segment the coordinator lists (the log reported it
+  // before its first append) and that is not freed must be found. A backup
+  // that did not answer may hold the only replicas of one: recovery waits
+  // for it (the caller retries) rather than finish without those objects.
+  std::vector<uint64_t> missing;
+  for (const auto& [segment_id, version] : min_versions) {
+    if (version != kFreedSegment && by_segment.count(segment_id) == 0) missing.push_back(segment_id);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i == 0 ? "" : ", ") + std::to_string(missing[i]);
+    if (missing.size() > 8) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+    return unavailable("log " + std::to_string(log_id) + ": no reachable backup holds a replica of segment" +
+                       (missing.size() > 1 ? "s " : " ") + list +
+                       " (" + std::to_string(backups.size() - rep.backups_unreachable) + " backups answered, " +
+                       std::to_string(rep.backups_unreachable) +
+                       " did not): recovery must wait until a backup holding it answers");
+  }
   std::vector<RecoveredSegment> out;
   for (auto& [segment_id, candidates] : by_segment) {
     auto required = min_versions.find(segment_id);
@@ -88,9 +106,12 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       break;
     }
     if (!recovered) {
-      return data_loss("no usable replica of segment " + std::to_string(segment_id) + " of log " +
-                       std::to_string(log_id) + " (" + std::to_string(candidates.size()) + " found, " +
-                       std::to_string(usable.size()) + " usable)");
+      // A backup that did not answer may hold a usable replica: wait for it.
+      const std::string what = "no usable replica of segment " + std::to_string(segment_id) + " of log " +
+                               std::to_string(log_id) + " (" + std::to_string(candidates.size()) + " found, " +
+                               std::to_string(usable.size()) + " usable, " +
+                               std::to_string(rep.backups_unreachable) + " backups did not answer)";
+      return rep.backups_unreachable > 0 ? unavailable(what) : data_loss(what);
     }
   }
   return out;

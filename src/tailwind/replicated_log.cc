@@ -40,6 +40,9 @@ struct ReplicatedLog::Impl {
     std::optional<SegmentWriter> writer;
     bool closed = false;
     uint64_t version = 1;
+    // The coordinator knows `version` (LogOptions::on_version returned OK).
+    // Until it does, nothing appended to the segment is acknowledged.
+    bool version_reported = false;
     std::vector<Replica> replicas;
     size_t bytes = 0;
     ~Segment() { mrs.clear(); }
@@ -297,11 +300,28 @@ struct ReplicatedLog::Impl {
             if (!changed.ok()) mark_dead(r.backup);
           }
           s.version = version;
+          s.version_reported = false;
           ++counters.version_changes;
-          if (options.on_version) options.on_version(s.id, version);
+          (void)report_version_locked(s);  // an error: the next append retries it before acknowledging
         }
       }
     }
+    return ok_status();
+  }
+
+  // Tells the coordinator the segment's current version, unless it knows.
+  Status report_version_locked(Segment& s) {
+    if (s.version_reported || !options.on_version) {
+      s.version_reported = true;
+      return ok_status();
+    }
+    const Status reported = options.on_version(s.id, s.version);
+    if (!reported.ok()) {
+      return Status(reported.code(), "log " + std::to_string(options.log_id) + ": the coordinator does not know " +
+                                         "segment " + std::to_string(s.id) + " at version " +
+                                         std::to_string(s.version) + ": " + reported.message());
+    }
+    s.version_reported = true;
     return ok_status();
   }
 
@@ -320,13 +340,16 @@ struct ReplicatedLog::Impl {
     FERRY_RETURN_IF_ERROR(register_segment(*s));
     Segment& seg = *s;
     segments.emplace(seg.id, std::move(s));
-    for (uint32_t i = 0; i < options.replicas; ++i) {
-      auto added = add_replica(seg);
-      if (!added.ok()) {
-        for (const Replica& r : seg.replicas) (void)links[r.backup]->free(seg.id);
-        segments.erase(seg.id);
-        return added.status();
-      }
+    Status opened = ok_status();
+    for (uint32_t i = 0; i < options.replicas && opened.ok(); ++i) opened = add_replica(seg).status();
+    // The coordinator lists the segment before anything is appended to it:
+    // a recovery then knows to look for it (and waits for its backups
+    // rather than finish without it).
+    if (opened.ok()) opened = report_version_locked(seg);
+    if (!opened.ok()) {
+      for (const Replica& r : seg.replicas) (void)links[r.backup]->free(seg.id);
+      segments.erase(seg.id);
+      return opened;
     }
     open = &seg;
     ++counters.segments_opened;
@@ -380,6 +403,7 @@ struct ReplicatedLog::Impl {
     std::unique_lock lock(mu);
     FERRY_RETURN_IF_ERROR(repair_locked());
     if (open == nullptr) FERRY_RETURN_IF_ERROR(open_segment_locked());
+    FERRY_RETURN_IF_ERROR(report_version_locked(*open));
     auto appended = write_entry(*open->writer);
     if (!appended.ok() && appended.status().code() == Code::kResourceExhausted) {
       FERRY_RETURN_IF_ERROR(close_segment_locked(lock));
@@ -402,6 +426,10 @@ struct ReplicatedLog::Impl {
       if (!needs_repair()) break;
       FERRY_RETURN_IF_ERROR(repair_locked());  // the new replicas hold [0, written) >= end
     }
+    // A repair meanwhile moved the version on: the coordinator must know it
+    // before this append counts, or a recovery could prefer a replica left
+    // behind at the old version that lacks it.
+    FERRY_RETURN_IF_ERROR(report_version_locked(s));
     return position;
   }
 };

@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,6 +114,37 @@ TEST_P(LogKvSafety, ADeletedObjectStaysDeletedWhenACleanedSegmentSurvivesOnABack
   EXPECT_EQ(client->get(0, table, as_bytes(victim)).status().code(), Code::kNotFound)
       << "a deleted object came back from a freed segment's stale copy";
   EXPECT_TRUE(client->get(0, table, as_bytes(churn)).ok());
+}
+
+// r = 1: each of the primary's segments lives on one backup. The primary
+// crashes, then the backup holding its open segment crashes too before the
+// recovery: that segment (and its acknowledged PUTs) has no replica left.
+// The recovery must fail and say which segment it lacks, not rebuild the
+// tablets without it.
+TEST_P(LogKvSafety, RecoveryFailsLoudlyWhileASegmentOfTheCrashedLogHasNoReachableReplica) {
+  auto opts = cluster_options(GetParam());
+  opts.server.replicas = 1;
+  auto cluster = Cluster::create(opts).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  const TableMap map = cluster->table(table).value();
+  const uint32_t primary = 0;
+  tailwind::ReplicatedLog& log = cluster->server(primary).log();
+  for (const auto& k : keys_on(map, primary, "key-", 200)) {
+    ASSERT_TRUE(client->put(0, table, as_bytes(k), as_bytes(std::string(400, 'v'))).ok());
+  }
+  ASSERT_GE(log.segment_ids().size(), 2u);
+  const uint64_t open = log.open_segment_id();
+  const uint32_t holder = server_of_link(primary, log.replicas_of(open).front());
+  ASSERT_TRUE(cluster->crash_server(primary).ok());
+  ASSERT_TRUE(cluster->crash_server(holder).ok());
+  auto rec = cluster->recover_server(primary);
+  ASSERT_FALSE(rec.ok()) << "the tablets were rebuilt without segment " << open << " ("
+                         << rec->progress.objects_restored << " objects restored)";
+  EXPECT_EQ(rec.status().code(), Code::kUnavailable) << rec.status().to_string();
+  EXPECT_TRUE(std::regex_search(rec.status().message(),
+                                std::regex("segments? ([0-9]+, )*" + std::to_string(open) + "\\b")))
+      << "the error does not name segment " << open << ": " << rec.status().to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, LogKvSafety,

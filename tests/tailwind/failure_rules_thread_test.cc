@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -105,6 +106,57 @@ TEST(TailwindRecovery, AFreedSegmentNeverComesBackFromADeadBackupsClosedCopy) {
   ASSERT_EQ(segments->size(), 1u);
   EXPECT_EQ((*segments)[0].segment_id, 2u);
   EXPECT_EQ(report.stale_ignored, 1u) << "the freed copy must be counted as ignored";
+}
+
+// ---- completeness ----
+
+// The coordinator lists every segment the log opened (before its first
+// append). A recovery whose reachable backups hold no replica of a listed
+// segment must fail, naming it, instead of finishing without its objects.
+TEST(TailwindRecovery, RecoveryFailsLoudlyWhenAListedSegmentHasNoReachableReplica) {
+  Cluster cluster;
+  std::map<uint64_t, uint64_t> coordinator;
+  auto links = cluster.link_all(kLog, /*data_path=*/true);
+  LogOptions o = log_options(Replication::kTailwind, 64 << 10);
+  o.replicas = 2;
+  o.on_version = [&](uint64_t segment, uint64_t version) {
+    uint64_t& v = coordinator[segment];
+    v = std::max(v, version);
+    return ok_status();
+  };
+  std::vector<size_t> holders;
+  uint64_t first_segment = 0;
+  {
+    auto log = ReplicatedLog::create(cluster.primary_nic(), links, o).value();
+    for (int i = 0; log->segment_ids().size() < 3; ++i) {
+      ASSERT_TRUE(log->append_object(1, static_cast<uint64_t>(i + 1), bytes_of("key-" + std::to_string(i)),
+                                     bytes_of(std::string(500, 'v')))
+                      .ok());
+    }
+    first_segment = log->segment_ids().front();
+    holders = log->replicas_of(first_segment);
+    ASSERT_EQ(holders.size(), 2u);
+    // The primary dies.
+  }
+  EXPECT_EQ(coordinator.count(first_segment), 1u) << "the coordinator never heard of segment " << first_segment;
+  // The two backups holding the first segment cannot be reached.
+  std::vector<BackupLink*> reachable;
+  auto recovery_links = cluster.link_all(kLog, /*data_path=*/false);
+  for (size_t b = 0; b < recovery_links.size(); ++b) {
+    if (std::find(holders.begin(), holders.end(), b) == holders.end()) reachable.push_back(recovery_links[b]);
+  }
+  RecoveryReport report;
+  auto segments = recover_log(kLog, reachable, coordinator, &report);
+  ASSERT_FALSE(segments.ok()) << "recovery finished without segment " << first_segment << " ("
+                              << segments->size() << " segments recovered)";
+  EXPECT_EQ(segments.status().code(), Code::kUnavailable) << segments.status().to_string();
+  EXPECT_TRUE(std::regex_search(segments.status().message(),
+                                std::regex("segments? ([0-9]+, )*" + std::to_string(first_segment) + "\\b")))
+      << "the error does not name segment " << first_segment << ": " << segments.status().to_string();
+  // Once the backups answer again, the same recovery succeeds.
+  auto again = recover_log(kLog, recovery_links, coordinator, &report);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->size(), 3u);
 }
 
 }  // namespace failure_rules_test

@@ -127,9 +127,15 @@ struct LogOptions {
   // acknowledged a replication request (RPC mode): nothing is outstanding
   // on the wire, so its QP never errors.
   uint32_t replication_timeout_ms = 3000;
-  // Called (under the log's lock) when a segment's replica version moves
-  // on: a coordinator records it, so recovery can tell stale replicas.
-  std::function<void(uint64_t segment_id, uint64_t replica_version)> on_version;
+  // Tells the coordinator (under the log's lock) that a segment exists at a
+  // replica version: when the segment is opened (its replicas hold its
+  // header; nothing is appended to it before this returns OK), and each
+  // time its version moves on. The coordinator's record is then the list of
+  // the log's segments that recovery must find, and tells it stale replicas.
+  // An error (the coordinator cannot be reached) fails the open, or the
+  // append that needs the new version known: no append is acknowledged
+  // until the report lands (it is retried at the next append).
+  std::function<Status(uint64_t segment_id, uint64_t replica_version)> on_version;
 };
 
 // Where an appended entry lives in the log.
@@ -212,6 +218,15 @@ inline constexpr uint64_t kFreedSegment = UINT64_MAX;
 // the newest any backup reports. A segment recorded as kFreedSegment is
 // never used, whatever state its replicas are found in. Reads go over the
 // backups' RPCs and are scanned again on arrival.
+//
+// Completeness: `min_versions` is the coordinator's record of the log
+// (LogOptions::on_version lists every segment before its first append).
+// Every segment it lists and that is not freed must be recovered: one that
+// no answering backup holds makes the recovery fail kUnavailable, naming it
+// (a backup that did not answer, or is not in `backups`, may hold it: retry
+// when it is back); one whose replicas are all unusable fails kDataLoss (or
+// kUnavailable while some backup did not answer). An empty record checks
+// nothing (tests without a coordinator).
 struct RecoveredSegment {
   uint64_t segment_id = 0;
   bool closed = false;
