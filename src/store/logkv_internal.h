@@ -254,6 +254,9 @@ struct Server::Impl {
   uint32_t backup_worker() const { return options.workers; }
   detail::Partition& partition(uint64_t hash) { return *partitions[hash % partitions.size()]; }
   bool owns(uint64_t table_id, uint64_t hash) const;
+  // After a failed append: a fenced log (kPermissionDenied) means this
+  // server was declared failed; it stops serving every tablet.
+  void note_append_failure(const Status& st);
   void add_live(uint64_t segment_id, int64_t bytes);
 
   Status register_handlers();

@@ -59,6 +59,10 @@ struct ReplicatedLog::Impl {
   Segment* open = nullptr;
   uint64_t next_segment_id = 1;
   std::vector<bool> dead;  // per link
+  // A backup refused this log with kPermissionDenied: the log was fenced
+  // (its primary declared failed, its log recovered elsewhere). For good:
+  // nothing more is appended or acknowledged.
+  bool fenced = false;
   LogCounters counters;
 
   Segment* segment_of(uint64_t id) {
@@ -71,6 +75,15 @@ struct ReplicatedLog::Impl {
       if (r.backup == backup) return &r;
     }
     return nullptr;
+  }
+
+  // Notes a fence in a backup's answer (kPermissionDenied).
+  void note_fence(const Status& st) {
+    if (st.code() == Code::kPermissionDenied) fenced = true;
+  }
+  Status fenced_error() const {
+    return permission_denied("log " + std::to_string(options.log_id) +
+                             " is fenced: its primary was declared failed and the log recovered elsewhere");
   }
 
   void mark_dead(size_t backup) {
@@ -173,6 +186,7 @@ struct ReplicatedLog::Impl {
             Segment* seg = segment_of(segment_id);
             Replica* rep = seg != nullptr ? replica_on(*seg, backup) : nullptr;
             if (rep != nullptr && rep->inflight > 0) --rep->inflight;
+            if (res.status.ok() && res.app_status == static_cast<uint8_t>(Code::kPermissionDenied)) fenced = true;
             if (!res.status.ok() || res.app_status != 0) {
               mark_dead(backup);
             } else if (rep != nullptr) {
@@ -242,6 +256,8 @@ struct ReplicatedLog::Impl {
   Result<size_t> try_add_replica(Segment& s, bool* busy) {
     for (size_t b : candidates(s)) {
       auto opened = links[b]->open(s.id, s.version);
+      note_fence(opened.status());
+      if (fenced) return fenced_error();
       if (!opened.ok()) {
         if (opened.status().code() == Code::kUnavailable || opened.status().code() == Code::kTimedOut) mark_dead(b);
         if (opened.status().code() == Code::kResourceExhausted) *busy = true;
@@ -259,10 +275,11 @@ struct ReplicatedLog::Impl {
       for (uint64_t off = 0; off < n; off += kCopyChunkBytes) {
         post_blocking(s, s.replicas[index], off, std::min<uint64_t>(kCopyChunkBytes, n - off));
       }
-      while (!dead[b] && s.replicas[index].completed < n) {
+      while (!dead[b] && !fenced && s.replicas[index].completed < n) {
         poll_locked();
         std::this_thread::yield();
       }
+      if (fenced) return fenced_error();
       if (dead[b]) {
         s.replicas.erase(s.replicas.begin() + static_cast<ptrdiff_t>(index));
         continue;
@@ -277,6 +294,7 @@ struct ReplicatedLog::Impl {
   // (mu is held); the new replica holds the segment's bytes before the
   // version moves on at the primary and every live replica.
   Status repair_locked() {
+    if (fenced) return fenced_error();
     while (needs_repair()) {
       for (auto& [id, seg] : segments) {
         Segment& s = *seg;
@@ -289,6 +307,7 @@ struct ReplicatedLog::Impl {
           if (s.closed) {
             const Replica& r = s.replicas[index];
             const Status closed = links[r.backup]->close(s.id, s.written(), s.writer->checksum());
+            note_fence(closed);
             if (!closed.ok()) mark_dead(r.backup);
           }
         }
@@ -297,11 +316,13 @@ struct ReplicatedLog::Impl {
           for (const Replica& r : s.replicas) {
             if (dead[r.backup]) continue;
             const Status changed = links[r.backup]->set_version(s.id, version);
+            note_fence(changed);
             if (!changed.ok()) mark_dead(r.backup);
           }
           s.version = version;
           s.version_reported = false;
           ++counters.version_changes;
+          if (fenced) return fenced_error();
           (void)report_version_locked(s);  // an error: the next append retries it before acknowledging
         }
       }
@@ -360,7 +381,7 @@ struct ReplicatedLog::Impl {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
     while (true) {
       poll_locked();
-      if (needs_repair()) return;
+      if (fenced || needs_repair()) return;
       if (replicated(s, end)) return;
       if (std::chrono::steady_clock::now() >= deadline) {
         // Silent backups are failed backups: the repair replaces them.
@@ -389,8 +410,10 @@ struct ReplicatedLog::Impl {
     }
     for (const Replica& r : s.replicas) {
       const Status closed = links[r.backup]->close(s.id, s.written(), s.writer->checksum());
+      note_fence(closed);
       if (!closed.ok()) mark_dead(r.backup);
     }
+    if (fenced) return fenced_error();
     s.closed = true;
     open = nullptr;
     ++counters.segments_closed;
@@ -401,6 +424,7 @@ struct ReplicatedLog::Impl {
 
   Result<LogPosition> append(const AppendFn& write_entry) {
     std::unique_lock lock(mu);
+    if (fenced) return fenced_error();
     FERRY_RETURN_IF_ERROR(repair_locked());
     if (open == nullptr) FERRY_RETURN_IF_ERROR(open_segment_locked());
     FERRY_RETURN_IF_ERROR(report_version_locked(*open));
@@ -423,6 +447,7 @@ struct ReplicatedLog::Impl {
     const LogPosition position{s.id, appended->offset, appended->bytes};
     while (true) {
       wait_replicated_locked(s, end, lock);
+      if (fenced) return fenced_error();
       if (!needs_repair()) break;
       FERRY_RETURN_IF_ERROR(repair_locked());  // the new replicas hold [0, written) >= end
     }
@@ -541,6 +566,11 @@ uint64_t ReplicatedLog::replica_version(uint64_t segment_id) const {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->segments.find(segment_id);
   return it == impl_->segments.end() ? 0 : it->second->version;
+}
+
+bool ReplicatedLog::fenced() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->fenced;
 }
 
 LogCounters ReplicatedLog::counters() const {

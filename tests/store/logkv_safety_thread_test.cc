@@ -147,6 +147,45 @@ TEST_P(LogKvSafety, RecoveryFailsLoudlyWhileASegmentOfTheCrashedLogHasNoReachabl
       << "the error does not name segment " << open << ": " << rec.status().to_string();
 }
 
+// A primary that the others consider failed (partitioned away) is still
+// running when its log is recovered: every backup fences the log, so the
+// PUTs it still receives from clients with an old map are never
+// acknowledged -- they would be lost, the recovery having read the log
+// already.
+TEST_P(LogKvSafety, AnOldPrimaryWhoseLogWasRecoveredCannotAcknowledgeAPut) {
+  const auto opts = cluster_options(GetParam());
+  auto cluster = Cluster::create(opts).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  const TableMap map = cluster->table(table).value();
+  const uint32_t old_primary = 1;
+  const auto keys = keys_on(map, old_primary, "key-", 20);
+  for (const auto& k : keys) ASSERT_TRUE(client->put(0, table, as_bytes(k), as_bytes("before")).ok());
+  // What the coordinator's recovery does first: fence the log on every
+  // other server's backup and read it back.
+  const uint64_t log_id = cluster->server(old_primary).log().options().log_id;
+  auto* nic = cluster->engine().add_nic({.name = "recovery"}).value();
+  std::vector<std::unique_ptr<tailwind::BackupLink>> links;
+  std::vector<tailwind::BackupLink*> raw;
+  for (uint32_t j = 0; j < cluster->servers(); ++j) {
+    if (j == old_primary) continue;
+    Server& s = cluster->server(j);
+    auto link = tailwind::BackupLink::connect(cluster->engine(), *nic, s.backup(), s.rpc(), log_id, false,
+                                              opts.server.workers);
+    ASSERT_TRUE(link.ok()) << link.status().to_string();
+    raw.push_back(link->get());
+    links.push_back(std::move(link).value());
+  }
+  auto recovered = tailwind::recover_log(log_id, raw, {});
+  ASSERT_TRUE(recovered.ok()) << recovered.status().to_string();
+  // The old primary still runs and a client still sends it a PUT.
+  auto late = client->put(0, table, as_bytes(keys[0]), as_bytes("after the recovery read the log"));
+  EXPECT_FALSE(late.ok()) << "an old primary acknowledged a PUT after its log was recovered (version "
+                          << (late.ok() ? *late : 0) << ")";
+  auto removed = client->remove(0, table, as_bytes(keys[1]));
+  EXPECT_FALSE(removed.ok()) << "an old primary acknowledged a DELETE after its log was recovered";
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, LogKvSafety,
                          ::testing::Values(tailwind::Replication::kTailwind, tailwind::Replication::kRpc),
                          [](const auto& info) { return std::string(tailwind::replication_name(info.param)); });

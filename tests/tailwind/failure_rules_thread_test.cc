@@ -159,5 +159,64 @@ TEST(TailwindRecovery, RecoveryFailsLoudlyWhenAListedSegmentHasNoReachableReplic
   EXPECT_EQ(again->size(), 3u);
 }
 
+// ---- fencing ----
+
+class TailwindFencing : public ::testing::TestWithParam<Replication> {};
+
+// Recovery fenced the log (a partitioned old primary is still running):
+// nothing the old primary sends afterwards may be acknowledged, or a PUT
+// would be acknowledged after its tablets were rebuilt without it.
+TEST_P(TailwindFencing, AFencedLogGetsNoAppendAcknowledgedInEitherMode) {
+  Cluster cluster;
+  auto links = cluster.link_all(kLog, GetParam() == Replication::kTailwind);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 1 << 20)).value();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(log->append_object(1, 1, bytes_of("key-" + std::to_string(i)), bytes_of("before")).ok());
+  }
+  auto recovery_links = cluster.link_all(kLog, /*data_path=*/false);
+  auto recovered = recover_log(kLog, recovery_links, {});
+  ASSERT_TRUE(recovered.ok()) << recovered.status().to_string();
+  // The old primary keeps going.
+  auto late = log->append_object(1, 1, bytes_of("late"), bytes_of("after the recovery read the log"));
+  EXPECT_FALSE(late.ok()) << "an append was acknowledged after its log was recovered elsewhere";
+  // Every control operation of the fenced log is refused by every backup.
+  for (size_t b = 0; b < cluster.size(); ++b) {
+    Backup& backup = *cluster.host(b).backup;
+    EXPECT_EQ(backup.open(kLog, 99, 1).status().code(), Code::kPermissionDenied) << backup.options().name;
+    for (uint64_t seg : log->segment_ids()) {
+      EXPECT_FALSE(backup.replicate(kLog, seg, 0, bytes_of("x")).ok()) << backup.options().name;
+      EXPECT_FALSE(backup.set_version(kLog, seg, 9).ok()) << backup.options().name;
+      EXPECT_FALSE(backup.close(kLog, seg, 0, 1).ok()) << backup.options().name;
+    }
+  }
+}
+
+// A fence is for good: once a log is fenced, a new data-path connection of
+// that log is refused, even after its buffers' registrations are gone, so
+// an old primary cannot reconnect and write again.
+TEST_P(TailwindFencing, AFenceIsPermanentANewConnectionOfAFencedLogIsRefused) {
+  Cluster cluster;
+  auto links = cluster.link_all(kLog, /*data_path=*/true);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 1 << 20)).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("key"), bytes_of("value")).ok());
+  for (size_t b = 0; b < cluster.size(); ++b) cluster.host(b).backup->fence(kLog);
+  for (size_t b = 0; b < cluster.size(); ++b) {
+    BackupHost& h = cluster.host(b);
+    auto again = BackupLink::connect(cluster.engine(), cluster.primary_nic(), *h.backup, *h.server, kLog,
+                                     /*data_path=*/true);
+    EXPECT_FALSE(again.ok()) << h.backup->options().name << " accepted a new connection of a fenced log";
+    if (!again.ok()) {
+      EXPECT_EQ(again.status().code(), Code::kPermissionDenied) << again.status().to_string();
+    }
+  }
+  // Other logs are not affected.
+  auto other = BackupLink::connect(cluster.engine(), cluster.primary_nic(), *cluster.host(0).backup,
+                                   *cluster.host(0).server, kLog + 1, /*data_path=*/true);
+  EXPECT_TRUE(other.ok()) << other.status().to_string();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TailwindFencing, ::testing::Values(Replication::kTailwind, Replication::kRpc),
+                         [](const auto& info) { return std::string(replication_name(info.param)); });
+
 }  // namespace failure_rules_test
 }  // namespace ferry::tailwind

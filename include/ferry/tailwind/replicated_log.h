@@ -173,7 +173,10 @@ class ReplicatedLog {
   // Appends an object (or tombstone) and returns once every replica has it.
   // kInvalidArgument: it cannot fit in a segment. kUnavailable: too few
   // live backups to keep r replicas (the entry is then in the primary's log
-  // but not acknowledged).
+  // but not acknowledged). kPermissionDenied: the log is fenced (a backup
+  // refused it: its primary was declared failed and the log recovered
+  // elsewhere); every later append fails so too, and the caller must stop
+  // serving what the log holds.
   Result<LogPosition> append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
                                     std::span<const uint8_t> value);
   Result<LogPosition> append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
@@ -195,6 +198,8 @@ class ReplicatedLog {
   // Backups (indices into the create() list) holding replicas of a segment.
   std::vector<size_t> replicas_of(uint64_t segment_id) const;
   uint64_t replica_version(uint64_t segment_id) const;
+  // A backup fenced this log (see append); for good.
+  bool fenced() const;
   LogCounters counters() const;
   const LogOptions& options() const;
 
