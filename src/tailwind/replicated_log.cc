@@ -20,6 +20,7 @@ namespace ferry::tailwind {
 namespace {
 
 constexpr size_t kCopyChunkBytes = 1 << 20;  // re-replication WRITEs
+constexpr uint32_t kOrphanFreesInFlight = 16;  // per backup: the rest of its session's window is the log's
 
 uint64_t wr_id_of(uint64_t segment_id, uint64_t end) { return segment_id << 32 | end; }
 
@@ -63,6 +64,14 @@ struct ReplicatedLog::Impl {
   // (its primary declared failed, its log recovered elsewhere). For good:
   // nothing more is appended or acknowledged.
   bool fenced = false;
+  // Replicas the log dropped from a backup (it failed, or was declared
+  // failed) and has not freed there yet: (backup, segment) -> a free is in
+  // flight. Left alone they would hold a buffer against that backup's
+  // unflushed limit (and a copy on its storage) for good. An asynchronous
+  // free goes out at each segment roll and is sent again until the backup
+  // answers; a backup that never comes back keeps its entries.
+  std::map<std::pair<size_t, uint64_t>, bool> orphans;
+  std::vector<uint32_t> orphan_frees;  // per link: frees in flight (its session is polled while > 0)
   LogCounters counters;
 
   Segment* segment_of(uint64_t id) {
@@ -128,7 +137,7 @@ struct ReplicatedLog::Impl {
           }
         }
       }
-      if (options.replication == Replication::kRpc && !dead[b]) link.session().poll();
+      if ((options.replication == Replication::kRpc && !dead[b]) || orphan_frees[b] > 0) link.session().poll();
     }
   }
 
@@ -203,6 +212,35 @@ struct ReplicatedLog::Impl {
     }
     return ok_status();
   }
+
+  // Sends a free for every dropped replica whose free is not in flight
+  // (asynchronous: a backup that does not answer holds nothing up).
+  void free_orphans_locked() {
+    for (auto& [where, in_flight] : orphans) {
+      const auto [b, segment_id] = where;
+      if (in_flight || orphan_frees[b] >= kOrphanFreesInFlight) continue;
+      BackupLink::Impl& link = links[b]->impl();
+      const detail::SegmentRef req{options.log_id, segment_id};
+      const Status sent = link.session().call_async(
+          kTwFree, link.route, detail::encode(req), false, [this, key = where](const rpc::CallResult& res) {
+            --orphan_frees[key.first];
+            const bool gone = res.status.ok() && (res.app_status == 0 ||
+                                                  res.app_status == static_cast<uint8_t>(Code::kNotFound));
+            if (gone) {
+              orphans.erase(key);
+              ++counters.orphans_freed;
+            } else {
+              orphans[key] = false;  // the next roll sends it again
+            }
+          });
+      if (!sent.ok()) continue;  // the link is down or its window full: the next roll
+      in_flight = true;
+      ++orphan_frees[b];
+    }
+  }
+
+  // Remembers a replica dropped from backup `b` (not counted any more).
+  void orphan(size_t b, uint64_t segment_id) { orphans.emplace(std::make_pair(b, segment_id), false); }
 
   // post(), polling while the backup's queue is full.
   void post_blocking(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
@@ -282,6 +320,7 @@ struct ReplicatedLog::Impl {
       if (fenced) return fenced_error();
       if (dead[b]) {
         s.replicas.erase(s.replicas.begin() + static_cast<ptrdiff_t>(index));
+        orphan(b, s.id);
         continue;
       }
       return index;
@@ -299,7 +338,10 @@ struct ReplicatedLog::Impl {
       for (auto& [id, seg] : segments) {
         Segment& s = *seg;
         const size_t before = s.replicas.size();
-        std::erase_if(s.replicas, [&](const Replica& r) { return dead[r.backup]; });
+        std::erase_if(s.replicas, [&](const Replica& r) {
+          if (dead[r.backup]) orphan(r.backup, s.id);
+          return dead[r.backup];
+        });
         const size_t lost = before - s.replicas.size();
         for (size_t i = 0; i < lost; ++i) {
           FERRY_ASSIGN_OR_RETURN(size_t index, add_replica(s));
@@ -347,6 +389,7 @@ struct ReplicatedLog::Impl {
   }
 
   Status open_segment_locked() {
+    free_orphans_locked();  // the roll is when the log does control work anyway
     auto s = std::make_unique<Segment>();
     s->id = next_segment_id++;
     // Fresh anonymous pages read as zero without being touched: the segment
@@ -469,6 +512,12 @@ ReplicatedLog::~ReplicatedLog() {
       for (int spin = 0; r.inflight > 0 && !impl_->dead[r.backup] && spin < 100000; ++spin) impl_->poll_locked();
     }
   }
+  // Frees in flight call back into the log: wait for them (a backup that
+  // does not answer cannot call back either: its session is not polled
+  // once the log is gone).
+  for (size_t b = 0; b < impl_->orphan_frees.size(); ++b) {
+    for (int spin = 0; impl_->orphan_frees[b] > 0 && spin < 100000; ++spin) impl_->poll_locked();
+  }
 }
 
 Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std::vector<BackupLink*> backups,
@@ -495,6 +544,7 @@ Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std:
   impl->options = options;
   impl->rng = Rng(options.seed);
   impl->dead.assign(impl->links.size(), false);
+  impl->orphan_frees.assign(impl->links.size(), 0);
   return std::unique_ptr<ReplicatedLog>(new ReplicatedLog(std::move(impl)));
 }
 
@@ -527,7 +577,11 @@ Status ReplicatedLog::free_segment(uint64_t segment_id) {
   if (s == nullptr) return not_found("no segment " + std::to_string(segment_id));
   if (!s->closed) return failed_precondition("segment " + std::to_string(segment_id) + " is open");
   for (const auto& r : s->replicas) {
-    if (!impl_->dead[r.backup]) (void)impl_->links[r.backup]->free(segment_id);
+    if (impl_->dead[r.backup]) {
+      impl_->orphan(r.backup, segment_id);  // not reachable now: freed once it answers
+    } else {
+      (void)impl_->links[r.backup]->free(segment_id);
+    }
   }
   impl_->segments.erase(segment_id);
   return ok_status();

@@ -218,5 +218,78 @@ TEST_P(TailwindFencing, AFenceIsPermanentANewConnectionOfAFencedLogIsRefused) {
 INSTANTIATE_TEST_SUITE_P(Modes, TailwindFencing, ::testing::Values(Replication::kTailwind, Replication::kRpc),
                          [](const auto& info) { return std::string(replication_name(info.param)); });
 
+// ---- replicas left behind ----
+
+class TailwindBackupFailure : public ::testing::TestWithParam<Replication> {};
+
+// The coordinator declares a backup failed while it is still up (a false
+// suspicion, or it came back): the primary re-creates its replicas
+// elsewhere and frees what it left there, or they would hold buffers
+// against that backup's unflushed limit (and copies on its storage) forever.
+TEST_P(TailwindBackupFailure, AReplicaDroppedFromABackupThatIsStillUpIsFreedThere) {
+  Cluster cluster;
+  auto links = cluster.link_all(kLog, GetParam() == Replication::kTailwind);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 64 << 10)).value();
+  int next = 0;
+  auto append = [&] {
+    return log->append_object(1, 1, bytes_of("key-" + std::to_string(next++)), bytes_of(std::string(400, 'v')));
+  };
+  while (log->segment_ids().size() < 2) ASSERT_TRUE(append().ok());
+  const uint64_t open = log->open_segment_id();
+  const size_t dropped = log->replicas_of(open).front();
+  ASSERT_EQ(cluster.host(dropped).backup->counters().open_buffers, 1u);
+  ASSERT_TRUE(log->backup_failed(dropped).ok());
+  // The log keeps working; the dropped backup must end up holding nothing of it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto holds_nothing = [&] {
+    const BackupCounters c = cluster.host(dropped).backup->counters();
+    return c.open_buffers == 0 && c.closed_unflushed == 0 && stored_files(cluster, dropped) == 0;
+  };
+  while (!holds_nothing() && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(append().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const BackupCounters c = cluster.host(dropped).backup->counters();
+  EXPECT_EQ(c.open_buffers, 0u) << "a dropped open replica still holds a buffer";
+  EXPECT_EQ(c.closed_unflushed, 0u);
+  EXPECT_EQ(stored_files(cluster, dropped), 0u) << "a dropped closed replica is still on storage";
+  for (uint64_t seg : log->segment_ids()) {
+    const auto now = log->replicas_of(seg);
+    EXPECT_EQ(std::count(now.begin(), now.end(), dropped), 0) << "segment " << seg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TailwindBackupFailure, ::testing::Values(Replication::kTailwind, Replication::kRpc),
+                         [](const auto& info) { return std::string(replication_name(info.param)); });
+
+// A backup whose CPU stalls (RPC mode: it takes requests and answers none)
+// is declared failed after replication_timeout_ms and replaced. When it
+// answers again, the replica the primary dropped there is freed: the
+// backup's buffer is not lost to it for good. (The log keeps appending, so
+// segments roll.)
+TEST(TailwindBackupFailureRpc, ABackupBrieflyUnreachableGetsItsDroppedReplicaFreedWhenItAnswersAgain) {
+  ClusterOptions co;
+  co.pumped_workers = true;
+  Cluster cluster(co);
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  LogOptions lo = log_options(Replication::kRpc, 64 << 10);
+  lo.replication_timeout_ms = 200;
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("first"), bytes_of("opens the segment")).ok());
+  const size_t stalled = log->replicas_of(log->open_segment_id()).front();
+  cluster.silence_backup(stalled);
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("second"), bytes_of("one backup stalls")).ok());
+  ASSERT_GE(log->counters().replication_timeouts, 1u);
+  cluster.resume_backup();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int i = 0;
+  while (cluster.host(stalled).backup->counters().open_buffers != 0 && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(log->append_object(1, 1, bytes_of("more-" + std::to_string(i++)), bytes_of(std::string(400, 'v'))).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(cluster.host(stalled).backup->counters().open_buffers, 0u)
+      << "the replica dropped from a briefly stalled backup still holds its buffer";
+}
+
 }  // namespace failure_rules_test
 }  // namespace ferry::tailwind

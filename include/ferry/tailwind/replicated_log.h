@@ -19,7 +19,8 @@
 // backup -- the segment's bytes so far written to it and flushed --, and
 // then the replica version of the open segment moves on at the primary and
 // every live replica by RPC, so a stale replica that comes back is ignored
-// by recovery. Appends then resume.
+// by recovery. Appends then resume. The replicas left on the failed backup
+// are freed there (asynchronously, at segment rolls) once it answers again.
 //
 // Threads: every method is thread-safe; appends from many threads are
 // serialized on the log's lock for their placement and wait for their
@@ -157,6 +158,7 @@ struct LogCounters {
   uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc)
   uint64_t opens_deferred = 0;  // times every candidate was at its unflushed limit and the primary waited
   uint64_t replication_timeouts = 0;  // backups declared failed for not acknowledging within replication_timeout_ms
+  uint64_t orphans_freed = 0;   // replicas dropped from a failed backup, freed there once it answered
 };
 
 class ReplicatedLog {
