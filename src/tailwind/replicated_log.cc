@@ -102,8 +102,11 @@ struct ReplicatedLog::Impl {
     }
   }
 
+  // Some segment has a replica on a failed backup, or fewer than r
+  // replicas (an earlier repair found no backup to take one).
   bool needs_repair() const {
     for (const auto& [id, s] : segments) {
+      if (s->replicas.size() < options.replicas) return true;
       for (const auto& r : s->replicas) {
         if (dead[r.backup]) return true;
       }
@@ -337,12 +340,13 @@ struct ReplicatedLog::Impl {
     while (needs_repair()) {
       for (auto& [id, seg] : segments) {
         Segment& s = *seg;
-        const size_t before = s.replicas.size();
         std::erase_if(s.replicas, [&](const Replica& r) {
           if (dead[r.backup]) orphan(r.backup, s.id);
           return dead[r.backup];
         });
-        const size_t lost = before - s.replicas.size();
+        // Counted, not remembered: a repair that found no backup last time
+        // is tried again, and until it succeeds nothing is acknowledged.
+        const size_t lost = options.replicas - std::min<size_t>(options.replicas, s.replicas.size());
         for (size_t i = 0; i < lost; ++i) {
           FERRY_ASSIGN_OR_RETURN(size_t index, add_replica(s));
           ++counters.replicas_recreated;

@@ -13,6 +13,7 @@
 //     back) is freed there, not left holding a buffer forever.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <limits>
@@ -259,9 +260,6 @@ TEST_P(TailwindBackupFailure, AReplicaDroppedFromABackupThatIsStillUpIsFreedTher
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, TailwindBackupFailure, ::testing::Values(Replication::kTailwind, Replication::kRpc),
-                         [](const auto& info) { return std::string(replication_name(info.param)); });
-
 // A backup whose CPU stalls (RPC mode: it takes requests and answers none)
 // is declared failed after replication_timeout_ms and replaced. When it
 // answers again, the replica the primary dropped there is freed: the
@@ -290,6 +288,33 @@ TEST(TailwindBackupFailureRpc, ABackupBrieflyUnreachableGetsItsDroppedReplicaFre
   EXPECT_EQ(cluster.host(stalled).backup->counters().open_buffers, 0u)
       << "the replica dropped from a briefly stalled backup still holds its buffer";
 }
+
+// ---- replica count and segment rolls ----
+
+// Two backups of a log with r = 3 fail and only one can be replaced (four
+// backups in all): the log cannot keep three replicas, so no append may be
+// acknowledged -- not the one that found out, nor any later one.
+TEST_P(TailwindBackupFailure, NoAppendIsAcknowledgedWithFewerThanRReplicas) {
+  Cluster cluster;
+  auto links = cluster.link_all(kLog, GetParam() == Replication::kTailwind);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 1 << 20)).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("first"), bytes_of("v")).ok());
+  const uint64_t seg = log->open_segment_id();
+  const auto holders = log->replicas_of(seg);
+  ASSERT_TRUE(log->backup_failed(holders[0]).ok()) << "the fourth backup takes its place";
+  EXPECT_FALSE(log->backup_failed(holders[1]).ok()) << "no backup is left to take the second one's place";
+  for (int i = 0; i < 3; ++i) {
+    auto late = log->append_object(1, 1, bytes_of("late-" + std::to_string(i)), bytes_of("v"));
+    EXPECT_FALSE(late.ok()) << "append " << i << " was acknowledged with " << log->replicas_of(seg).size()
+                            << " replicas of 3";
+    if (!late.ok()) {
+      EXPECT_EQ(late.status().code(), Code::kUnavailable) << late.status().to_string();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TailwindBackupFailure, ::testing::Values(Replication::kTailwind, Replication::kRpc),
+                         [](const auto& info) { return std::string(replication_name(info.param)); });
 
 }  // namespace failure_rules_test
 }  // namespace ferry::tailwind
