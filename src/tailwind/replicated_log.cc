@@ -46,6 +46,9 @@ struct ReplicatedLog::Impl {
     bool version_reported = false;
     std::vector<Replica> replicas;
     size_t bytes = 0;
+    // Its roll is under way: the closer waits for the last WRITEs without
+    // the log's lock, and no one else may append to it or close it again.
+    bool closing = false;
     ~Segment() { mrs.clear(); }
     uint64_t written() const { return writer->offset(); }
   };
@@ -446,8 +449,25 @@ struct ReplicatedLog::Impl {
     }
   }
 
+  // Waits (without the lock) while the open segment is being rolled by
+  // another thread.
+  void wait_roll_locked(std::unique_lock<std::mutex>& lock) {
+    while (open != nullptr && open->closing) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+  }
+
   Status close_segment_locked(std::unique_lock<std::mutex>& lock) {
     Segment& s = *open;
+    s.closing = true;
+    const Status closed = close_closing_locked(s, lock);
+    if (!closed.ok() && open == &s) s.closing = false;  // the next append tries the roll again
+    return closed;
+  }
+
+  Status close_closing_locked(Segment& s, std::unique_lock<std::mutex>& lock) {
     // The close RPC travels on another queue than the WRITEs: every WRITE
     // must be acknowledged before the backup writes the buffer to storage.
     while (true) {
@@ -471,6 +491,7 @@ struct ReplicatedLog::Impl {
 
   Result<LogPosition> append(const AppendFn& write_entry) {
     std::unique_lock lock(mu);
+    wait_roll_locked(lock);
     if (fenced) return fenced_error();
     FERRY_RETURN_IF_ERROR(repair_locked());
     if (open == nullptr) FERRY_RETURN_IF_ERROR(open_segment_locked());
@@ -564,6 +585,7 @@ Result<LogPosition> ReplicatedLog::append_tombstone(uint64_t table_id, uint64_t 
 
 Status ReplicatedLog::close_open_segment() {
   std::unique_lock lock(impl_->mu);
+  impl_->wait_roll_locked(lock);
   if (impl_->open == nullptr) return ok_status();
   return impl_->close_segment_locked(lock);
 }

@@ -313,6 +313,37 @@ TEST_P(TailwindBackupFailure, NoAppendIsAcknowledgedWithFewerThanRReplicas) {
   }
 }
 
+// Many threads append at once to a log whose segments fill quickly. A
+// roll waits for the segment's last WRITEs without the log's lock; an
+// appender that comes in meanwhile must not roll the same segment again:
+// its second close finds the buffers closed, the backups would be declared
+// failed, and replicas dropped for nothing.
+TEST_P(TailwindBackupFailure, ConcurrentAppendersRollEachSegmentOnce) {
+  Cluster cluster;
+  auto links = cluster.link_all(kLog, GetParam() == Replication::kTailwind);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 64 << 10)).value();
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 150; ++i) {
+        const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
+        if (!log->append_object(1, 1, bytes_of(key), bytes_of(std::string(1500 + 37 * (i % 20), 'v'))).ok()) ++failed;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  const LogCounters c = log->counters();
+  EXPECT_GT(c.segments_closed, 10u) << "the test must roll many segments";
+  EXPECT_EQ(c.backup_failures, 0u) << "a healthy backup was declared failed";
+  uint64_t closes = 0;
+  for (size_t b = 0; b < cluster.size(); ++b) closes += cluster.host(b).backup->counters().closes;
+  EXPECT_EQ(closes, 3 * c.segments_closed);
+  for (uint64_t seg : log->segment_ids()) EXPECT_EQ(log->replicas_of(seg).size(), 3u) << "segment " << seg;
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, TailwindBackupFailure, ::testing::Values(Replication::kTailwind, Replication::kRpc),
                          [](const auto& info) { return std::string(replication_name(info.param)); });
 
