@@ -221,6 +221,17 @@ Status Cluster::crash_server(uint32_t i) {
   if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
   Server::Impl& dead = c.servers[i]->impl();
   if (!dead.alive) return failed_precondition(dead.name + " has already crashed");
+  // The host stops now, mid-protocol: from this instant nothing it sends
+  // lands anywhere. Every backup cuts its log at once (a fence: the host
+  // never comes back), so an append in flight is placed on some backups
+  // and not on others, and a WRITE of several packets may stop half placed
+  // -- Figure 6's torn cases, which recovery's scan must handle. The
+  // workers' appends in flight then fail, unacknowledged. (Stopping the
+  // workers first would let every append in flight complete everywhere,
+  // and no recovery would ever meet a torn replica.)
+  for (auto& s : c.servers) {
+    if (s.get() != c.servers[i].get()) s->impl().backup->fence(dead.log_id);
+  }
   // Its CPUs stop: no request is served from now on, as a backup either.
   dead.alive = false;
   dead.rpc->stop();

@@ -222,6 +222,8 @@ struct ReplicatedLog::Impl {
   // Sends a free for every dropped replica whose free is not in flight
   // (asynchronous: a backup that does not answer holds nothing up).
   void free_orphans_locked() {
+    // A fenced log's replicas are the recovery's now (it frees them).
+    if (fenced) return;
     for (auto& [where, in_flight] : orphans) {
       const auto [b, segment_id] = where;
       if (in_flight || orphan_frees[b] >= kOrphanFreesInFlight) continue;
