@@ -51,6 +51,14 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
   std::vector<RecoveredSegment> out;
   for (auto& [segment_id, candidates] : by_segment) {
     auto required = min_versions.find(segment_id);
+    if (required == min_versions.end() && !min_versions.empty()) {
+      // Never reported: the primary failed while opening it (or could not
+      // reach the coordinator), before anything was appended to it. Its
+      // replicas hold at most its header, and may be freed under our feet
+      // by an old primary giving up on the open.
+      rep.unlisted_ignored += candidates.size();
+      continue;
+    }
     uint64_t need = required == min_versions.end() ? 0 : required->second;
     if (need == kFreedSegment) {
       // The cleaner freed it (or a recovery consumed it): a copy that
@@ -86,13 +94,21 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       return a.info.valid_bytes > b.info.valid_bytes;
     });
     bool recovered = false;
+    std::string why;  // what went wrong with each usable replica
     for (const Candidate& c : usable) {
       auto bytes = backups[c.backup]->read_all(segment_id, c.info.closed, c.info.valid_bytes);
-      if (!bytes.ok()) continue;
+      if (!bytes.ok()) {
+        why += "; " + backups[c.backup]->name() + ": " + bytes.status().to_string();
+        continue;
+      }
       // The bytes crossed the network: they must still be the valid prefix
       // the backup reported.
       const ScanResult scan = scan_buffer(*bytes);
-      if (scan.valid_bytes != bytes->size() || scan.checksum != c.info.checksum) continue;
+      if (scan.valid_bytes != bytes->size() || scan.checksum != c.info.checksum) {
+        why += "; " + backups[c.backup]->name() + ": read back " + std::to_string(bytes->size()) + " bytes, valid " +
+               std::to_string(scan.valid_bytes) + " (" + std::string(scan_stop_name(scan.stop)) + ")";
+        continue;
+      }
       RecoveredSegment seg;
       seg.segment_id = segment_id;
       seg.closed = c.info.closed;
@@ -110,7 +126,7 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       const std::string what = "no usable replica of segment " + std::to_string(segment_id) + " of log " +
                                std::to_string(log_id) + " (" + std::to_string(candidates.size()) + " found, " +
                                std::to_string(usable.size()) + " usable, " +
-                               std::to_string(rep.backups_unreachable) + " backups did not answer)";
+                               std::to_string(rep.backups_unreachable) + " backups did not answer" + why + ")";
       return rep.backups_unreachable > 0 ? unavailable(what) : data_loss(what);
     }
   }

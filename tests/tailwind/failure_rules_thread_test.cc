@@ -160,6 +160,27 @@ TEST(TailwindRecovery, RecoveryFailsLoudlyWhenAListedSegmentHasNoReachableReplic
   EXPECT_EQ(again->size(), 3u);
 }
 
+// A segment the coordinator never heard of was never appended to: its
+// primary failed while opening it (its report had not landed), and that
+// old primary may free its replicas while a recovery reads them. Recovery
+// ignores it rather than fail on it.
+TEST(TailwindRecovery, ASegmentTheCoordinatorNeverListedIsIgnored) {
+  Cluster cluster;
+  const BuiltSegment listed = build_segment(1, {"kept"});
+  const BuiltSegment unlisted = build_segment(2, {});
+  for (size_t b : {0, 1}) place(*cluster.host(b).backup, 1, 1, listed, /*close=*/true);
+  for (size_t b : {2, 3}) place(*cluster.host(b).backup, 2, 1, unlisted, /*close=*/false);
+  ASSERT_TRUE(cluster.host(2).backup->free(kLog, 2).ok());  // the old primary gives up on the open
+  const std::map<uint64_t, uint64_t> coordinator{{1, 1}};
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  RecoveryReport report;
+  auto segments = recover_log(kLog, links, coordinator, &report);
+  ASSERT_TRUE(segments.ok()) << segments.status().to_string();
+  ASSERT_EQ(segments->size(), 1u);
+  EXPECT_EQ((*segments)[0].segment_id, 1u);
+  EXPECT_EQ(report.unlisted_ignored, 1u);
+}
+
 // ---- fencing ----
 
 class TailwindFencing : public ::testing::TestWithParam<Replication> {};

@@ -232,8 +232,9 @@ inline constexpr uint64_t kFreedSegment = UINT64_MAX;
 // no answering backup holds makes the recovery fail kUnavailable, naming it
 // (a backup that did not answer, or is not in `backups`, may hold it: retry
 // when it is back); one whose replicas are all unusable fails kDataLoss (or
-// kUnavailable while some backup did not answer). An empty record checks
-// nothing (tests without a coordinator).
+// kUnavailable while some backup did not answer). A segment it does not
+// list was never appended to (its primary failed while opening it) and is
+// ignored. An empty record checks nothing (tests without a coordinator).
 struct RecoveredSegment {
   uint64_t segment_id = 0;
   bool closed = false;
@@ -249,6 +250,7 @@ struct RecoveryReport {
   uint64_t segments = 0;
   uint64_t bytes = 0;
   uint64_t backups_unreachable = 0;
+  uint64_t unlisted_ignored = 0;   // replicas of segments the coordinator never heard of (nothing appended)
 };
 Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
                                                   const std::map<uint64_t, uint64_t>& min_versions,
