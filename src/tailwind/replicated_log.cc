@@ -599,6 +599,45 @@ Status ReplicatedLog::backup_failed(size_t index) {
   return impl_->repair_locked();
 }
 
+Status ReplicatedLog::backup_returned(size_t index) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  if (index >= m.links.size()) return invalid_argument("no backup " + std::to_string(index));
+  if (!m.dead[index]) return ok_status();
+  if (m.fenced) return m.fenced_error();
+  // Completions of the old data path and frees in flight first.
+  m.poll_locked();
+  for (int spin = 0; m.orphan_frees[index] > 0 && spin < 100000; ++spin) m.poll_locked();
+  if (m.orphan_frees[index] > 0) {
+    return unavailable(m.links[index]->name() + " has not answered the frees of the replicas left there");
+  }
+  // What was left there goes before the backup can be chosen again: a free
+  // that arrived later would drop a new replica of the same segment. That
+  // includes replicas still counted there (a repair that found no other
+  // backup stopped before them): the next append's repair re-creates them.
+  for (auto& [id, seg] : m.segments) {
+    std::erase_if(seg->replicas, [&](const Impl::Replica& r) {
+      if (r.backup == index) m.orphan(index, id);
+      return r.backup == index;
+    });
+  }
+  for (auto it = m.orphans.begin(); it != m.orphans.end();) {
+    if (it->first.first != index) {
+      ++it;
+      continue;
+    }
+    const Status freed = m.links[index]->free(it->first.second);
+    if (!freed.ok() && freed.code() != Code::kNotFound) {
+      return Status(freed.code(), m.links[index]->name() + " is not back: " + freed.message());
+    }
+    it = m.orphans.erase(it);
+    ++m.counters.orphans_freed;
+  }
+  FERRY_RETURN_IF_ERROR(m.links[index]->impl().reconnect_data_path());
+  m.dead[index] = false;
+  return ok_status();
+}
+
 Status ReplicatedLog::free_segment(uint64_t segment_id) {
   std::lock_guard lock(impl_->mu);
   Impl::Segment* s = impl_->segment_of(segment_id);

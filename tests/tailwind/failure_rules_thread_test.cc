@@ -310,6 +310,51 @@ TEST(TailwindBackupFailureRpc, ABackupBrieflyUnreachableGetsItsDroppedReplicaFre
       << "the replica dropped from a briefly stalled backup still holds its buffer";
 }
 
+// A backup declared failed that answers again (it was only unreachable)
+// is taken back: what the log left there is freed, its data path is
+// connected anew, and it takes the next replica the log needs -- without
+// it, a second failure would leave too few backups for r replicas.
+TEST_P(TailwindBackupFailure, ABackupDeclaredFailedAndBackTakesReplicasAgain) {
+  Cluster cluster;
+  auto links = cluster.link_all(kLog, GetParam() == Replication::kTailwind);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(GetParam(), 64 << 10)).value();
+  std::map<std::string, std::string> expected;
+  int next = 0;
+  auto append = [&] {
+    const std::string key = "key-" + std::to_string(next++);
+    const std::string value(300, static_cast<char>('a' + next % 26));
+    expected[key] = value;
+    return log->append_object(1, 1, bytes_of(key), bytes_of(value));
+  };
+  while (log->segment_ids().size() < 2) ASSERT_TRUE(append().ok());
+  const size_t away = log->replicas_of(log->open_segment_id()).front();
+  ASSERT_TRUE(log->backup_failed(away).ok());
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(append().ok());
+  ASSERT_TRUE(log->backup_returned(away).ok());
+  EXPECT_EQ(cluster.host(away).backup->counters().open_buffers, 0u) << "what the log left there was not freed";
+  EXPECT_EQ(stored_files(cluster, away), 0u);
+  // Another backup fails: the one that came back is the only one left to take its replicas.
+  const auto now = log->replicas_of(log->open_segment_id());
+  ASSERT_EQ(std::count(now.begin(), now.end(), away), 0);
+  ASSERT_TRUE(log->backup_failed(now.front()).ok()) << "the backup that came back did not take the replicas";
+  const auto after = log->replicas_of(log->open_segment_id());
+  EXPECT_EQ(std::count(after.begin(), after.end(), away), 1);
+  while (log->segment_ids().size() < 4) ASSERT_TRUE(append().ok());
+  log.reset();  // the primary fails: everything acknowledged is recovered
+  auto recovery_links = cluster.link_all(kLog, /*data_path=*/false);
+  auto segments = recover_log(kLog, recovery_links, {});
+  ASSERT_TRUE(segments.ok()) << segments.status().to_string();
+  std::map<std::string, std::string> recovered;
+  for (const auto& seg : *segments) {
+    ASSERT_TRUE(for_each_entry(seg.bytes, [&](const Entry& e) {
+                  if (e.type == EntryType::kObject) {
+                    recovered[std::string(e.key.begin(), e.key.end())] = std::string(e.value.begin(), e.value.end());
+                  }
+                }).ok());
+  }
+  EXPECT_EQ(recovered, expected);
+}
+
 // ---- replica count and segment rolls ----
 
 // Two backups of a log with r = 3 fail and only one can be replaced (four

@@ -189,6 +189,12 @@ class ReplicatedLog {
   // The coordinator says backup `index` (of the create() list) failed:
   // every segment it held gets a new replica elsewhere.
   Status backup_failed(size_t index);
+  // The coordinator says backup `index`, declared failed earlier, answers
+  // again (it was only unreachable): the replicas the log left there are
+  // freed now, its data path is connected anew, and it may take replicas
+  // again. kUnavailable (it stays failed) if it does not answer the frees;
+  // kPermissionDenied if the log is fenced.
+  Status backup_returned(size_t index);
   // Frees a closed segment on its backups and in the log (the cleaner).
   Status free_segment(uint64_t segment_id);
 
