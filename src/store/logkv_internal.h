@@ -225,7 +225,9 @@ struct Server::Impl {
   std::vector<std::unique_ptr<tailwind::BackupLink>> links;  // to the other servers' backups
   std::vector<uint32_t> link_server;                          // links[k] is to server link_server[k]
   std::unique_ptr<tailwind::ReplicatedLog> log;
-  std::atomic<bool> alive{true};
+  std::atomic<bool> alive{true};        // a member, in the coordinator's view
+  std::atomic<bool> running{true};      // its process runs (it serves whoever reaches it)
+  std::atomic<bool> partitioned{false}; // cut off from the coordinator: its reports do not land
 
   std::vector<std::unique_ptr<detail::Partition>> partitions;
   std::atomic<uint64_t> next_version{1};
@@ -303,6 +305,10 @@ struct Cluster::Impl {
   std::atomic<uint64_t> cleaner_failures{0};
 
   uint32_t tablets_per_table() const;
+  // Tells every live log but `backup`'s own that backup `backup` failed
+  // (its replicas are replaced) or is back (it may take replicas again).
+  // Every log is told; the first error is returned.
+  Status tell_logs(uint32_t backup, bool failed);
 };
 
 namespace detail {
