@@ -250,11 +250,19 @@ struct ReplicatedLog::Impl {
   // Remembers a replica dropped from backup `b` (not counted any more).
   void orphan(size_t b, uint64_t segment_id) { orphans.emplace(std::make_pair(b, segment_id), false); }
 
-  // post(), polling while the backup's queue is full.
+  // post(), polling while the backup's queue is full. A backup whose queue
+  // stays full for replication_timeout_ms (it stopped answering) is
+  // declared failed.
   void post_blocking(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
     while (post(s, r, offset, len).code() == Code::kResourceExhausted) {
       poll_locked();
       if (dead[r.backup]) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ++counters.replication_timeouts;
+        mark_dead(r.backup);
+        return;
+      }
     }
   }
 
@@ -321,8 +329,16 @@ struct ReplicatedLog::Impl {
       for (uint64_t off = 0; off < n; off += kCopyChunkBytes) {
         post_blocking(s, s.replicas[index], off, std::min<uint64_t>(kCopyChunkBytes, n - off));
       }
+      // The copy has an append's deadline: a backup that answered the
+      // open and then went silent is failed, not waited for with the lock.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
       while (!dead[b] && !fenced && s.replicas[index].completed < n) {
         poll_locked();
+        if (std::chrono::steady_clock::now() >= deadline) {
+          ++counters.replication_timeouts;
+          mark_dead(b);
+          break;
+        }
         std::this_thread::yield();
       }
       if (fenced) return fenced_error();

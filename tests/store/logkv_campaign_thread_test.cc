@@ -326,6 +326,7 @@ void run_seed(uint64_t seed, Figures* total) {
               static_cast<unsigned long long>(f.backups_down), static_cast<unsigned long long>(f.recoveries),
               static_cast<unsigned long long>(f.torn_replicas), static_cast<unsigned long long>(f.segments_cleaned),
               ferry::testing::verdict_name(verdict.verdict));
+  std::fflush(stdout);  // a long campaign shows its progress
   *total += f;
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <map>
 #include <regex>
@@ -353,6 +354,42 @@ TEST_P(TailwindBackupFailure, ABackupDeclaredFailedAndBackTakesReplicasAgain) {
                 }).ok());
   }
   EXPECT_EQ(recovered, expected);
+}
+
+// A new replica's copy has the same deadline as an append: a backup that
+// answered the open and then stops answering (RPC mode: its CPU stalls)
+// is declared failed after replication_timeout_ms, not waited for forever
+// with the log's lock held (which would hang every append, and the
+// coordinator telling the log of another failure).
+TEST(TailwindBackupFailureRpc, ABackupThatStallsDuringAReplicasCopyIsGivenUpOn) {
+  ClusterOptions co;
+  co.pumped_workers = true;
+  Cluster cluster(co);
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  LogOptions lo = log_options(Replication::kRpc, 1 << 20);
+  lo.replication_timeout_ms = 200;
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("first"), bytes_of("opens the segment")).ok());
+  const auto holders = log->replicas_of(log->open_segment_id());
+  size_t spare = 0;
+  while (std::find(holders.begin(), holders.end(), spare) != holders.end()) ++spare;
+  // The spare backup stalls right after it opened the new replica.
+  const uint64_t opens = cluster.host(spare).backup->counters().opens;
+  std::atomic<bool> armed{true};
+  std::thread staller([&] {
+    while (armed.load() && cluster.host(spare).backup->counters().opens == opens) std::this_thread::yield();
+    if (armed.load()) cluster.silence_backup(spare);
+  });
+  auto replaced = std::async(std::launch::async, [&] { return log->backup_failed(holders.front()); });
+  const bool returned = replaced.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  armed = false;
+  staller.join();
+  EXPECT_TRUE(returned) << "the log waited for the stalled backup's copy without end";
+  cluster.resume_backup();  // lets a waiting log finish, so the test can end
+  const Status st = replaced.get();
+  EXPECT_EQ(st.code(), Code::kUnavailable) << st.to_string() << ": no backup is left to take the replica";
+  const auto now = log->replicas_of(log->open_segment_id());
+  EXPECT_EQ(std::count(now.begin(), now.end(), spare), 0) << "the stalled backup counts as a replica";
 }
 
 // ---- replica count and segment rolls ----
