@@ -632,8 +632,9 @@ Status ReplicatedLog::backup_returned(size_t index) {
   // includes replicas still counted there (a repair that found no other
   // backup stopped before them): the next append's repair re-creates them.
   for (auto& [id, seg] : m.segments) {
+    const uint64_t segment_id = id;
     std::erase_if(seg->replicas, [&](const Impl::Replica& r) {
-      if (r.backup == index) m.orphan(index, id);
+      if (r.backup == index) m.orphan(index, segment_id);
       return r.backup == index;
     });
   }
