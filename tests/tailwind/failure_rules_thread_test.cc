@@ -374,16 +374,9 @@ TEST(TailwindBackupFailureRpc, ABackupThatStallsDuringAReplicasCopyIsGivenUpOn) 
   size_t spare = 0;
   while (std::find(holders.begin(), holders.end(), spare) != holders.end()) ++spare;
   // The spare backup stalls right after it opened the new replica.
-  const uint64_t opens = cluster.host(spare).backup->counters().opens;
-  std::atomic<bool> armed{true};
-  std::thread staller([&] {
-    while (armed.load() && cluster.host(spare).backup->counters().opens == opens) std::this_thread::yield();
-    if (armed.load()) cluster.silence_backup(spare);
-  });
+  cluster.silence_after_open(spare);
   auto replaced = std::async(std::launch::async, [&] { return log->backup_failed(holders.front()); });
   const bool returned = replaced.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  armed = false;
-  staller.join();
   EXPECT_TRUE(returned) << "the log waited for the stalled backup's copy without end";
   cluster.resume_backup();  // lets a waiting log finish, so the test can end
   const Status st = replaced.get();
