@@ -70,7 +70,8 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Nic& nic, const Rem
       cm::ConnectOptions o;
       o.timeout_ms = backup.connect_timeout_ms;
       o.qp.access_flags = 0;  // the primary's side is only written from, never to
-      auto conn = cm::connect(backup.address, backup.data_service, nic, qp, detail::encode_data_path_request(log_id), o);
+      auto conn =
+          cm::connect(backup.address, backup.data_service, nic, qp, detail::encode_data_path_request(log_id), o);
       if (!conn.ok()) {
         return Status(conn.status().code(), "the data path to " + backup.name + " (" + backup.address + "): " +
                                                 conn.status().message());

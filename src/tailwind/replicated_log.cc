@@ -331,7 +331,8 @@ struct ReplicatedLog::Impl {
       }
       // The copy has an append's deadline: a backup that answered the
       // open and then went silent is failed, not waited for with the lock.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
       while (!dead[b] && !fenced && s.replicas[index].completed < n) {
         poll_locked();
         if (std::chrono::steady_clock::now() >= deadline) {

@@ -185,7 +185,9 @@ std::vector<uint32_t> live_servers(Cluster& cluster) {
 
 ::testing::AssertionResult recover(Cluster& cluster, uint32_t server, Figures* f) {
   auto rec = cluster.recover_server(server);
-  if (!rec.ok()) return ::testing::AssertionFailure() << "recovering server " << server << ": " << rec.status().to_string();
+  if (!rec.ok()) {
+    return ::testing::AssertionFailure() << "recovering server " << server << ": " << rec.status().to_string();
+  }
   ++f->recoveries;
   f->torn_replicas += rec->log.torn_open;
   return ::testing::AssertionSuccess();
@@ -213,7 +215,9 @@ std::vector<uint32_t> live_servers(Cluster& cluster) {
       ++f->crashes;
       ++lost;
       const Status back = cluster.declare_backup_back(down);
-      if (!back.ok()) return ::testing::AssertionFailure() << "taking back server " << down << "'s backup: " << back.to_string();
+      if (!back.ok()) {
+        return ::testing::AssertionFailure() << "taking back server " << down << "'s backup: " << back.to_string();
+      }
       if (auto r = recover(cluster, victim, f); !r) return r;
     } else if (kind == 0) {  // crash mid-WRITE, then recovery
       // Right after one of its appends posted its WRITEs, if it makes one soon.
@@ -236,7 +240,9 @@ std::vector<uint32_t> live_servers(Cluster& cluster) {
       if (auto r = recover(cluster, victim, f); !r) return r;
       sleep_ms(10 + rng.below(60));  // it still serves whoever reaches it
       const Status stopped = cluster.crash_server(victim);
-      if (!stopped.ok()) return ::testing::AssertionFailure() << "stopping server " << victim << ": " << stopped.to_string();
+      if (!stopped.ok()) {
+        return ::testing::AssertionFailure() << "stopping server " << victim << ": " << stopped.to_string();
+      }
     } else {  // a backup down for a while, then back
       (void)cluster.declare_backup_failed(victim);  // a log that finds no other backup waits for it
       ++f->backups_down;
@@ -246,7 +252,9 @@ std::vector<uint32_t> live_servers(Cluster& cluster) {
         sleep_ms(10);
         back = cluster.declare_backup_back(victim);
       }
-      if (!back.ok()) return ::testing::AssertionFailure() << "taking back server " << victim << "'s backup: " << back.to_string();
+      if (!back.ok()) {
+        return ::testing::AssertionFailure() << "taking back server " << victim << "'s backup: " << back.to_string();
+      }
     }
   }
   return ::testing::AssertionSuccess();
@@ -320,7 +328,8 @@ void run_seed(uint64_t seed, Figures* total) {
   EXPECT_TRUE(verdict.ok) << ferry::testing::verdict_name(verdict.verdict) << ": " << verdict.explanation;
   std::printf("seed %llu (%s): %llu ops (%llu pending), %llu crashes, %llu partitions, %llu backups down and back, "
               "%llu recoveries (%llu torn replicas), %llu segments cleaned: %s\n",
-              static_cast<unsigned long long>(seed), std::string(tailwind::replication_name(o.server.replication)).c_str(),
+              static_cast<unsigned long long>(seed),
+              std::string(tailwind::replication_name(o.server.replication)).c_str(),
               static_cast<unsigned long long>(f.ops), static_cast<unsigned long long>(f.pending),
               static_cast<unsigned long long>(f.crashes), static_cast<unsigned long long>(f.partitions),
               static_cast<unsigned long long>(f.backups_down), static_cast<unsigned long long>(f.recoveries),

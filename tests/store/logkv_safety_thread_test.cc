@@ -88,7 +88,9 @@ TEST_P(LogKvSafety, ADeletedObjectStaysDeletedWhenACleanedSegmentSurvivesOnABack
   // Segment A: the victim and a few objects that stay live.
   const std::string victim = keys_on(map, primary, "victim-", 1)[0];
   ASSERT_TRUE(client->put(0, table, as_bytes(victim), as_bytes(value)).ok());
-  for (const auto& k : keys_on(map, primary, "stable-", 5)) ASSERT_TRUE(client->put(0, table, as_bytes(k), as_bytes(value)).ok());
+  for (const auto& k : keys_on(map, primary, "stable-", 5)) {
+    ASSERT_TRUE(client->put(0, table, as_bytes(k), as_bytes(value)).ok());
+  }
   const uint64_t segment_a = log.open_segment_id();
   ASSERT_TRUE(log.close_open_segment().ok());
   // A backup holding A is declared failed while it is still up: A gets a
@@ -309,9 +311,9 @@ TEST(LogKvCrash, ACrashLeavesWritesHalfDoneAndRecoveryKeepsEveryAcknowledgedPut)
     unacknowledged += unacknowledged_here;
     half_done += uneven_here || torn_here || unacknowledged_here;
   }
-  std::cout << "crashes that stopped an append half way: " << half_done << " of " << round << " (on some replicas only: "
-            << uneven << ", torn on a replica: " << torn << ", recovered but never acknowledged: " << unacknowledged
-            << ")\n";
+  std::cout << "crashes that stopped an append half way: " << half_done << " of " << round
+            << " (on some replicas only: " << uneven << ", torn on a replica: " << torn
+            << ", recovered but never acknowledged: " << unacknowledged << ")\n";
   if (rounds >= 5) {
     EXPECT_GT(half_done, 0u) << "every append in flight at a crash completed and was acknowledged: the crash "
                                 "drained the log first";

@@ -304,7 +304,8 @@ TEST(TailwindBackupFailureRpc, ABackupBrieflyUnreachableGetsItsDroppedReplicaFre
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int i = 0;
   while (cluster.host(stalled).backup->counters().open_buffers != 0 && std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE(log->append_object(1, 1, bytes_of("more-" + std::to_string(i++)), bytes_of(std::string(400, 'v'))).ok());
+    const std::string key = "more-" + std::to_string(i++);
+    ASSERT_TRUE(log->append_object(1, 1, bytes_of(key), bytes_of(std::string(400, 'v'))).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(cluster.host(stalled).backup->counters().open_buffers, 0u)
