@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
