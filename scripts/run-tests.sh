@@ -61,6 +61,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   FERRY_OQ_HISTORY_SEEDS=${FERRY_OQ_HISTORY_SEEDS:-100} \
   FERRY_ROCKSDB_SEEDS=${FERRY_ROCKSDB_SEEDS:-3} \
   FERRY_TXN_KV_SEEDS=${FERRY_TXN_KV_SEEDS:-10} \
+  FERRY_TAILWIND_SEEDS=${FERRY_TAILWIND_SEEDS:-1} FERRY_TW_CRASH_ROUNDS=${FERRY_TW_CRASH_ROUNDS:-2} \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -LE cli
 
@@ -69,6 +70,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests hyperloop_thread_tests rpc_thread_tests membership_thread_tests cm_tests nicd_tests hyperloop_remote_tests tailwind_thread_tests store_thread_tests
   step "TSan tests"
   # The engine-thread suite, and the multi-producer queue tests.
+  FERRY_TAILWIND_SEEDS=${FERRY_TAILWIND_SEEDS:-1} FERRY_TW_CRASH_ROUNDS=${FERRY_TW_CRASH_ROUNDS:-2} \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -L threads
   TSAN_OPTIONS=halt_on_error=1 \

@@ -27,6 +27,9 @@ struct Client::Impl {
   mutable std::shared_mutex map_mu;
   std::map<uint64_t, TableMap> maps;
   std::atomic<uint64_t> refreshes{0};
+  // Per session: its next call re-reads the map (a write's outcome was
+  // unknown, and it was not sent again).
+  std::vector<char> refresh_next;
 
   Result<uint32_t> owner(uint32_t session, uint64_t table_id, uint64_t hash, bool refresh) {
     if (!refresh) {
@@ -42,12 +45,15 @@ struct Client::Impl {
   }
 
   // One request, routed and retried. The reply's status byte and payload.
+  // A write (not `idempotent`) whose call failed after it was sent is sent
+  // again only with options.retry_unknown_writes.
   Result<rpc::CallReply> call(uint32_t session, uint16_t type, uint64_t table_id, std::span<const uint8_t> key,
-                              std::span<const uint8_t> payload) {
+                              std::span<const uint8_t> payload, bool idempotent) {
     if (session >= options.sessions) return invalid_argument("logkv client: no session " + std::to_string(session));
     const uint64_t hash = key_hash(table_id, key);
     Status last = unavailable("logkv: no attempt made");
-    bool refresh = false;
+    bool refresh = refresh_next[session] != 0;
+    refresh_next[session] = 0;
     for (uint32_t attempt = 0; attempt < options.max_attempts; ++attempt) {
       if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(attempt * attempt, 50)));
       FERRY_ASSIGN_OR_RETURN(const uint32_t server, owner(session, table_id, hash, refresh));
@@ -60,6 +66,11 @@ struct Client::Impl {
       auto reply = rpcs[server]->session(session).call(type, hash % client_workers, payload, /*nilext=*/false);
       if (!reply.ok()) {
         last = reply.status();
+        if (!idempotent && !options.retry_unknown_writes) {
+          refresh_next[session] = 1;
+          return unavailable("logkv: the outcome of the write is unknown (server " + std::to_string(server) +
+                             ": " + last.message() + ")");
+        }
         continue;
       }
       if (reply->app_status == kWrongServer) {
@@ -104,6 +115,7 @@ Result<std::unique_ptr<Client>> Client::create(Cluster& cluster, const ClientOpt
   if (options.max_attempts == 0) return invalid_argument("logkv client: max_attempts at least 1");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->refresh_next.assign(options.sessions, 0);
   impl->client_workers = cluster.options().server.workers;
   impl->fetch_map = [&cluster](uint32_t, uint64_t table_id) { return cluster.table(table_id); };
   impl->named_table = [&cluster](uint32_t, std::string_view name, bool create) -> Result<TableMap> {
@@ -133,6 +145,7 @@ Result<std::unique_ptr<Client>> Client::connect(nic::Nic& nic, const Deployment&
   FERRY_RETURN_IF_ERROR(check_deployment(d));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->refresh_next.assign(options.sessions, 0);
   impl->nic = &nic;
   impl->client_workers = d.server.workers;
   rpc::ClientOptions co;
@@ -175,7 +188,7 @@ Result<uint64_t> Client::put(uint32_t session, uint64_t table_id, std::span<cons
                              std::span<const uint8_t> value, std::optional<uint64_t> expected_version) {
   if (key.size() > tailwind::kMaxKeyBytes) return invalid_argument("logkv: key longer than 65535 bytes");
   const auto payload = detail::encode_request(table_id, key, value, expected_version);
-  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvPut, table_id, key, payload));
+  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvPut, table_id, key, payload, /*idempotent=*/false));
   FERRY_RETURN_IF_ERROR(status_of(reply.app_status, reply.payload));
   return read_u64(reply.payload);
 }
@@ -183,7 +196,7 @@ Result<uint64_t> Client::put(uint32_t session, uint64_t table_id, std::span<cons
 Result<GetResult> Client::get(uint32_t session, uint64_t table_id, std::span<const uint8_t> key) {
   if (key.size() > tailwind::kMaxKeyBytes) return invalid_argument("logkv: key longer than 65535 bytes");
   const auto payload = detail::encode_request(table_id, key, {}, std::nullopt);
-  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvGet, table_id, key, payload));
+  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvGet, table_id, key, payload, /*idempotent=*/true));
   FERRY_RETURN_IF_ERROR(status_of(reply.app_status, reply.payload));
   if (reply.payload.size() < 8) return internal_error("logkv: a GET reply without its version");
   GetResult out;
@@ -196,7 +209,7 @@ Status Client::remove(uint32_t session, uint64_t table_id, std::span<const uint8
                       std::optional<uint64_t> expected_version) {
   if (key.size() > tailwind::kMaxKeyBytes) return invalid_argument("logkv: key longer than 65535 bytes");
   const auto payload = detail::encode_request(table_id, key, {}, expected_version);
-  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvRemove, table_id, key, payload));
+  FERRY_ASSIGN_OR_RETURN(auto reply, impl_->call(session, kLogKvRemove, table_id, key, payload, /*idempotent=*/false));
   return status_of(reply.app_status, reply.payload);
 }
 

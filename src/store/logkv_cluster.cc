@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -125,14 +124,19 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     }
     Coordinator* coord = &c.coordinator;
     const uint64_t log_id = si.log_id;
-    si.on_freed = [coord, log_id](uint64_t segment_id) {
+    Server::Impl* self = &si;
+    si.on_freed = [coord, log_id, self](uint64_t segment_id) {
+      if (self->partitioned) return unavailable(self->name + " cannot reach the coordinator");
       std::lock_guard lk(coord->mu);
-      coord->min_versions[log_id][segment_id] = std::numeric_limits<uint64_t>::max();
+      coord->min_versions[log_id][segment_id] = tailwind::kFreedSegment;
+      return ok_status();
     };
-    FERRY_RETURN_IF_ERROR(si.create_log(candidates, [coord, log_id](uint64_t segment_id, uint64_t version) {
+    FERRY_RETURN_IF_ERROR(si.create_log(candidates, [coord, log_id, self](uint64_t segment_id, uint64_t version) {
+      if (self->partitioned) return unavailable(self->name + " cannot reach the coordinator");
       std::lock_guard lk(coord->mu);
       uint64_t& v = coord->min_versions[log_id][segment_id];
       v = std::max(v, version);
+      return ok_status();
     }));
   }
   if (options.clean_interval_ms > 0) {
@@ -218,9 +222,22 @@ Status Cluster::crash_server(uint32_t i) {
   std::lock_guard ctl(c.control_mu);
   if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
   Server::Impl& dead = c.servers[i]->impl();
-  if (!dead.alive) return failed_precondition(dead.name + " has already crashed");
+  if (!dead.running) return failed_precondition(dead.name + " has already crashed");
+  const bool member = dead.alive;  // false: partitioned earlier, the others replaced it already
+  // The host stops now, mid-protocol: from this instant nothing it sends
+  // lands anywhere. Every backup cuts its log at once (a fence: the host
+  // never comes back), so an append in flight is placed on some backups
+  // and not on others, and a WRITE of several packets may stop half placed
+  // -- Figure 6's torn cases, which recovery's scan must handle. The
+  // workers' appends in flight then fail, unacknowledged. (Stopping the
+  // workers first would let every append in flight complete everywhere,
+  // and no recovery would ever meet a torn replica.)
+  for (auto& s : c.servers) {
+    if (s.get() != c.servers[i].get()) s->impl().backup->fence(dead.log_id);
+  }
   // Its CPUs stop: no request is served from now on, as a backup either.
   dead.alive = false;
+  dead.running = false;
   dead.rpc->stop();
   {
     std::unique_lock lk(dead.own_mu);
@@ -233,17 +250,55 @@ Status Cluster::crash_server(uint32_t i) {
     std::lock_guard lk(p->mu);
     p->map.clear();
   }
-  // Every other log replaces the replicas it had there (§3.3.3).
-  for (auto& s : c.servers) {
+  if (!member) return ok_status();
+  return c.tell_logs(i, /*failed=*/true);
+}
+
+Status Cluster::Impl::tell_logs(uint32_t backup, bool failed) {
+  Status first = ok_status();
+  for (auto& s : servers) {
     Server::Impl& si = s->impl();
-    if (!si.alive) continue;
+    if (!si.alive || si.index == backup) continue;
     for (size_t k = 0; k < si.link_server.size(); ++k) {
-      if (si.link_server[k] != i) continue;
-      Status st = si.log->backup_failed(k);
-      if (!st.ok()) return Status(st.code(), si.name + ": replacing the replicas on " + dead.name + ": " + st.message());
+      if (si.link_server[k] != backup) continue;
+      // Every live log is told, even after one fails; the first error is returned.
+      Status st = failed ? si.log->backup_failed(k) : si.log->backup_returned(k);
+      if (!st.ok() && first.ok()) {
+        first = Status(st.code(), si.name + ": " + (failed ? "replacing the replicas on " : "taking back ") +
+                                      servers[backup]->impl().name + ": " + st.message());
+      }
     }
   }
-  return ok_status();
+  return first;
+}
+
+Status Cluster::partition_server(uint32_t i) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  Server::Impl& s = c.servers[i]->impl();
+  if (!s.alive) return failed_precondition(s.name + " is not a live member");
+  // The coordinator's view only: the server runs on, serving whoever
+  // reaches it, and its log replicates to its backups until they fence it.
+  s.partitioned = true;
+  s.alive = false;
+  return c.tell_logs(i, /*failed=*/true);
+}
+
+Status Cluster::declare_backup_failed(uint32_t i) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  if (!c.servers[i]->impl().alive) return failed_precondition(c.servers[i]->impl().name + " is not a live member");
+  return c.tell_logs(i, /*failed=*/true);
+}
+
+Status Cluster::declare_backup_back(uint32_t i) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  if (!c.servers[i]->impl().alive) return failed_precondition(c.servers[i]->impl().name + " is not a live member");
+  return c.tell_logs(i, /*failed=*/false);
 }
 
 Result<RecoveryResult> Cluster::recover_server(uint32_t i,
@@ -350,11 +405,14 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
     std::unique_lock lk(m.own_mu);
     m.owned.insert(tablet);
   }
-  // The crashed log's replicas are no longer needed.
+  // The crashed log's replicas are no longer needed: freed on record first,
+  // so a copy a free does not reach is never replayed.
+  {
+    std::lock_guard lk(c.coordinator.mu);
+    for (const auto& seg : segments) c.coordinator.min_versions[dead.log_id][seg.segment_id] = tailwind::kFreedSegment;
+  }
   for (const auto& seg : segments) {
     for (auto* l : raw) (void)l->free(seg.segment_id);
-    std::lock_guard lk(c.coordinator.mu);
-    c.coordinator.min_versions[dead.log_id][seg.segment_id] = std::numeric_limits<uint64_t>::max();
   }
   result.elapsed_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());

@@ -17,6 +17,8 @@ rpc::ServerOptions rpc_options(const ServerOptions& so) {
   ro.workers = so.workers + 1;  // the last one serves the backup's requests only
   ro.max_request_bytes = so.max_request_bytes;
   ro.max_response_bytes = std::max<uint32_t>(16 << 10, so.max_request_bytes);  // GET values, backup read chunks
+  // A receive buffer holds at least one request of the largest size.
+  while (ro.buffer_bytes < so.max_request_bytes) ro.buffer_bytes *= 2;
   ro.worker_cpus = so.worker_cpus;
   return ro;
 }
@@ -194,7 +196,7 @@ Result<std::unordered_map<std::string, Replayed>> replay(
 }  // namespace detail
 
 Status Server::Impl::create_log(std::vector<tailwind::BackupLink*> candidates,
-                                std::function<void(uint64_t segment_id, uint64_t version)> on_version) {
+                                std::function<Status(uint64_t segment_id, uint64_t version)> on_version) {
   tailwind::LogOptions lo;
   lo.log_id = log_id;
   lo.segment_bytes = options.segment_bytes;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -214,7 +213,7 @@ Status CoordinatorService::Impl::register_handlers() {
     const auto segment = in.get<uint64_t>();
     if (!in.done()) return detail::reply_status(out, invalid_argument("logkv: malformed free report"));
     std::lock_guard lk(c->mu);
-    c->min_versions[log_id][segment] = std::numeric_limits<uint64_t>::max();
+    c->min_versions[log_id][segment] = tailwind::kFreedSegment;
     out.set_status(0);
   }));
   return ok_status();
@@ -393,11 +392,14 @@ Status CoordinatorService::Impl::recover(uint32_t dead) {
     std::lock_guard lk(mu);
     for (const auto& [tablet, owner] : moves) tables[tablet.first - 1].owners[tablet.second] = owner;
   }
-  // The crashed log's replicas are no longer needed.
+  // The crashed log's replicas are no longer needed: freed on record first,
+  // so a copy a free does not reach is never replayed.
+  {
+    std::lock_guard lk(mu);
+    for (const auto& seg : segments) min_versions[dead_log][seg.segment_id] = tailwind::kFreedSegment;
+  }
   for (const auto& seg : segments) {
     for (auto* l : raw) (void)l->free(seg.segment_id);
-    std::lock_guard lk(mu);
-    min_versions[dead_log][seg.segment_id] = std::numeric_limits<uint64_t>::max();
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   event("event=recovered server=" + std::to_string(dead) + " segments=" + std::to_string(segments.size()) +

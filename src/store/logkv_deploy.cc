@@ -104,19 +104,21 @@ struct StorageServer::Impl {
   }
 
   // A report to the coordinator that recovery depends on (a replica
-  // version, a freed segment): retried until it lands, so a stale replica is
-  // never mistaken for a current one.
-  void report(uint16_t type, std::span<const uint8_t> payload) {
+  // version, a freed segment): retried for about 10 s; an error then (the
+  // coordinator is unreachable) stops what waited on it -- an append is not
+  // acknowledged, a segment not freed -- so a stale replica is never
+  // mistaken for a current one.
+  Status report(uint16_t type, std::span<const uint8_t> payload) {
     for (int attempt = 0;; ++attempt) {
       Status st;
       {
         std::lock_guard lk(coord_mu);
         st = detail::control_call(*coordinator, 0, type, detail::kCoordLogWorker, payload).status();
       }
-      if (st.ok()) return;
+      if (st.ok()) return st;
       if (attempt % 20 == 0) event("event=report_retry type=" + std::to_string(type) + " error=\"" + st.message() + "\"");
+      if (attempt >= 200) return Status(st.code(), "the coordinator did not take a report: " + st.message());
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (attempt > 200) return;  // the coordinator is gone: nothing recovers this log anyway
     }
   }
 
@@ -231,14 +233,14 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(nic::Nic& nic, cm::L
     detail::WireWriter w;
     w.put<uint64_t>(log_id);
     w.put<uint64_t>(segment_id);
-    mp->report(detail::kCoordFreed, w.out());
+    return mp->report(detail::kCoordFreed, w.out());
   };
   FERRY_RETURN_IF_ERROR(s.create_log(candidates, [mp, log_id](uint64_t segment_id, uint64_t version) {
     detail::WireWriter w;
     w.put<uint64_t>(log_id);
     w.put<uint64_t>(segment_id);
     w.put<uint64_t>(version);
-    mp->report(detail::kCoordVersion, w.out());
+    return mp->report(detail::kCoordVersion, w.out());
   }));
   detail::WireWriter w;
   w.put<uint32_t>(index);

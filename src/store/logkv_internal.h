@@ -225,7 +225,9 @@ struct Server::Impl {
   std::vector<std::unique_ptr<tailwind::BackupLink>> links;  // to the other servers' backups
   std::vector<uint32_t> link_server;                          // links[k] is to server link_server[k]
   std::unique_ptr<tailwind::ReplicatedLog> log;
-  std::atomic<bool> alive{true};
+  std::atomic<bool> alive{true};        // a member, in the coordinator's view
+  std::atomic<bool> running{true};      // its process runs (it serves whoever reaches it)
+  std::atomic<bool> partitioned{false}; // cut off from the coordinator: its reports do not land
 
   std::vector<std::unique_ptr<detail::Partition>> partitions;
   std::atomic<uint64_t> next_version{1};
@@ -239,9 +241,10 @@ struct Server::Impl {
   std::map<uint64_t, uint32_t> tablets_of;
 
   std::mutex clean_mu;  // one cleaner pass at a time
-  // Told when a segment of this log is freed (the coordinator then ignores
-  // any replica of it that survives on a backup).
-  std::function<void(uint64_t segment_id)> on_freed;
+  // Told before a segment of this log is freed on its backups (the
+  // coordinator then ignores any replica of it that survives on a backup);
+  // an error keeps the segment (the cleaner retries at its next pass).
+  std::function<Status(uint64_t segment_id)> on_freed;
 
   struct Counters {
     std::atomic<uint64_t> puts{0}, gets{0}, removes{0}, conditional_failures{0}, wrong_server{0},
@@ -253,6 +256,9 @@ struct Server::Impl {
   uint32_t backup_worker() const { return options.workers; }
   detail::Partition& partition(uint64_t hash) { return *partitions[hash % partitions.size()]; }
   bool owns(uint64_t table_id, uint64_t hash) const;
+  // After a failed append: a fenced log (kPermissionDenied) means this
+  // server was declared failed; it stops serving every tablet.
+  void note_append_failure(const Status& st);
   void add_live(uint64_t segment_id, int64_t bytes);
 
   Status register_handlers();
@@ -260,7 +266,7 @@ struct Server::Impl {
   Status register_control_handlers();
   // The log over `candidates` (links[k] is to server link_server[k]).
   Status create_log(std::vector<tailwind::BackupLink*> candidates,
-                    std::function<void(uint64_t segment_id, uint64_t version)> on_version);
+                    std::function<Status(uint64_t segment_id, uint64_t version)> on_version);
   // Appends (table, key) at `version` with `value` and points the index at
   // it; the partition's lock must be held. Used by PUT and recovery.
   Result<detail::IndexEntry> append_and_index(detail::Partition& p, const std::string& ikey, uint64_t table_id,
@@ -275,7 +281,8 @@ struct Coordinator {
   mutable std::mutex mu;
   std::vector<TableMap> tables;  // table_id = position + 1
   // Per log: the replica version each segment's replicas must have (a
-  // freed segment: UINT64_MAX, so no replica of it is ever used again).
+  // freed segment: tailwind::kFreedSegment, so no replica of it is ever
+  // used again).
   std::map<uint64_t, std::map<uint64_t, uint64_t>> min_versions;
 };
 
@@ -298,6 +305,10 @@ struct Cluster::Impl {
   std::atomic<uint64_t> cleaner_failures{0};
 
   uint32_t tablets_per_table() const;
+  // Tells every live log but `backup`'s own that backup `backup` failed
+  // (its replicas are replaced) or is back (it may take replicas again).
+  // Every log is told; the first error is returned.
+  Status tell_logs(uint32_t backup, bool failed);
 };
 
 namespace detail {

@@ -73,6 +73,15 @@ bool Server::Impl::owns(uint64_t table_id, uint64_t hash) const {
   return owned.count({table_id, tablet_of(hash, t->second)}) != 0;
 }
 
+void Server::Impl::note_append_failure(const Status& st) {
+  if (st.code() != Code::kPermissionDenied) return;
+  // The log is fenced: the coordinator declared this server failed and its
+  // tablets are (being) rebuilt elsewhere. Serving them on from memory would
+  // answer with what may no longer be current; clients re-read the map.
+  std::unique_lock lk(own_mu);
+  owned.clear();
+}
+
 void Server::Impl::add_live(uint64_t segment_id, int64_t bytes) {
   std::lock_guard lk(live_mu);
   live[segment_id] += bytes;
@@ -131,6 +140,7 @@ Status Server::Impl::register_handlers() {
     auto e = s->append_and_index(p, ikey, q.header.table_id, version, q.key, q.value);
     if (!e.ok()) {
       ++s->counters.replication_failures;
+      s->note_append_failure(e.status());
       return out.set_status(e.status().code() == Code::kInvalidArgument ? kTooLarge : kUnavailable);
     }
     put_u64(out, version);
@@ -182,6 +192,7 @@ Status Server::Impl::register_handlers() {
     auto pos = s->log->append_tombstone(q.header.table_id, old.version, old.segment_id, q.key);
     if (!pos.ok()) {
       ++s->counters.replication_failures;
+      s->note_append_failure(pos.status());
       return out.set_status(kUnavailable);
     }
     // The tombstone stays live until the cleaner finds its object's segment gone.
@@ -252,12 +263,23 @@ Result<CleanResult> Server::Impl::clean() {
       ++result.objects_relocated;
     }
     result.bytes_freed += seg.size();
+    // The coordinator records the segment as freed before any copy goes:
+    // a copy left on a backup the log no longer reaches (declared failed,
+    // partitioned) must never be replayed by a recovery, or the objects
+    // whose tombstones are dropped with it come back (RAMCloud's log digest
+    // stops listing a cleaned segment for the same reason).
+    if (on_freed) {
+      const Status reported = on_freed(id);
+      if (!reported.ok()) {
+        return Status(reported.code(), name + ": the coordinator did not record segment " + std::to_string(id) +
+                                           " as freed: " + reported.message());
+      }
+    }
     FERRY_RETURN_IF_ERROR(log->free_segment(id));
     {
       std::lock_guard lk(live_mu);
       live.erase(id);
     }
-    if (on_freed) on_freed(id);
     ++result.segments_cleaned;
   }
   counters.segments_cleaned += result.segments_cleaned;

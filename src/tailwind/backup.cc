@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "ferry/common/checksum.h"
@@ -90,12 +91,17 @@ struct Backup::Impl {
   std::thread flusher;
   std::vector<Slot> slots;
   std::map<uint64_t, Link> links;
+  // Logs fenced here (§3.3.4): their primary was declared failed and their
+  // log is being (or was) recovered. For good: every later request of such
+  // a log but find, read and free is refused, and so is a new connection.
+  std::set<uint64_t> fenced;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> loaded;  // closed replicas read by find()
   BackupCounters counters;
 
   std::vector<std::pair<cm::Listener*, std::string>> served;  // serve()
 
   Result<nic::QueuePair*> new_link_locked(uint64_t log_id);
+  std::vector<ReplicaInfo> find_locked(uint64_t log_id);
 
   ~Impl() {
     // No CM callback may run from here on.
@@ -247,15 +253,30 @@ struct Backup::Impl {
     }
   }
 
-  void fence_locked(uint64_t log_id) {
-    auto it = links.find(log_id);
-    if (it == links.end()) return;
+  // The log's data path stops: its QP to ERROR, its open buffers
+  // deregistered (a WRITE in flight lands up to here and no further).
+  void cut_link_locked(uint64_t log_id) {
     for (auto& s : slots) {
       if (s.open && s.log_id == log_id) s.mr.reset();
     }
+    auto it = links.find(log_id);
+    if (it == links.end()) return;
     nic::QpAttr attr;
     attr.state = nic::QpState::kError;
     (void)it->second.qp->modify(attr, nic::kQpState);
+  }
+
+  void fence_locked(uint64_t log_id) {
+    fenced.insert(log_id);
+    cut_link_locked(log_id);
+  }
+
+  // kPermissionDenied for a fenced log: what its (old) primary is told.
+  Status refuse_if_fenced(uint64_t log_id) const {
+    if (fenced.count(log_id) == 0) return ok_status();
+    return permission_denied("log " + std::to_string(log_id) + " is fenced on " + options.name +
+                             ": its primary was declared failed and its log recovered elsewhere; that primary "
+                             "cannot rejoin with it");
   }
 
   Status init() {
@@ -344,13 +365,14 @@ Result<std::unique_ptr<Backup>> Backup::create(nic::Nic& nic, pm::PersistenceDom
 }
 
 Result<nic::QueuePair*> Backup::Impl::new_link_locked(uint64_t log_id) {
+  FERRY_RETURN_IF_ERROR(refuse_if_fenced(log_id));
   for (const auto& s : slots) {
     if (s.open && s.log_id == log_id && s.mr != nullptr) {
       return failed_precondition("log " + std::to_string(log_id) + " has buffers open on " + options.name +
                                  " through its current connection");
     }
   }
-  fence_locked(log_id);
+  cut_link_locked(log_id);  // the replaced connection (not a fence: the log goes on)
   links.erase(log_id);
   Link link;
   FERRY_ASSIGN_OR_RETURN(link.pd, nic->alloc_pd());
@@ -418,6 +440,7 @@ void Backup::fence(uint64_t log_id) {
 Result<OpenedBuffer> Backup::open(uint64_t log_id, uint64_t segment_id, uint64_t replica_version) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
+  FERRY_RETURN_IF_ERROR(m.refuse_if_fenced(log_id));
   if (m.find_open(log_id, segment_id) >= 0) {
     return already_exists("log " + std::to_string(log_id) + " segment " + std::to_string(segment_id) +
                           " is already open on " + m.options.name);
@@ -458,6 +481,7 @@ Result<OpenedBuffer> Backup::open(uint64_t log_id, uint64_t segment_id, uint64_t
 Status Backup::close(uint64_t log_id, uint64_t segment_id, uint64_t offset, uint32_t checksum) {
   Impl& m = *impl_;
   std::unique_lock lock(m.mu);
+  FERRY_RETURN_IF_ERROR(m.refuse_if_fenced(log_id));
   const int i = m.find_open(log_id, segment_id);
   if (i < 0) return m.not_open(log_id, segment_id);
   if (offset > m.options.buffer_bytes) return invalid_argument("close offset past the buffer");
@@ -484,6 +508,7 @@ Status Backup::close(uint64_t log_id, uint64_t segment_id, uint64_t offset, uint
 Status Backup::set_version(uint64_t log_id, uint64_t segment_id, uint64_t replica_version) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
+  FERRY_RETURN_IF_ERROR(m.refuse_if_fenced(log_id));
   const int i = m.find_open(log_id, segment_id);
   if (i < 0) return m.not_open(log_id, segment_id);
   m.slots[static_cast<size_t>(i)].replica_version = replica_version;
@@ -495,6 +520,7 @@ Status Backup::set_version(uint64_t log_id, uint64_t segment_id, uint64_t replic
 Status Backup::replicate(uint64_t log_id, uint64_t segment_id, uint64_t offset, std::span<const uint8_t> bytes) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
+  FERRY_RETURN_IF_ERROR(m.refuse_if_fenced(log_id));
   const int i = m.find_open(log_id, segment_id);
   if (i < 0) return m.not_open(log_id, segment_id);
   if (offset > m.options.buffer_bytes || bytes.size() > m.options.buffer_bytes - offset) {
@@ -512,10 +538,19 @@ Status Backup::replicate(uint64_t log_id, uint64_t segment_id, uint64_t offset, 
 }
 
 std::vector<ReplicaInfo> Backup::find(uint64_t log_id) {
-  Impl& m = *impl_;
-  std::lock_guard lock(m.mu);
+  std::lock_guard lock(impl_->mu);
+  return impl_->find_locked(log_id);
+}
+
+std::vector<ReplicaInfo> Backup::fence_and_find(uint64_t log_id) {
+  std::lock_guard lock(impl_->mu);
+  impl_->fence_locked(log_id);  // first: no WRITE lands after the scan
+  return impl_->find_locked(log_id);
+}
+
+std::vector<ReplicaInfo> Backup::Impl::find_locked(uint64_t log_id) {
+  Impl& m = *this;
   ++m.counters.finds;
-  m.fence_locked(log_id);
   std::vector<ReplicaInfo> out;
   for (size_t i = 0; i < m.slots.size(); ++i) {
     const Impl::Slot& s = m.slots[i];
@@ -657,119 +692,4 @@ std::span<const uint8_t> Backup::buffer(uint64_t log_id, uint64_t segment_id) co
 
 pm::Region* Backup::region() const { return impl_->region; }
 
-// ---- the RPC service ----
-
-namespace {
-
-void reply_status(rpc::Reply& reply, const Status& status) {
-  if (status.ok()) return;
-  reply.set_status(static_cast<uint8_t>(status.code()));
-  const std::string& msg = status.message();
-  reply.append({reinterpret_cast<const uint8_t*>(msg.data()), std::min(msg.size(), reply.capacity())});
-}
-
-}  // namespace
-
-Status Backup::register_rpcs(rpc::Server& server) {
-  using detail::decode;
-  Backup* self = this;
-  FERRY_RETURN_IF_ERROR(server.register_handler(kTwOpen, {"tailwind.open", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::OpenRequest>(q.payload);
-    if (!req.ok()) return reply_status(reply, req.status());
-    auto opened = self->open(req->log_id, req->segment_id, req->replica_version);
-    if (!opened.ok()) return reply_status(reply, opened.status());
-    const detail::OpenReply out{opened->addr, opened->rkey, opened->bytes};
-    reply.append(detail::encode(out));
-  }));
-  FERRY_RETURN_IF_ERROR(server.register_handler(kTwClose, {"tailwind.close", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::CloseRequest>(q.payload);
-    if (!req.ok()) return reply_status(reply, req.status());
-    reply_status(reply, self->close(req->log_id, req->segment_id, req->offset, req->checksum));
-  }));
-  FERRY_RETURN_IF_ERROR(server.register_handler(kTwVersion, {"tailwind.version", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::VersionRequest>(q.payload);
-    if (!req.ok()) return reply_status(reply, req.status());
-    reply_status(reply, self->set_version(req->log_id, req->segment_id, req->replica_version));
-  }));
-  FERRY_RETURN_IF_ERROR(server.register_handler(kTwReplicate, {"tailwind.replicate", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::ReplicateHeader>(q.payload, /*prefix=*/true);
-    if (!req.ok()) return reply_status(reply, req.status());
-    reply_status(reply, self->replicate(req->log_id, req->segment_id, req->offset,
-                                        q.payload.subspan(sizeof(detail::ReplicateHeader))));
-  }));
-  FERRY_RETURN_IF_ERROR(server.register_handler(kTwFind, {"tailwind.find", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::FindRequest>(q.payload);
-    if (!req.ok()) return reply_status(reply, req.status());
-    const auto encoded = detail::encode_find_reply(self->find(req->log_id));
-    if (encoded.size() > reply.capacity()) return reply_status(reply, resource_exhausted("find reply too large"));
-    reply.append(encoded);
-  }));
-  FERRY_RETURN_IF_ERROR(server.register_handler(kTwRead, {"tailwind.read", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::ReadRequest>(q.payload);
-    if (!req.ok()) return reply_status(reply, req.status());
-    const uint32_t max = static_cast<uint32_t>(std::min<size_t>(req->max_bytes, reply.capacity()));
-    auto bytes = self->read(req->log_id, req->segment_id, req->closed != 0, req->offset, max);
-    if (!bytes.ok()) return reply_status(reply, bytes.status());
-    reply.append(*bytes);
-  }));
-  return server.register_handler(kTwFree, {"tailwind.free", false}, [self](const rpc::Request& q, rpc::Reply& reply) {
-    auto req = decode<detail::SegmentRef>(q.payload);
-    if (!req.ok()) return reply_status(reply, req.status());
-    reply_status(reply, self->free(req->log_id, req->segment_id));
-  });
-}
-
-// ---- message codecs ----
-
-namespace detail {
-
-std::vector<uint8_t> encode_find_reply(const std::vector<ReplicaInfo>& replicas) {
-  std::vector<uint8_t> out(8 + replicas.size() * sizeof(WireReplica));
-  const uint32_t count = static_cast<uint32_t>(replicas.size());
-  std::memcpy(out.data(), &count, 4);
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    const ReplicaInfo& r = replicas[i];
-    WireReplica w;
-    w.segment_id = r.segment_id;
-    w.replica_version = r.replica_version;
-    w.valid_bytes = r.valid_bytes;
-    w.checksum = r.checksum;
-    w.closed = r.closed;
-    w.corrupted = r.corrupted;
-    w.stop = static_cast<uint8_t>(r.stop);
-    w.zero_after_valid = r.zero_after_valid;
-    std::memcpy(out.data() + 8 + i * sizeof w, &w, sizeof w);
-  }
-  return out;
-}
-
-Result<std::vector<ReplicaInfo>> decode_find_reply(std::span<const uint8_t> bytes) {
-  if (bytes.size() < 8) return invalid_argument("malformed find reply");
-  uint32_t count = 0;
-  std::memcpy(&count, bytes.data(), 4);
-  if ((bytes.size() - 8) / sizeof(WireReplica) != count || (bytes.size() - 8) % sizeof(WireReplica) != 0) {
-    return invalid_argument("malformed find reply: " + std::to_string(count) + " replicas in " +
-                            std::to_string(bytes.size()) + " bytes");
-  }
-  std::vector<ReplicaInfo> out(count);
-  for (uint32_t i = 0; i < count; ++i) {
-    WireReplica w;
-    std::memcpy(&w, bytes.data() + 8 + size_t{i} * sizeof w, sizeof w);
-    if (w.stop > static_cast<uint8_t>(ScanStop::kTruncated) || w.closed > 1 || w.corrupted > 1 ||
-        w.zero_after_valid > 1) {
-      return invalid_argument("malformed find reply: bad replica flags");
-    }
-    out[i].segment_id = w.segment_id;
-    out[i].replica_version = w.replica_version;
-    out[i].valid_bytes = w.valid_bytes;
-    out[i].checksum = w.checksum;
-    out[i].closed = w.closed != 0;
-    out[i].corrupted = w.corrupted != 0;
-    out[i].stop = static_cast<ScanStop>(w.stop);
-    out[i].zero_after_valid = w.zero_after_valid != 0;
-  }
-  return out;
-}
-
-}  // namespace detail
 }  // namespace ferry::tailwind

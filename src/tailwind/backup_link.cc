@@ -46,7 +46,9 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Engine& engine, nic
   FERRY_ASSIGN_OR_RETURN(impl->client, rpc::Client::create(engine, nic, server, co));
   if (data_path) {
     FERRY_RETURN_IF_ERROR(impl->create_data_path(nic));
-    FERRY_RETURN_IF_ERROR(backup.connect(log_id, *impl->qp, nic));
+    Backup* b = &backup;
+    impl->connect_qp = [b, log_id, &nic](nic::QueuePair& qp) { return b->connect(log_id, qp, nic); };
+    FERRY_RETURN_IF_ERROR(impl->connect_qp(*impl->qp));
   }
   return std::unique_ptr<BackupLink>(new BackupLink(std::move(impl)));
 }
@@ -64,30 +66,47 @@ Result<std::unique_ptr<BackupLink>> BackupLink::connect(nic::Nic& nic, const Rem
                          rpc::Client::connect(nic, backup.address, backup.rpc_service, co, &backup.server));
   if (data_path) {
     FERRY_RETURN_IF_ERROR(impl->create_data_path(nic));
-    cm::ConnectOptions o;
-    o.timeout_ms = backup.connect_timeout_ms;
-    o.qp.access_flags = 0;  // the primary's side is only written from, never to
-    auto conn = cm::connect(backup.address, backup.data_service, nic, *impl->qp,
-                            detail::encode_data_path_request(log_id), o);
-    if (!conn.ok()) {
-      return Status(conn.status().code(), "the data path to " + backup.name + " (" + backup.address + "): " +
-                                              conn.status().message());
-    }
+    impl->connect_qp = [backup, log_id, &nic](nic::QueuePair& qp) -> Status {
+      cm::ConnectOptions o;
+      o.timeout_ms = backup.connect_timeout_ms;
+      o.qp.access_flags = 0;  // the primary's side is only written from, never to
+      auto conn =
+          cm::connect(backup.address, backup.data_service, nic, qp, detail::encode_data_path_request(log_id), o);
+      if (!conn.ok()) {
+        return Status(conn.status().code(), "the data path to " + backup.name + " (" + backup.address + "): " +
+                                                conn.status().message());
+      }
+      return ok_status();
+    };
+    FERRY_RETURN_IF_ERROR(impl->connect_qp(*impl->qp));
   }
   return std::unique_ptr<BackupLink>(new BackupLink(std::move(impl)));
 }
 
-Status BackupLink::Impl::create_data_path(nic::Nic& nic) {
-  FERRY_ASSIGN_OR_RETURN(pd, nic.alloc_pd());
+Status BackupLink::Impl::create_data_path(nic::Nic& primary_nic) {
+  nic = &primary_nic;
+  FERRY_ASSIGN_OR_RETURN(pd, primary_nic.alloc_pd());
+  return create_queues();
+}
+
+Status BackupLink::Impl::reconnect_data_path() {
+  if (qp == nullptr) return ok_status();  // no data path (RPC replication)
+  qp.reset();
+  cq.reset();
+  FERRY_RETURN_IF_ERROR(create_queues());
+  return connect_qp(*qp);
+}
+
+Status BackupLink::Impl::create_queues() {
   nic::CqInitAttr cq_attr;
   cq_attr.cqe = 2048;
-  FERRY_ASSIGN_OR_RETURN(cq, nic.create_cq(cq_attr));
+  FERRY_ASSIGN_OR_RETURN(cq, nic->create_cq(cq_attr));
   nic::QpInitAttr qp_attr;
   qp_attr.send_cq = cq.get();
   qp_attr.recv_cq = cq.get();
   qp_attr.cap.max_send_wr = 1024;
   qp_attr.cap.max_recv_wr = 1;
-  FERRY_ASSIGN_OR_RETURN(qp, nic.create_qp(*pd, qp_attr));
+  FERRY_ASSIGN_OR_RETURN(qp, nic->create_qp(*pd, qp_attr));
   return ok_status();
 }
 

@@ -30,20 +30,56 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       by_segment[r.segment_id].push_back({b, r});
     }
   }
+  // Completeness: every segment the coordinator lists (the log reported it
+  // before its first append) and that is not freed must be found. A backup
+  // that did not answer may hold the only replicas of one: recovery waits
+  // for it (the caller retries) rather than finish without those objects.
+  std::vector<uint64_t> missing;
+  for (const auto& [segment_id, version] : min_versions) {
+    if (version != kFreedSegment && by_segment.count(segment_id) == 0) missing.push_back(segment_id);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i == 0 ? "" : ", ") + std::to_string(missing[i]);
+    if (missing.size() > 8) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+    return unavailable("log " + std::to_string(log_id) + ": no reachable backup holds a replica of segment" +
+                       (missing.size() > 1 ? "s " : " ") + list +
+                       " (" + std::to_string(backups.size() - rep.backups_unreachable) + " backups answered, " +
+                       std::to_string(rep.backups_unreachable) +
+                       " did not): recovery must wait until a backup holding it answers");
+  }
   std::vector<RecoveredSegment> out;
   for (auto& [segment_id, candidates] : by_segment) {
     auto required = min_versions.find(segment_id);
+    if (required == min_versions.end() && !min_versions.empty()) {
+      // Never reported: the primary failed while opening it (or could not
+      // reach the coordinator), before anything was appended to it. Its
+      // replicas hold at most its header, and may be freed under our feet
+      // by an old primary giving up on the open.
+      rep.unlisted_ignored += candidates.size();
+      continue;
+    }
     uint64_t need = required == min_versions.end() ? 0 : required->second;
+    if (need == kFreedSegment) {
+      // The cleaner freed it (or a recovery consumed it): a copy that
+      // survived anywhere -- open or closed, on a backup declared dead
+      // before the free -- would bring back objects whose tombstones were
+      // dropped with it.
+      rep.stale_ignored += candidates.size();
+      continue;
+    }
     // A replica below the newest version any backup reports for this
-    // segment was left behind by a re-replication (§3.3.3).
+    // segment was left behind by a re-replication (§3.3.3). The rule holds
+    // for closed replicas too: a replica's state says nothing of whether the
+    // primary still counted it.
     for (const Candidate& c : candidates) {
-      if (!c.info.closed) need = std::max(need, c.info.replica_version);
+      if (!c.info.corrupted) need = std::max(need, c.info.replica_version);
     }
     std::vector<Candidate> usable;
     for (const Candidate& c : candidates) {
       if (c.info.corrupted) {
         ++rep.corrupted_ignored;
-      } else if (!c.info.closed && c.info.replica_version < need) {
+      } else if (c.info.replica_version < need) {
         ++rep.stale_ignored;
       } else {
         if (!c.info.closed && !c.info.zero_after_valid) ++rep.torn_open;
@@ -58,13 +94,21 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       return a.info.valid_bytes > b.info.valid_bytes;
     });
     bool recovered = false;
+    std::string why;  // what went wrong with each usable replica
     for (const Candidate& c : usable) {
       auto bytes = backups[c.backup]->read_all(segment_id, c.info.closed, c.info.valid_bytes);
-      if (!bytes.ok()) continue;
+      if (!bytes.ok()) {
+        why += "; " + backups[c.backup]->name() + ": " + bytes.status().to_string();
+        continue;
+      }
       // The bytes crossed the network: they must still be the valid prefix
       // the backup reported.
       const ScanResult scan = scan_buffer(*bytes);
-      if (scan.valid_bytes != bytes->size() || scan.checksum != c.info.checksum) continue;
+      if (scan.valid_bytes != bytes->size() || scan.checksum != c.info.checksum) {
+        why += "; " + backups[c.backup]->name() + ": read back " + std::to_string(bytes->size()) + " bytes, valid " +
+               std::to_string(scan.valid_bytes) + " (" + std::string(scan_stop_name(scan.stop)) + ")";
+        continue;
+      }
       RecoveredSegment seg;
       seg.segment_id = segment_id;
       seg.closed = c.info.closed;
@@ -78,9 +122,12 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       break;
     }
     if (!recovered) {
-      return data_loss("no usable replica of segment " + std::to_string(segment_id) + " of log " +
-                       std::to_string(log_id) + " (" + std::to_string(candidates.size()) + " found, " +
-                       std::to_string(usable.size()) + " usable)");
+      // A backup that did not answer may hold a usable replica: wait for it.
+      const std::string what = "no usable replica of segment " + std::to_string(segment_id) + " of log " +
+                               std::to_string(log_id) + " (" + std::to_string(candidates.size()) + " found, " +
+                               std::to_string(usable.size()) + " usable, " +
+                               std::to_string(rep.backups_unreachable) + " backups did not answer" + why + ")";
+      return rep.backups_unreachable > 0 ? unavailable(what) : data_loss(what);
     }
   }
   return out;

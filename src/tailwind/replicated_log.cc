@@ -20,6 +20,7 @@ namespace ferry::tailwind {
 namespace {
 
 constexpr size_t kCopyChunkBytes = 1 << 20;  // re-replication WRITEs
+constexpr uint32_t kOrphanFreesInFlight = 16;  // per backup: the rest of its session's window is the log's
 
 uint64_t wr_id_of(uint64_t segment_id, uint64_t end) { return segment_id << 32 | end; }
 
@@ -40,8 +41,14 @@ struct ReplicatedLog::Impl {
     std::optional<SegmentWriter> writer;
     bool closed = false;
     uint64_t version = 1;
+    // The coordinator knows `version` (LogOptions::on_version returned OK).
+    // Until it does, nothing appended to the segment is acknowledged.
+    bool version_reported = false;
     std::vector<Replica> replicas;
     size_t bytes = 0;
+    // Its roll is under way: the closer waits for the last WRITEs without
+    // the log's lock, and no one else may append to it or close it again.
+    bool closing = false;
     ~Segment() { mrs.clear(); }
     uint64_t written() const { return writer->offset(); }
   };
@@ -56,6 +63,18 @@ struct ReplicatedLog::Impl {
   Segment* open = nullptr;
   uint64_t next_segment_id = 1;
   std::vector<bool> dead;  // per link
+  // A backup refused this log with kPermissionDenied: the log was fenced
+  // (its primary declared failed, its log recovered elsewhere). For good:
+  // nothing more is appended or acknowledged.
+  bool fenced = false;
+  // Replicas the log dropped from a backup (it failed, or was declared
+  // failed) and has not freed there yet: (backup, segment) -> a free is in
+  // flight. Left alone they would hold a buffer against that backup's
+  // unflushed limit (and a copy on its storage) for good. An asynchronous
+  // free goes out at each segment roll and is sent again until the backup
+  // answers; a backup that never comes back keeps its entries.
+  std::map<std::pair<size_t, uint64_t>, bool> orphans;
+  std::vector<uint32_t> orphan_frees;  // per link: frees in flight (its session is polled while > 0)
   LogCounters counters;
 
   Segment* segment_of(uint64_t id) {
@@ -70,6 +89,15 @@ struct ReplicatedLog::Impl {
     return nullptr;
   }
 
+  // Notes a fence in a backup's answer (kPermissionDenied).
+  void note_fence(const Status& st) {
+    if (st.code() == Code::kPermissionDenied) fenced = true;
+  }
+  Status fenced_error() const {
+    return permission_denied("log " + std::to_string(options.log_id) +
+                             " is fenced: its primary was declared failed and the log recovered elsewhere");
+  }
+
   void mark_dead(size_t backup) {
     if (!dead[backup]) {
       dead[backup] = true;
@@ -77,8 +105,11 @@ struct ReplicatedLog::Impl {
     }
   }
 
+  // Some segment has a replica on a failed backup, or fewer than r
+  // replicas (an earlier repair found no backup to take one).
   bool needs_repair() const {
     for (const auto& [id, s] : segments) {
+      if (s->replicas.size() < options.replicas) return true;
       for (const auto& r : s->replicas) {
         if (dead[r.backup]) return true;
       }
@@ -112,7 +143,7 @@ struct ReplicatedLog::Impl {
           }
         }
       }
-      if (options.replication == Replication::kRpc && !dead[b]) link.session().poll();
+      if ((options.replication == Replication::kRpc && !dead[b]) || orphan_frees[b] > 0) link.session().poll();
     }
   }
 
@@ -170,6 +201,7 @@ struct ReplicatedLog::Impl {
             Segment* seg = segment_of(segment_id);
             Replica* rep = seg != nullptr ? replica_on(*seg, backup) : nullptr;
             if (rep != nullptr && rep->inflight > 0) --rep->inflight;
+            if (res.status.ok() && res.app_status == static_cast<uint8_t>(Code::kPermissionDenied)) fenced = true;
             if (!res.status.ok() || res.app_status != 0) {
               mark_dead(backup);
             } else if (rep != nullptr) {
@@ -187,11 +219,50 @@ struct ReplicatedLog::Impl {
     return ok_status();
   }
 
-  // post(), polling while the backup's queue is full.
+  // Sends a free for every dropped replica whose free is not in flight
+  // (asynchronous: a backup that does not answer holds nothing up).
+  void free_orphans_locked() {
+    // A fenced log's replicas are the recovery's now (it frees them).
+    if (fenced) return;
+    for (auto& [where, in_flight] : orphans) {
+      const auto [b, segment_id] = where;
+      if (in_flight || orphan_frees[b] >= kOrphanFreesInFlight) continue;
+      BackupLink::Impl& link = links[b]->impl();
+      const detail::SegmentRef req{options.log_id, segment_id};
+      const Status sent = link.session().call_async(
+          kTwFree, link.route, detail::encode(req), false, [this, key = where](const rpc::CallResult& res) {
+            --orphan_frees[key.first];
+            const bool gone = res.status.ok() && (res.app_status == 0 ||
+                                                  res.app_status == static_cast<uint8_t>(Code::kNotFound));
+            if (gone) {
+              orphans.erase(key);
+              ++counters.orphans_freed;
+            } else {
+              orphans[key] = false;  // the next roll sends it again
+            }
+          });
+      if (!sent.ok()) continue;  // the link is down or its window full: the next roll
+      in_flight = true;
+      ++orphan_frees[b];
+    }
+  }
+
+  // Remembers a replica dropped from backup `b` (not counted any more).
+  void orphan(size_t b, uint64_t segment_id) { orphans.emplace(std::make_pair(b, segment_id), false); }
+
+  // post(), polling while the backup's queue is full. A backup whose queue
+  // stays full for replication_timeout_ms (it stopped answering) is
+  // declared failed.
   void post_blocking(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
     while (post(s, r, offset, len).code() == Code::kResourceExhausted) {
       poll_locked();
       if (dead[r.backup]) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ++counters.replication_timeouts;
+        mark_dead(r.backup);
+        return;
+      }
     }
   }
 
@@ -239,6 +310,8 @@ struct ReplicatedLog::Impl {
   Result<size_t> try_add_replica(Segment& s, bool* busy) {
     for (size_t b : candidates(s)) {
       auto opened = links[b]->open(s.id, s.version);
+      note_fence(opened.status());
+      if (fenced) return fenced_error();
       if (!opened.ok()) {
         if (opened.status().code() == Code::kUnavailable || opened.status().code() == Code::kTimedOut) mark_dead(b);
         if (opened.status().code() == Code::kResourceExhausted) *busy = true;
@@ -256,12 +329,23 @@ struct ReplicatedLog::Impl {
       for (uint64_t off = 0; off < n; off += kCopyChunkBytes) {
         post_blocking(s, s.replicas[index], off, std::min<uint64_t>(kCopyChunkBytes, n - off));
       }
-      while (!dead[b] && s.replicas[index].completed < n) {
+      // The copy has an append's deadline: a backup that answered the
+      // open and then went silent is failed, not waited for with the lock.
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
+      while (!dead[b] && !fenced && s.replicas[index].completed < n) {
         poll_locked();
+        if (std::chrono::steady_clock::now() >= deadline) {
+          ++counters.replication_timeouts;
+          mark_dead(b);
+          break;
+        }
         std::this_thread::yield();
       }
+      if (fenced) return fenced_error();
       if (dead[b]) {
         s.replicas.erase(s.replicas.begin() + static_cast<ptrdiff_t>(index));
+        orphan(b, s.id);
         continue;
       }
       return index;
@@ -274,18 +358,24 @@ struct ReplicatedLog::Impl {
   // (mu is held); the new replica holds the segment's bytes before the
   // version moves on at the primary and every live replica.
   Status repair_locked() {
+    if (fenced) return fenced_error();
     while (needs_repair()) {
       for (auto& [id, seg] : segments) {
         Segment& s = *seg;
-        const size_t before = s.replicas.size();
-        std::erase_if(s.replicas, [&](const Replica& r) { return dead[r.backup]; });
-        const size_t lost = before - s.replicas.size();
+        std::erase_if(s.replicas, [&](const Replica& r) {
+          if (dead[r.backup]) orphan(r.backup, s.id);
+          return dead[r.backup];
+        });
+        // Counted, not remembered: a repair that found no backup last time
+        // is tried again, and until it succeeds nothing is acknowledged.
+        const size_t lost = options.replicas - std::min<size_t>(options.replicas, s.replicas.size());
         for (size_t i = 0; i < lost; ++i) {
           FERRY_ASSIGN_OR_RETURN(size_t index, add_replica(s));
           ++counters.replicas_recreated;
           if (s.closed) {
             const Replica& r = s.replicas[index];
             const Status closed = links[r.backup]->close(s.id, s.written(), s.writer->checksum());
+            note_fence(closed);
             if (!closed.ok()) mark_dead(r.backup);
           }
         }
@@ -294,18 +384,38 @@ struct ReplicatedLog::Impl {
           for (const Replica& r : s.replicas) {
             if (dead[r.backup]) continue;
             const Status changed = links[r.backup]->set_version(s.id, version);
+            note_fence(changed);
             if (!changed.ok()) mark_dead(r.backup);
           }
           s.version = version;
+          s.version_reported = false;
           ++counters.version_changes;
-          if (options.on_version) options.on_version(s.id, version);
+          if (fenced) return fenced_error();
+          (void)report_version_locked(s);  // an error: the next append retries it before acknowledging
         }
       }
     }
     return ok_status();
   }
 
+  // Tells the coordinator the segment's current version, unless it knows.
+  Status report_version_locked(Segment& s) {
+    if (s.version_reported || !options.on_version) {
+      s.version_reported = true;
+      return ok_status();
+    }
+    const Status reported = options.on_version(s.id, s.version);
+    if (!reported.ok()) {
+      return Status(reported.code(), "log " + std::to_string(options.log_id) + ": the coordinator does not know " +
+                                         "segment " + std::to_string(s.id) + " at version " +
+                                         std::to_string(s.version) + ": " + reported.message());
+    }
+    s.version_reported = true;
+    return ok_status();
+  }
+
   Status open_segment_locked() {
+    free_orphans_locked();  // the roll is when the log does control work anyway
     auto s = std::make_unique<Segment>();
     s->id = next_segment_id++;
     // Fresh anonymous pages read as zero without being touched: the segment
@@ -320,13 +430,16 @@ struct ReplicatedLog::Impl {
     FERRY_RETURN_IF_ERROR(register_segment(*s));
     Segment& seg = *s;
     segments.emplace(seg.id, std::move(s));
-    for (uint32_t i = 0; i < options.replicas; ++i) {
-      auto added = add_replica(seg);
-      if (!added.ok()) {
-        for (const Replica& r : seg.replicas) (void)links[r.backup]->free(seg.id);
-        segments.erase(seg.id);
-        return added.status();
-      }
+    Status opened = ok_status();
+    for (uint32_t i = 0; i < options.replicas && opened.ok(); ++i) opened = add_replica(seg).status();
+    // The coordinator lists the segment before anything is appended to it:
+    // a recovery then knows to look for it (and waits for its backups
+    // rather than finish without it).
+    if (opened.ok()) opened = report_version_locked(seg);
+    if (!opened.ok()) {
+      for (const Replica& r : seg.replicas) (void)links[r.backup]->free(seg.id);
+      segments.erase(seg.id);
+      return opened;
     }
     open = &seg;
     ++counters.segments_opened;
@@ -337,7 +450,7 @@ struct ReplicatedLog::Impl {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
     while (true) {
       poll_locked();
-      if (needs_repair()) return;
+      if (fenced || needs_repair()) return;
       if (replicated(s, end)) return;
       if (std::chrono::steady_clock::now() >= deadline) {
         // Silent backups are failed backups: the repair replaces them.
@@ -355,8 +468,25 @@ struct ReplicatedLog::Impl {
     }
   }
 
+  // Waits (without the lock) while the open segment is being rolled by
+  // another thread.
+  void wait_roll_locked(std::unique_lock<std::mutex>& lock) {
+    while (open != nullptr && open->closing) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+  }
+
   Status close_segment_locked(std::unique_lock<std::mutex>& lock) {
     Segment& s = *open;
+    s.closing = true;
+    const Status closed = close_closing_locked(s, lock);
+    if (!closed.ok() && open == &s) s.closing = false;  // the next append tries the roll again
+    return closed;
+  }
+
+  Status close_closing_locked(Segment& s, std::unique_lock<std::mutex>& lock) {
     // The close RPC travels on another queue than the WRITEs: every WRITE
     // must be acknowledged before the backup writes the buffer to storage.
     while (true) {
@@ -366,8 +496,10 @@ struct ReplicatedLog::Impl {
     }
     for (const Replica& r : s.replicas) {
       const Status closed = links[r.backup]->close(s.id, s.written(), s.writer->checksum());
+      note_fence(closed);
       if (!closed.ok()) mark_dead(r.backup);
     }
+    if (fenced) return fenced_error();
     s.closed = true;
     open = nullptr;
     ++counters.segments_closed;
@@ -378,8 +510,11 @@ struct ReplicatedLog::Impl {
 
   Result<LogPosition> append(const AppendFn& write_entry) {
     std::unique_lock lock(mu);
+    wait_roll_locked(lock);
+    if (fenced) return fenced_error();
     FERRY_RETURN_IF_ERROR(repair_locked());
     if (open == nullptr) FERRY_RETURN_IF_ERROR(open_segment_locked());
+    FERRY_RETURN_IF_ERROR(report_version_locked(*open));
     auto appended = write_entry(*open->writer);
     if (!appended.ok() && appended.status().code() == Code::kResourceExhausted) {
       FERRY_RETURN_IF_ERROR(close_segment_locked(lock));
@@ -399,9 +534,14 @@ struct ReplicatedLog::Impl {
     const LogPosition position{s.id, appended->offset, appended->bytes};
     while (true) {
       wait_replicated_locked(s, end, lock);
+      if (fenced) return fenced_error();
       if (!needs_repair()) break;
       FERRY_RETURN_IF_ERROR(repair_locked());  // the new replicas hold [0, written) >= end
     }
+    // A repair meanwhile moved the version on: the coordinator must know it
+    // before this append counts, or a recovery could prefer a replica left
+    // behind at the old version that lacks it.
+    FERRY_RETURN_IF_ERROR(report_version_locked(s));
     return position;
   }
 };
@@ -415,6 +555,12 @@ ReplicatedLog::~ReplicatedLog() {
     for (auto& r : s->replicas) {
       for (int spin = 0; r.inflight > 0 && !impl_->dead[r.backup] && spin < 100000; ++spin) impl_->poll_locked();
     }
+  }
+  // Frees in flight call back into the log: wait for them (a backup that
+  // does not answer cannot call back either: its session is not polled
+  // once the log is gone).
+  for (size_t b = 0; b < impl_->orphan_frees.size(); ++b) {
+    for (int spin = 0; impl_->orphan_frees[b] > 0 && spin < 100000; ++spin) impl_->poll_locked();
   }
 }
 
@@ -442,6 +588,7 @@ Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std:
   impl->options = options;
   impl->rng = Rng(options.seed);
   impl->dead.assign(impl->links.size(), false);
+  impl->orphan_frees.assign(impl->links.size(), 0);
   return std::unique_ptr<ReplicatedLog>(new ReplicatedLog(std::move(impl)));
 }
 
@@ -457,6 +604,7 @@ Result<LogPosition> ReplicatedLog::append_tombstone(uint64_t table_id, uint64_t 
 
 Status ReplicatedLog::close_open_segment() {
   std::unique_lock lock(impl_->mu);
+  impl_->wait_roll_locked(lock);
   if (impl_->open == nullptr) return ok_status();
   return impl_->close_segment_locked(lock);
 }
@@ -468,13 +616,57 @@ Status ReplicatedLog::backup_failed(size_t index) {
   return impl_->repair_locked();
 }
 
+Status ReplicatedLog::backup_returned(size_t index) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  if (index >= m.links.size()) return invalid_argument("no backup " + std::to_string(index));
+  if (!m.dead[index]) return ok_status();
+  if (m.fenced) return m.fenced_error();
+  // Completions of the old data path and frees in flight first.
+  m.poll_locked();
+  for (int spin = 0; m.orphan_frees[index] > 0 && spin < 100000; ++spin) m.poll_locked();
+  if (m.orphan_frees[index] > 0) {
+    return unavailable(m.links[index]->name() + " has not answered the frees of the replicas left there");
+  }
+  // What was left there goes before the backup can be chosen again: a free
+  // that arrived later would drop a new replica of the same segment. That
+  // includes replicas still counted there (a repair that found no other
+  // backup stopped before them): the next append's repair re-creates them.
+  for (auto& [id, seg] : m.segments) {
+    const uint64_t segment_id = id;
+    std::erase_if(seg->replicas, [&](const Impl::Replica& r) {
+      if (r.backup == index) m.orphan(index, segment_id);
+      return r.backup == index;
+    });
+  }
+  for (auto it = m.orphans.begin(); it != m.orphans.end();) {
+    if (it->first.first != index) {
+      ++it;
+      continue;
+    }
+    const Status freed = m.links[index]->free(it->first.second);
+    if (!freed.ok() && freed.code() != Code::kNotFound) {
+      return Status(freed.code(), m.links[index]->name() + " is not back: " + freed.message());
+    }
+    it = m.orphans.erase(it);
+    ++m.counters.orphans_freed;
+  }
+  FERRY_RETURN_IF_ERROR(m.links[index]->impl().reconnect_data_path());
+  m.dead[index] = false;
+  return ok_status();
+}
+
 Status ReplicatedLog::free_segment(uint64_t segment_id) {
   std::lock_guard lock(impl_->mu);
   Impl::Segment* s = impl_->segment_of(segment_id);
   if (s == nullptr) return not_found("no segment " + std::to_string(segment_id));
   if (!s->closed) return failed_precondition("segment " + std::to_string(segment_id) + " is open");
   for (const auto& r : s->replicas) {
-    if (!impl_->dead[r.backup]) (void)impl_->links[r.backup]->free(segment_id);
+    if (impl_->dead[r.backup]) {
+      impl_->orphan(r.backup, segment_id);  // not reachable now: freed once it answers
+    } else {
+      (void)impl_->links[r.backup]->free(segment_id);
+    }
   }
   impl_->segments.erase(segment_id);
   return ok_status();
@@ -513,6 +705,11 @@ uint64_t ReplicatedLog::replica_version(uint64_t segment_id) const {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->segments.find(segment_id);
   return it == impl_->segments.end() ? 0 : it->second->version;
+}
+
+bool ReplicatedLog::fenced() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->fenced;
 }
 
 LogCounters ReplicatedLog::counters() const {

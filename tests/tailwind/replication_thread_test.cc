@@ -139,7 +139,10 @@ TEST_P(ReplicationTest, FailedBackupIsReplacedAndItsStaleReplicaIgnored) {
   std::map<uint64_t, uint64_t> coordinator;  // segment -> replica version
   auto links = cluster.link_all(7, GetParam() == Replication::kTailwind);
   LogOptions o = log_options(GetParam(), 1 << 20);  // one open segment for the whole test
-  o.on_version = [&](uint64_t segment, uint64_t version) { coordinator[segment] = version; };
+  o.on_version = [&](uint64_t segment, uint64_t version) {
+    coordinator[segment] = version;
+    return ok_status();
+  };
   auto log = ReplicatedLog::create(cluster.primary_nic(), links, o).value();
   std::map<std::string, std::string> expected;
   for (int i = 0; i < 200; ++i) {

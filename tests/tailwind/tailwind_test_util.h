@@ -101,6 +101,12 @@ class Cluster {
           } else {
             for (size_t i = 0; i < hosts_.size(); ++i) {
               if (static_cast<int>(i) != silenced_.load()) hosts_[i]->server->poll_worker(0);
+              // silence_after_open(): stops right after the pass that served the open.
+              if (static_cast<int>(i) == silence_after_open_.load() &&
+                  hosts_[i]->backup->counters().opens > opens_before_silence_.load()) {
+                silenced_ = static_cast<int>(i);
+                silence_after_open_ = -1;
+              }
             }
           }
           passes_.fetch_add(1);
@@ -154,6 +160,15 @@ class Cluster {
     const uint64_t now = passes_.load();
     while (passes_.load() == now) std::this_thread::yield();
   }
+  // The silenced backup's CPU runs again (it was only briefly unreachable):
+  // the requests it took meanwhile are served, in order.
+  void resume_backup() { silenced_ = -1; }
+  // Backup i's CPU stops right after it serves its next open (the pump
+  // checks after each of its polls): the open is answered, nothing after it.
+  void silence_after_open(size_t i) {
+    opens_before_silence_ = hosts_[i]->backup->counters().opens;
+    silence_after_open_ = static_cast<int>(i);
+  }
 
   nic::Engine& engine() { return *engine_; }
   nic::Nic& primary_nic() { return *primary_nic_; }
@@ -172,6 +187,8 @@ class Cluster {
   std::atomic<bool> stop_pump_{false};
   std::atomic<bool> paused_{false};
   std::atomic<int> silenced_{-1};  // a backup whose RPCs are never served
+  std::atomic<int> silence_after_open_{-1};
+  std::atomic<uint64_t> opens_before_silence_{0};
   std::atomic<uint64_t> passes_{0};  // passes of the pump completed
 };
 

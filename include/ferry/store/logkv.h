@@ -176,11 +176,29 @@ class Cluster {
   Result<TableMap> table(uint64_t table_id) const;
   Result<TableMap> table(std::string_view name) const;
 
-  // Crashes server i: its workers stop, its log (the primary's memory) and
-  // its backup's buffers are gone to the others (its replicas are replaced
-  // on the surviving logs, §3.3.3). Its tablets are unavailable until
-  // recover_server(i).
+  // Crashes server i at once: every backup fences its log first (its
+  // appends in flight stay where they got to: on some replicas, partly
+  // placed), then its workers stop, its log (the primary's memory) and its
+  // backup's buffers are gone to the others (its replicas are replaced on
+  // the surviving logs, §3.3.3). Its tablets are unavailable until
+  // recover_server(i). A partitioned server is stopped the same way.
   Status crash_server(uint32_t i);
+  // The coordinator loses server i (a partition): it is declared crashed --
+  // every other log replaces its replicas there, and recover_server(i)
+  // rebuilds its tablets elsewhere -- but its process runs on: it serves
+  // whoever still reaches it (clients with an old map), its log keeps
+  // replicating to its backups until they fence it, and its reports no
+  // longer reach the coordinator. crash_server(i) stops it.
+  Status partition_server(uint32_t i);
+  // The coordinator declares server i's backup failed (its failure
+  // detector lost it for a while) while the server runs on and serves its
+  // tablets: every other live log replaces the replicas it had there.
+  // kUnavailable (after telling every log) when a log finds no backup to
+  // take them: that log acknowledges nothing until one comes back.
+  Status declare_backup_failed(uint32_t i);
+  // Server i's backup answers again: every other live log frees the
+  // replicas it left there and may place new ones on it.
+  Status declare_backup_back(uint32_t i);
   // Rebuilds a crashed server's tablets on the live servers from the
   // backups' replicas. `progress` (optional) is called after each segment.
   Result<RecoveryResult> recover_server(uint32_t i,
@@ -244,6 +262,13 @@ struct ClientOptions {
   uint32_t sessions = 1;  // one per client thread
   uint64_t timeout_ns = 2'000'000'000ULL;  // per call, then the map is refreshed and the call retried
   uint32_t max_attempts = 8;
+  // A PUT or DELETE whose call failed after it was sent (no reply: the
+  // server may have executed it) is sent again to the tablet's owner, so
+  // it may apply twice (its version tells). false: it fails kUnavailable,
+  // "outcome unknown", and the session's next call re-reads the map (a
+  // checker of histories needs each write applied at most once). "Wrong
+  // server" replies and GETs are retried either way.
+  bool retry_unknown_writes = true;
 };
 
 struct GetResult {

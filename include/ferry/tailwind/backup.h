@@ -16,8 +16,9 @@
 //             replica: the replica version of an open buffer moves on
 //   replicate the RPC baseline (RAMCloud): the backup's worker copies the
 //             bytes into the buffer and replies
-//   find      a primary failed: fence its QPs (§3.3.4), run Algorithm 1 over
-//             its open buffers, verify its closed ones on storage, report
+//   find      a primary failed: fence its log for good (§3.3.4), run
+//             Algorithm 1 over its open buffers, verify its closed ones on
+//             storage, report
 //   read      bytes of a replica, for the recovering server
 //   free      the replica is no longer needed (segment cleaned, log recovered)
 //
@@ -159,8 +160,9 @@ class Backup {
 
   // The data path of primary `log_id`: a QP of this backup's NIC, connected
   // to `primary_qp` (RESET, on `primary_nic` of the same Engine), allowed to
-  // WRITE and FLUSH only the buffers open for that log. Replaces (and
-  // fences) an earlier connection of the same log.
+  // WRITE and FLUSH only the buffers open for that log. Replaces (moves to
+  // ERROR) an earlier connection of the same log; kFailedPrecondition while
+  // that one still has buffers registered, kPermissionDenied for a fenced log.
   Status connect(uint64_t log_id, nic::QueuePair& primary_qp, const nic::Nic& primary_nic,
                  const nic::ConnectOptions& options = {});
   // The same across processes: serves the data-path connections of remote
@@ -169,11 +171,16 @@ class Backup {
   // its earlier one as connect() does. The listener must outlive the backup
   // or the backup's destruction, which unserves. Errors: Listener::serve's.
   Status serve(cm::Listener& listener, std::string_view service);
-  // §3.3.4: moves the log's QPs to ERROR, so a primary that others consider
-  // failed can no longer write here.
+  // §3.3.4: moves the log's QPs to ERROR and deregisters its buffers, so a
+  // primary that others consider failed can no longer write here. For good:
+  // from then on every request of that log but find, read and free (open,
+  // close, version, replicate) fails kPermissionDenied, and so does a new
+  // connection of it (connect, serve), in both replication modes. The find
+  // RPC (recovery's) fences too.
   void fence(uint64_t log_id);
 
-  // The control operations (what the RPCs call).
+  // The control operations (what the RPCs call). Each fails
+  // kPermissionDenied for a fenced log (the caller is an old primary).
   // kResourceExhausted: no free buffer, or the unflushed limit; the message
   // says which. kAlreadyExists: (log, segment) already open here.
   Result<OpenedBuffer> open(uint64_t log_id, uint64_t segment_id, uint64_t replica_version);
@@ -185,10 +192,13 @@ class Backup {
   // RPC baseline: copies `bytes` at `offset` into the open buffer (and
   // persists them on PM) on the calling thread.
   Status replicate(uint64_t log_id, uint64_t segment_id, uint64_t offset, std::span<const uint8_t> bytes);
-  // Fences the log, scans its open buffers, verifies its closed ones;
-  // ascending segment_id (an open and a closed replica of the same segment
-  // may both appear after a crash during close).
+  // Scans the log's open buffers, verifies its closed ones; ascending
+  // segment_id (an open and a closed replica of the same segment may both
+  // appear after a crash during close). Inspection only: the log goes on.
   std::vector<ReplicaInfo> find(uint64_t log_id);
+  // What the find RPC does for a recovery: fence(log_id), then find(), in
+  // one step, so no WRITE of the old primary lands after the scan.
+  std::vector<ReplicaInfo> fence_and_find(uint64_t log_id);
   // Up to max_bytes of a replica from `offset` (open: the buffer, closed:
   // storage, or the buffer until it is flushed). kNotFound if absent.
   Result<std::vector<uint8_t>> read(uint64_t log_id, uint64_t segment_id, bool closed, uint64_t offset,

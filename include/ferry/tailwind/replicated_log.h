@@ -19,7 +19,8 @@
 // backup -- the segment's bytes so far written to it and flushed --, and
 // then the replica version of the open segment moves on at the primary and
 // every live replica by RPC, so a stale replica that comes back is ignored
-// by recovery. Appends then resume.
+// by recovery. Appends then resume. The replicas left on the failed backup
+// are freed there (asynchronously, at segment rolls) once it answers again.
 //
 // Threads: every method is thread-safe; appends from many threads are
 // serialized on the log's lock for their placement and wait for their
@@ -127,9 +128,15 @@ struct LogOptions {
   // acknowledged a replication request (RPC mode): nothing is outstanding
   // on the wire, so its QP never errors.
   uint32_t replication_timeout_ms = 3000;
-  // Called (under the log's lock) when a segment's replica version moves
-  // on: a coordinator records it, so recovery can tell stale replicas.
-  std::function<void(uint64_t segment_id, uint64_t replica_version)> on_version;
+  // Tells the coordinator (under the log's lock) that a segment exists at a
+  // replica version: when the segment is opened (its replicas hold its
+  // header; nothing is appended to it before this returns OK), and each
+  // time its version moves on. The coordinator's record is then the list of
+  // the log's segments that recovery must find, and tells it stale replicas.
+  // An error (the coordinator cannot be reached) fails the open, or the
+  // append that needs the new version known: no append is acknowledged
+  // until the report lands (it is retried at the next append).
+  std::function<Status(uint64_t segment_id, uint64_t replica_version)> on_version;
 };
 
 // Where an appended entry lives in the log.
@@ -151,6 +158,7 @@ struct LogCounters {
   uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc)
   uint64_t opens_deferred = 0;  // times every candidate was at its unflushed limit and the primary waited
   uint64_t replication_timeouts = 0;  // backups declared failed for not acknowledging within replication_timeout_ms
+  uint64_t orphans_freed = 0;   // replicas dropped from a failed backup, freed there once it answered
 };
 
 class ReplicatedLog {
@@ -167,7 +175,10 @@ class ReplicatedLog {
   // Appends an object (or tombstone) and returns once every replica has it.
   // kInvalidArgument: it cannot fit in a segment. kUnavailable: too few
   // live backups to keep r replicas (the entry is then in the primary's log
-  // but not acknowledged).
+  // but not acknowledged). kPermissionDenied: the log is fenced (a backup
+  // refused it: its primary was declared failed and the log recovered
+  // elsewhere); every later append fails so too, and the caller must stop
+  // serving what the log holds.
   Result<LogPosition> append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
                                     std::span<const uint8_t> value);
   Result<LogPosition> append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
@@ -178,6 +189,12 @@ class ReplicatedLog {
   // The coordinator says backup `index` (of the create() list) failed:
   // every segment it held gets a new replica elsewhere.
   Status backup_failed(size_t index);
+  // The coordinator says backup `index`, declared failed earlier, answers
+  // again (it was only unreachable): the replicas the log left there are
+  // freed now, its data path is connected anew, and it may take replicas
+  // again. kUnavailable (it stays failed) if it does not answer the frees;
+  // kPermissionDenied if the log is fenced.
+  Status backup_returned(size_t index);
   // Frees a closed segment on its backups and in the log (the cleaner).
   Status free_segment(uint64_t segment_id);
 
@@ -189,6 +206,8 @@ class ReplicatedLog {
   // Backups (indices into the create() list) holding replicas of a segment.
   std::vector<size_t> replicas_of(uint64_t segment_id) const;
   uint64_t replica_version(uint64_t segment_id) const;
+  // A backup fenced this log (see append); for good.
+  bool fenced() const;
   LogCounters counters() const;
   const LogOptions& options() const;
 
@@ -199,13 +218,29 @@ class ReplicatedLog {
   std::unique_ptr<Impl> impl_;
 };
 
+// What the coordinator records of a segment that was freed (cleaned, or its
+// log recovered): no replica of it may ever be used again.
+inline constexpr uint64_t kFreedSegment = UINT64_MAX;
+
 // Recovery of a failed primary's log from its backups (§3.3.1): every
 // backup fences the log and reports its replicas (Algorithm 1 over open
 // buffers, closed ones verified on storage); per segment the recovery takes
 // a closed replica that verifies, else the open replica with the longest
 // valid prefix, among those whose replica version is at least what
-// `min_versions` (from the coordinator; absent: 0) requires. Reads go over
-// the backups' RPCs and are scanned again on arrival.
+// `min_versions` (from the coordinator; absent: 0) requires and at least
+// the newest any backup reports. A segment recorded as kFreedSegment is
+// never used, whatever state its replicas are found in. Reads go over the
+// backups' RPCs and are scanned again on arrival.
+//
+// Completeness: `min_versions` is the coordinator's record of the log
+// (LogOptions::on_version lists every segment before its first append).
+// Every segment it lists and that is not freed must be recovered: one that
+// no answering backup holds makes the recovery fail kUnavailable, naming it
+// (a backup that did not answer, or is not in `backups`, may hold it: retry
+// when it is back); one whose replicas are all unusable fails kDataLoss (or
+// kUnavailable while some backup did not answer). A segment it does not
+// list was never appended to (its primary failed while opening it) and is
+// ignored. An empty record checks nothing (tests without a coordinator).
 struct RecoveredSegment {
   uint64_t segment_id = 0;
   bool closed = false;
@@ -215,12 +250,13 @@ struct RecoveredSegment {
 };
 struct RecoveryReport {
   uint64_t replicas_seen = 0;
-  uint64_t stale_ignored = 0;      // below the required version
+  uint64_t stale_ignored = 0;      // below the required version, or of a freed segment
   uint64_t corrupted_ignored = 0;  // closed replicas that failed verification
   uint64_t torn_open = 0;          // open replicas with bytes after their valid prefix
   uint64_t segments = 0;
   uint64_t bytes = 0;
   uint64_t backups_unreachable = 0;
+  uint64_t unlisted_ignored = 0;   // replicas of segments the coordinator never heard of (nothing appended)
 };
 Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
                                                   const std::map<uint64_t, uint64_t>& min_versions,
