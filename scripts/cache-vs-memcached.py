@@ -69,6 +69,13 @@ int main(int argc, char** argv) {
       auto r = op == "incr" ? c.incr(key, d) : c.decr(key, d);
       out = std::string(cache_status_name(r.status));
       if (r.status == CacheStatus::kOk) out += " " + std::to_string(r.value);
+    } else if (op == "gets") {
+      auto r = c.gets(key);
+      out = std::string(cache_status_name(r.status));
+      if (r.status == CacheStatus::kOk) out += " cas=" + std::to_string(r.cas);
+    } else if (op == "flush_all") {
+      c.flush_all();
+      out = "OK";
     } else if (op == "delete") {
       out = std::string(cache_status_name(c.remove(key)));
     } else {
@@ -103,6 +110,10 @@ SCENARIOS = [
         ['add', 'j', '@1048576'], ['get', 'j']]),
     ('incr on a chunked value', set_incr_get(['%600000', '%20'])),
     ('other white space', set_incr_get(['\v5', '5\vz', '5\fz'])),
+    ('cas uniques: incr, decr, flush_all', [
+        ['set', 'k', '99'], ['gets', 'k'], ['incr', 'k', '1'], ['gets', 'k'], ['decr', 'k', '1'], ['gets', 'k'],
+        ['flush_all', ''], ['set', 'b', 'x'], ['gets', 'b'], ['flush_all', ''], ['flush_all', ''], ['set', 'c', 'x'],
+        ['gets', 'c']]),
 ]
 
 
@@ -140,6 +151,15 @@ class Memcached:
             self.buf = self.buf[n + 2:]
             assert self.line() == b'END'
             return 'OK len=%d' % n + (' ' + json.dumps(d.decode()) if n <= 40 else '')
+        if op == 'gets':
+            self.s.sendall(b'gets ' + key + b'\r\n')
+            l = self.line()
+            if l == b'END': return 'NOT_FOUND'
+            n = int(l.split()[3])
+            while len(self.buf) < n + 2: self.buf += self.s.recv(1 << 20)
+            self.buf = self.buf[n + 2:]
+            assert self.line() == b'END'
+            return 'OK cas=%s' % l.split()[4].decode()
         if op in ('incr', 'decr'):
             self.s.sendall(b'%s %s %s\r\n' % (op.encode(), key, f[2].encode()))
             return self.line().decode()
