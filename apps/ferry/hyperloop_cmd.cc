@@ -1,27 +1,34 @@
 // `ferry hyperloop replica|client`: key=value log lines on stdout (one per
 // event), errors on stderr, a summary (key=value or JSON) from the client.
+// The replica is a hyperloop::ReplicaMember; this file adds its process.
 #include "hyperloop_cmd.h"
 
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "chain_config.h"
-#include "member_process.h"
+#include "command.h"
 #include "ferry/cm/cm.h"
 #include "ferry/common/histogram.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
 #include "ferry/hyperloop/replica.h"
+#include "ferry/hyperloop/replica_member.h"
 #include "ferry/nicd/nicd.h"
+#include "member_process.h"
 
 namespace ferry::apps {
 
@@ -29,25 +36,100 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The replica's data path on this process's NIC: its Replica (or the
+// baseline's NaiveReplica), built, served and connected downstream on a
+// thread of its own (connecting waits for the neighbour) while the main
+// thread takes signals; the main thread hands the outcome to the member.
+class ChainDataPath final : public hyperloop::ReplicaMemberDataPath {
+ public:
+  ChainDataPath(nic::Nic& nic, cm::Listener& listener, const ChainConfig& c, const MemberConfig& self,
+                const hyperloop::ReplicaSpec& spec, std::span<uint8_t> region, std::string downstream, int cpu,
+                std::function<void(const std::string&)> log)
+      : nic_(nic),
+        listener_(listener),
+        c_(c),
+        self_(self),
+        spec_(spec),
+        region_(region),
+        downstream_(std::move(downstream)),
+        cpu_(cpu),
+        log_(std::move(log)) {}
+  ~ChainDataPath() override {
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void start_build() override {
+    worker_ = std::thread([this] {
+      built_ = build();
+      done_.store(true, std::memory_order_release);
+    });
+  }
+  uint32_t upstream_links() const override {
+    return hl_ ? hl_->status().upstream_links : naive_ ? naive_->status().upstream_links : 0;
+  }
+
+  // Hands a finished build's outcome to `member` (with `wait`, once it
+  // finished); whether it handed one.
+  bool deliver(hyperloop::ReplicaMember& member, bool wait) {
+    if (!worker_.joinable() || (!wait && !done_.load(std::memory_order_acquire))) return false;
+    worker_.join();
+    member.on_built(built_);
+    return true;
+  }
+  const hyperloop::NaiveReplica* naive() const { return naive_.get(); }
+
+ private:
+  // HyperLoop's replica needs no thread after setup; the baseline's serves
+  // every operation on one of this process.
+  Status build() {
+    if (c_.system == "hyperloop") {
+      FERRY_ASSIGN_OR_RETURN(hl_, hyperloop::Replica::create(nic_, region_, spec_));
+      FERRY_RETURN_IF_ERROR(hl_->serve(listener_));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(naive_, hyperloop::NaiveReplica::create(nic_, region_, spec_,
+                                                                     /*poll_mode=*/c_.system == "naive-poll", cpu_));
+      FERRY_RETURN_IF_ERROR(naive_->serve(listener_));
+    }
+    log_(fmt::format("event=listening system={} group={} index={} listen={} nicd={} region={} downstream={}", c_.system,
+                     c_.group, spec_.index, listener_.address(), self_.nicd,
+                     self_.region.empty() ? "anonymous" : self_.region, downstream_));
+    FERRY_RETURN_IF_ERROR(hl_ ? hl_->connect_downstream(downstream_) : naive_->connect_downstream(downstream_));
+    log_(fmt::format(
+        "event=ready system={} group={} index={} ({})", c_.system, c_.group, spec_.index,
+        hl_ ? "chains posted; this process now only waits" : "a thread of this process serves every operation"));
+    return ok_status();
+  }
+
+  nic::Nic& nic_;
+  cm::Listener& listener_;
+  const ChainConfig& c_;
+  const MemberConfig& self_;
+  const hyperloop::ReplicaSpec spec_;
+  const std::span<uint8_t> region_;
+  const std::string downstream_;
+  const int cpu_;
+  const std::function<void(const std::string&)> log_;
+  std::unique_ptr<hyperloop::Replica> hl_;
+  std::unique_ptr<hyperloop::NaiveReplica> naive_;
+  std::thread worker_;
+  std::atomic<bool> done_{false};
+  Status built_;  // written by the worker, read after joining it
+};
+
 }  // namespace
 
 int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::ostream& err) {
   const std::string me = "ferry hyperloop replica";
-  auto cfg = load_chain_config(opt.config);
-  if (!cfg.ok()) {
-    err << me << ": " << cfg.status().message() << "\n";
-    return 2;
-  }
-  ChainConfig& c = cfg.value();
+  std::optional<ChainConfig> cfg = load_member_config(&load_chain_config, opt.member, me, err);
+  if (!cfg) return 2;
+  ChainConfig& c = *cfg;
   if (opt.index >= c.replicas.size()) {
-    err << me << ": --index " << opt.index << " is not a replica of " << opt.config << " (it has "
+    err << me << ": --index " << opt.index << " is not a replica of " << opt.member.config << " (it has "
         << c.replicas.size() << ")\n";
     return 2;
   }
   MemberConfig self = c.replicas[opt.index];
-  if (!opt.nicd.empty()) self.nicd = opt.nicd;
-  if (!opt.listen.empty()) self.listen = opt.listen;
-  if (!opt.region.empty()) self.region = opt.region;
+  override_member(self, opt.member);
   if (!opt.system.empty()) c.system = opt.system;
   const bool tail = opt.index + 1 == c.replicas.size();
   const std::string downstream = tail ? c.client.listen : c.replicas[opt.index + 1].listen;
@@ -58,8 +140,9 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
     err << me << " " << opt.index << ": " << s.message() << "\n";
     return 1;
   };
+  const auto log_line = line_writer(out);
   // Declared in the order they must outlive each other: the device outlives
-  // every verbs object, the region and the listener outlive the Replica.
+  // every verbs object, the region and the listener outlive the data path.
   auto device = attach_nicd(self.nicd, "hyperloop-replica-" + std::to_string(opt.index));
   if (!device.ok()) return fail(device.status());
   nic::Nic& nic = device.value()->nic();
@@ -67,78 +150,54 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
                                     : nicd::SharedMemory::map_file(self.region, c.options.region_bytes);
   if (!region.ok()) return fail(region.status());
   auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok()) return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " +
-                                                                       listener.status().message()));
+  if (!listener.ok())
+    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
   hyperloop::ReplicaSpec spec;
   spec.group = c.group;
   spec.index = opt.index;
   spec.options = c.options;
   spec.connect_timeout_ms = c.connect_timeout_ms;
-  const std::span<uint8_t> mem(region.value().data(), c.options.region_bytes);
-  // HyperLoop's replica needs no thread after setup; the baseline's serves
-  // every operation on one of this process.
-  std::unique_ptr<hyperloop::Replica> hl;
-  std::unique_ptr<hyperloop::NaiveReplica> naive;
-  if (c.system == "hyperloop") {
-    auto r = hyperloop::Replica::create(nic, mem, spec);
-    if (!r.ok()) return fail(r.status());
-    hl = std::move(r).value();
-  } else {
-    auto r = hyperloop::NaiveReplica::create(nic, mem, spec, /*poll_mode=*/c.system == "naive-poll", opt.cpu);
-    if (!r.ok()) return fail(r.status());
-    naive = std::move(r).value();
-  }
-  auto status = [&] { return hl ? hl->status() : naive->status(); };
-  const uint32_t links = hl ? 3 : 1;
-  if (Status s = hl ? hl->serve(*listener.value()) : naive->serve(*listener.value()); !s.ok()) return fail(s);
-  out << fmt::format("event=listening system={} group={} index={} listen={} nicd={} region={} downstream={}\n",
-                     c.system, c.group, opt.index, listener.value()->address(), self.nicd,
-                     self.region.empty() ? "anonymous" : self.region, downstream)
-      << std::flush;
-  if (Status s = hl ? hl->connect_downstream(downstream) : naive->connect_downstream(downstream); !s.ok()) {
-    return fail(s);
-  }
-  out << fmt::format("event=ready system={} group={} index={} ({})\n", c.system, c.group, opt.index,
-                     hl ? "chains posted; this process now only waits" : "a thread of this process serves every operation")
-      << std::flush;
+  ChainDataPath path(nic, *listener.value(), c, self, spec, {region.value().data(), c.options.region_bytes}, downstream,
+                     opt.cpu, log_line);
+  hyperloop::ReplicaMemberOptions mo;
+  mo.group = c.group;
+  mo.index = opt.index;
+  mo.links = c.system == "hyperloop" ? 3 : 1;
+  hyperloop::ReplicaMember member(mo, log_line);
+  member.attach(&path);
 
-  bool serving = false;
-  for (;;) {
-    timespec tick{1, 0};
-    siginfo_t info;
-    const int sig = sigtimedwait(&stop, &info, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      const auto st = status();
-      out << fmt::format("event=stop signal={} upstream_links={}{}\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                         st.upstream_links, naive ? fmt::format(" ops={} cpu_ms={:.1f}", naive->ops(),
-                                                                naive->cpu_ns() / 1e6)
-                                                  : "")
-          << std::flush;
-      return 0;
+  ServeLoop loop;
+  loop.nic = &nic;
+  loop.died = me + " " + std::to_string(opt.index) + ": the NIC daemon at " + self.nicd + " died; the chain is broken";
+  loop.poll = [&](uint64_t now) {
+    const bool delivered = path.deliver(member, /*wait=*/false);
+    member.on_tick(now);
+    return delivered;
+  };
+  loop.finished = [&]() -> std::optional<int> {
+    if (member.finished()) return fail(member.failure());
+    return std::nullopt;
+  };
+  loop.stop = [&](const char* signal) {
+    while (member.busy() && path.deliver(member, /*wait=*/true)) {
     }
-    if (!nic.alive()) {
-      err << me << " " << opt.index << ": the NIC daemon at " << self.nicd << " died; the chain is broken\n";
-      return 1;
-    }
-    const auto st = status();
-    if (!serving && st.upstream_links == links) {
-      serving = true;
-      out << fmt::format("event=serving group={} index={}\n", c.group, opt.index) << std::flush;
-    }
-  }
+    if (member.finished()) return fail(member.failure());
+    log_line(fmt::format("event=stop signal={} upstream_links={}{}", signal, path.upstream_links(),
+                         path.naive() != nullptr
+                             ? fmt::format(" ops={} cpu_ms={:.1f}", path.naive()->ops(), path.naive()->cpu_ns() / 1e6)
+                             : ""));
+    return 0;
+  };
+  return serve_until_stopped(stop, loop, err);
 }
 
 int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::ostream& err) {
   const std::string me = "ferry hyperloop client";
-  auto cfg = load_chain_config(opt.config);
-  if (!cfg.ok()) {
-    err << me << ": " << cfg.status().message() << "\n";
-    return 2;
-  }
-  ChainConfig& c = cfg.value();
+  std::optional<ChainConfig> cfg = load_member_config(&load_chain_config, opt.member, me, err);
+  if (!cfg) return 2;
+  ChainConfig& c = *cfg;
   MemberConfig self = c.client;
-  if (!opt.nicd.empty()) self.nicd = opt.nicd;
-  if (!opt.listen.empty()) self.listen = opt.listen;
+  override_member(self, opt.member);
   if (!opt.system.empty()) c.system = opt.system;
   const bool writes = opt.mix == "write" || opt.mix == "both";
   const bool cases = opt.mix == "cas" || opt.mix == "both";
@@ -158,16 +217,12 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
     err << me << ": " << s.message() << "\n";
     return 1;
   };
-  // Blocked before any thread starts, so that sigwait is where it arrives.
-  sigset_t go;
-  sigemptyset(&go);
-  sigaddset(&go, SIGUSR1);
-  if (opt.wait_for_sigusr1) pthread_sigmask(SIG_BLOCK, &go, nullptr);
+  const sigset_t go = go_signal(opt.wait_for_sigusr1);
   auto device = attach_nicd(self.nicd, "hyperloop-client");
   if (!device.ok()) return fail(device.status());
   auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok()) return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " +
-                                                                       listener.status().message()));
+  if (!listener.ok())
+    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
   hyperloop::ClientOptions co;
   co.op_timeout_ns = uint64_t{opt.op_timeout_ms} * 1'000'000;
   hyperloop::RemoteGroupOptions ro;
@@ -198,8 +253,7 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
       << std::flush;
   if (opt.wait_for_sigusr1) {
     out << "event=waiting for SIGUSR1\n" << std::flush;
-    int sig = 0;
-    sigwait(&go, &sig);
+    wait_for_go(go);
   }
 
   const uint32_t n = c.options.replicas;
@@ -226,7 +280,8 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
     const auto t0 = Clock::now();
     auto done = [&, t0, is_cas, expect = cas_ops](const hyperloop::OpResult& r) {
       ++completed;
-      latency.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+      latency.record(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
       if (!r.status.ok()) {
         if (failed++ == 0) first_error = r.status.to_string();
         return;
@@ -297,11 +352,12 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
     j["ok"] = good;
     out << j.dump() << "\n";
   } else {
-    out << fmt::format("event=done ops={} completed={} failed={} unsubmitted={} cas_mismatch={} gwrite={} gcas={} "
-                       "seconds={:.3f} ops_per_s={:.0f} p50_us={:.1f} p99_us={:.1f} p999_us={:.1f} max_us={:.1f}\n",
-                       opt.ops, completed, failed, unsubmitted, cas_mismatch, write_ops, cas_ops, seconds,
-                       seconds > 0 ? static_cast<double>(completed) / seconds : 0.0, us(0.5), us(0.99), us(0.999),
-                       static_cast<double>(latency.max()) / 1000.0);
+    out << fmt::format(
+        "event=done ops={} completed={} failed={} unsubmitted={} cas_mismatch={} gwrite={} gcas={} "
+        "seconds={:.3f} ops_per_s={:.0f} p50_us={:.1f} p99_us={:.1f} p999_us={:.1f} max_us={:.1f}\n",
+        opt.ops, completed, failed, unsubmitted, cas_mismatch, write_ops, cas_ops, seconds,
+        seconds > 0 ? static_cast<double>(completed) / seconds : 0.0, us(0.5), us(0.99), us(0.999),
+        static_cast<double>(latency.max()) / 1000.0);
   }
   out << std::flush;
   if (!good) {
@@ -311,6 +367,60 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
     return 1;
   }
   return 0;
+}
+
+void add_hyperloop_commands(CLI::App& app, Commands& commands) {
+  CLI::App* hl_cmd = app.add_subcommand(
+      "hyperloop",
+      "A HyperLoop chain as processes: replicas and a client, each attached to its host's NIC daemon "
+      "(docs/deployment.md)");
+  hl_cmd->require_subcommand(1);
+  // What every member reads the same way: the chain file and its overrides.
+  auto add_member_options = [](CLI::App* member, MemberFlags& flags, std::string& system, const char* listen,
+                               const char* region) {
+    MemberFlagHelp help;
+    help.config = "the chain's TOML file (docs/deployment.md)";
+    help.listen = listen;
+    help.region = region;
+    add_member_flags(member, flags, help);
+    member
+        ->add_option("--system", system, "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
+        ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
+  };
+  CLI::App* replica = hl_cmd->add_subcommand(
+      "replica",
+      "Serve as one replica of the chain described by --config: pre-post its chains, then sleep while its NIC "
+      "serves the group. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
+  auto r = std::make_shared<ReplicaCmdOptions>();
+  add_member_options(replica, r->member, r->system, "this replica's CM address (overrides the file)",
+                     "file holding the replica's region, e.g. on /dev/shm or a DAX mount (overrides the file)");
+  replica->add_option("--index", r->index, "which [[replica]] of the file this process is (0: head)")->required();
+  replica->add_option("--cpu", r->cpu, "naive-*: pin the thread that serves the chain (-1: no)")->capture_default_str();
+  commands.add(replica, [r] { return run_hyperloop_replica(*r, std::cout, std::cerr); });
+
+  CLI::App* client = hl_cmd->add_subcommand(
+      "client",
+      "Connect to the chain described by --config and run --ops operations (gWRITEs and gCAS counter increments), "
+      "checking that every one was acknowledged and applied once, in order. Exit 0 only if all were");
+  auto o = std::make_shared<ClientCmdOptions>();
+  add_member_options(client, o->member, o->system, "this client's CM address (overrides the file)", nullptr);
+  client->add_option("--ops", o->ops, "operations to run")->capture_default_str();
+  client->add_option("--size", o->size, "bytes per gWRITE")->capture_default_str();
+  client->add_option("--outstanding", o->outstanding, "operations in flight (at most the window)")
+      ->capture_default_str();
+  client->add_option("--mix", o->mix, "write, cas or both (alternating)")
+      ->check(CLI::IsMember({"write", "cas", "both"}))
+      ->capture_default_str();
+  client->add_option("--seed", o->seed, "seed of the bytes written")->capture_default_str();
+  client->add_option("--dump", o->dump,
+                     "write the client's memory image here at the end (compare it with the replicas' regions)");
+  client->add_flag("--json", o->json, "print the summary as one JSON object");
+  client->add_option("--op-timeout-ms", o->op_timeout_ms, "fail the run when no operation completes for this long")
+      ->check(CLI::Range(1u, 3'600'000u))
+      ->capture_default_str();
+  client->add_flag("--wait-for-sigusr1", o->wait_for_sigusr1,
+                   "after connecting, wait for SIGUSR1 before the first operation (tests stop the replicas first)");
+  commands.add(client, [o] { return run_hyperloop_client(*o, std::cout, std::cerr); });
 }
 
 }  // namespace ferry::apps

@@ -2,19 +2,21 @@
 #include "logkv_cmd.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 
 #include <chrono>
+#include <functional>
+#include <iostream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "command.h"
 #include "ferry/cm/cm.h"
 #include "ferry/common/histogram.h"
+#include "ferry/common/rng.h"
 #include "ferry/nicd/nicd.h"
 #include "ferry/store/logkv_deploy.h"
-#include "ferry/common/rng.h"
 #include "logkv_config.h"
 #include "member_process.h"
 
@@ -24,33 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace lk = store::logkv;
-
-// Serialized event lines on `out`.
-lk::EventLog event_log(std::ostream& out) {
-  auto mu = std::make_shared<std::mutex>();
-  return [&out, mu](const std::string& line) {
-    std::lock_guard g(*mu);
-    out << line << "\n" << std::flush;
-  };
-}
-
-// Waits for SIGINT/SIGTERM (exit 0) or the daemon's death (exit 1).
-int serve_until_stopped(const sigset_t& stop, nic::Nic& nic, const std::string& who, const std::string& nicd,
-                        std::ostream& out, std::ostream& err) {
-  for (;;) {
-    timespec tick{0, 200'000'000};
-    siginfo_t info;
-    const int sig = sigtimedwait(&stop, &info, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      out << fmt::format("event=stop {} signal={}\n", who, sig == SIGINT ? "SIGINT" : "SIGTERM") << std::flush;
-      return 0;
-    }
-    if (!nic.alive()) {
-      err << "ferry logkv " << who << ": the NIC daemon at " << nicd << " died\n";
-      return 1;
-    }
-  }
-}
 
 std::string key_of(uint64_t i) { return fmt::format("key{:012}", i); }
 
@@ -67,93 +42,99 @@ std::string value_of(uint64_t seed, uint64_t i, uint32_t bytes) {
 
 std::span<const uint8_t> bytes(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 
+// The loop both members run: the coordinator and the servers work on their
+// own threads (RPC workers, the heartbeat); this one waits for a signal.
+ServeLoop logkv_loop(nic::Nic& nic, const std::string& who, const std::string& nicd,
+                     const std::function<void(const std::string&)>& log_line) {
+  ServeLoop loop;
+  loop.nic = &nic;
+  loop.died = "ferry logkv " + who + ": the NIC daemon at " + nicd + " died";
+  loop.stop = [who, log_line](const char* signal) {
+    log_line(fmt::format("event=stop {} signal={}", who, signal));
+    return 0;
+  };
+  return loop;
+}
+
 }  // namespace
 
 int run_logkv_coordinator(const LogKvMemberOptions& opt, std::ostream& out, std::ostream& err) {
   const std::string me = "ferry logkv coordinator";
-  auto cfg = load_logkv_config(opt.config);
-  if (!cfg.ok()) {
-    err << me << ": " << cfg.status().message() << "\n";
-    return 2;
-  }
-  lk::Deployment& d = cfg.value().deployment;
-  if (!opt.nicd.empty()) d.coordinator.nicd = opt.nicd;
-  if (!opt.listen.empty()) d.coordinator.listen = opt.listen;
+  std::optional<LogKvConfig> cfg = load_member_config(&load_logkv_config, opt.member, me, err);
+  if (!cfg) return 2;
+  lk::Deployment& d = cfg->deployment;
+  override_member(d.coordinator, opt.member);
   sigset_t stop;
   block_stop_signals(&stop);
   auto fail = [&](const Status& s) {
     err << me << ": " << s.message() << "\n";
     return 1;
   };
+  const auto log_line = line_writer(out);
   // Declared so that the device outlives every verbs object and the
   // listener outlives the coordinator.
   auto device = attach_nicd(d.coordinator.nicd, "logkv-coordinator");
   if (!device.ok()) return fail(device.status());
   auto listener = cm::Listener::start(d.coordinator.listen);
   if (!listener.ok()) {
-    return fail(Status(listener.status().code(), "CM listener " + d.coordinator.listen + ": " + listener.status().message()));
+    return fail(
+        Status(listener.status().code(), "CM listener " + d.coordinator.listen + ": " + listener.status().message()));
   }
-  auto coordinator = lk::CoordinatorService::start(device.value()->nic(), *listener.value(), d, event_log(out));
+  auto coordinator = lk::CoordinatorService::start(device.value()->nic(), *listener.value(), d, log_line);
   if (!coordinator.ok()) return fail(coordinator.status());
-  return serve_until_stopped(stop, device.value()->nic(), "coordinator", d.coordinator.nicd, out, err);
+  return serve_until_stopped(stop, logkv_loop(device.value()->nic(), "coordinator", d.coordinator.nicd, log_line), err);
 }
 
 int run_logkv_server(const LogKvMemberOptions& opt, std::ostream& out, std::ostream& err) {
   const std::string me = "ferry logkv server";
-  auto cfg = load_logkv_config(opt.config);
-  if (!cfg.ok()) {
-    err << me << ": " << cfg.status().message() << "\n";
-    return 2;
-  }
-  lk::Deployment& d = cfg.value().deployment;
+  std::optional<LogKvConfig> cfg = load_member_config(&load_logkv_config, opt.member, me, err);
+  if (!cfg) return 2;
+  lk::Deployment& d = cfg->deployment;
   if (opt.index >= d.servers.size()) {
-    err << me << ": --index " << opt.index << " is not a server of " << opt.config << " (it has " << d.servers.size()
-        << ")\n";
+    err << me << ": --index " << opt.index << " is not a server of " << opt.member.config << " (it has "
+        << d.servers.size() << ")\n";
     return 2;
   }
   lk::MemberAddress& self = d.servers[opt.index];
-  if (!opt.nicd.empty()) self.nicd = opt.nicd;
-  if (!opt.listen.empty()) self.listen = opt.listen;
-  if (!opt.dir.empty()) self.dir = opt.dir;
+  override_member(self, opt.member);
   sigset_t stop;
   block_stop_signals(&stop);
   auto fail = [&](const Status& s) {
     err << me << " " << opt.index << ": " << s.message() << "\n";
     return 1;
   };
+  const auto log_line = line_writer(out);
   auto device = attach_nicd(self.nicd, "logkv-server-" + std::to_string(opt.index));
   if (!device.ok()) return fail(device.status());
   auto listener = cm::Listener::start(self.listen);
   if (!listener.ok()) {
     return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
   }
-  auto server = lk::StorageServer::start(device.value()->nic(), *listener.value(), d, opt.index, event_log(out));
+  auto server = lk::StorageServer::start(device.value()->nic(), *listener.value(), d, opt.index, log_line);
   if (!server.ok()) return fail(server.status());
-  out << fmt::format("event=serving server={} log={} dir={} (backup buffers in DRAM standing for battery-backed "
-                     "memory; closed segments written to dir with {})\n",
-                     opt.index, server.value()->log_id(), self.dir,
-                     tailwind::storage_mode_name(d.server.storage_mode))
-      << std::flush;
-  const int rc = serve_until_stopped(stop, device.value()->nic(), "server", self.nicd, out, err);
-  if (rc == 0) {
+  log_line(
+      fmt::format("event=serving server={} log={} dir={} (backup buffers in DRAM standing for battery-backed "
+                  "memory; closed segments written to dir with {})",
+                  opt.index, server.value()->log_id(), self.dir, tailwind::storage_mode_name(d.server.storage_mode)));
+  ServeLoop loop = logkv_loop(device.value()->nic(), "server", self.nicd, log_line);
+  loop.stop = [&, stopped = loop.stop](const char* signal) {
+    stopped(signal);
     const auto c = server.value()->server().counters();
-    out << fmt::format("event=counters server={} puts={} gets={} removes={} objects={} objects_recovered={} "
-                       "segments_cleaned={}\n",
-                       opt.index, c.puts, c.gets, c.removes, c.objects, c.objects_recovered, c.segments_cleaned)
-        << std::flush;
-  }
-  return rc;
+    log_line(
+        fmt::format("event=counters server={} puts={} gets={} removes={} objects={} objects_recovered={} "
+                    "segments_cleaned={}",
+                    opt.index, c.puts, c.gets, c.removes, c.objects, c.objects_recovered, c.segments_cleaned));
+    return 0;
+  };
+  return serve_until_stopped(stop, loop, err);
 }
 
 int run_logkv_client(const LogKvClientOptions& opt, std::ostream& out, std::ostream& err) {
   const std::string me = "ferry logkv client";
-  auto cfg = load_logkv_config(opt.config);
-  if (!cfg.ok()) {
-    err << me << ": " << cfg.status().message() << "\n";
-    return 2;
-  }
-  const lk::Deployment& d = cfg.value().deployment;
-  const std::string nicd = opt.nicd.empty() ? cfg.value().client_nicd : opt.nicd;
+  std::optional<LogKvConfig> cfg = load_member_config(&load_logkv_config, opt.member, me, err);
+  if (!cfg) return 2;
+  const lk::Deployment& d = cfg->deployment;
+  const std::string nicd = opt.member.nicd.empty() ? cfg->client_nicd : opt.member.nicd;
   if ((opt.op == "load" || opt.op == "check") && (opt.keys == 0 || opt.value_bytes == 0)) {
     err << me << ": --keys and --value-bytes must be at least 1\n";
     return 2;
@@ -228,7 +209,8 @@ int run_logkv_client(const LogKvClientOptions& opt, std::ostream& out, std::ostr
         if (wrong++ < 5) err << me << ": " << key << " has a wrong value\n";
       }
     }
-    latency.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s0).count()));
+    latency.record(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s0).count()));
     if (Clock::now() - last_progress >= std::chrono::seconds(1)) {
       last_progress = Clock::now();
       err << fmt::format("{}: {} {}/{}\n", me, opt.op, k + 1, opt.keys);
@@ -254,13 +236,79 @@ int run_logkv_client(const LogKvClientOptions& opt, std::ostream& out, std::ostr
     j["map_refreshes"] = c.map_refreshes();
     out << j.dump() << "\n";
   } else {
-    out << fmt::format("event={} system={} keys={} seconds={:.3f} kops={:.1f} p50_us={:.1f} p95_us={:.1f} "
-                       "p99_us={:.1f} p999_us={:.1f} max_us={:.1f} missing={} wrong={} map_refreshes={}\n",
-                       load ? "loaded" : "checked", tailwind::replication_name(d.server.replication), opt.keys,
-                       seconds, static_cast<double>(opt.keys) / seconds / 1000.0, us(0.50), us(0.95), us(0.99),
-                       us(0.999), static_cast<double>(latency.max()) / 1000.0, missing, wrong, c.map_refreshes());
+    out << fmt::format(
+        "event={} system={} keys={} seconds={:.3f} kops={:.1f} p50_us={:.1f} p95_us={:.1f} "
+        "p99_us={:.1f} p999_us={:.1f} max_us={:.1f} missing={} wrong={} map_refreshes={}\n",
+        load ? "loaded" : "checked", tailwind::replication_name(d.server.replication), opt.keys, seconds,
+        static_cast<double>(opt.keys) / seconds / 1000.0, us(0.50), us(0.95), us(0.99), us(0.999),
+        static_cast<double>(latency.max()) / 1000.0, missing, wrong, c.map_refreshes());
   }
   return missing == 0 && wrong == 0 ? 0 : 1;
+}
+
+void add_logkv_commands(CLI::App& app, Commands& commands) {
+  CLI::App* lk_cmd = app.add_subcommand(
+      "logkv",
+      "LogKv (the RAMCloud-like store on Tailwind) as processes: a coordinator, storage servers and clients, each "
+      "attached to its host's NIC daemon, described by one TOML file (docs/tailwind.md, Deployment)");
+  lk_cmd->require_subcommand(1);
+  CLI::App* coordinator = lk_cmd->add_subcommand(
+      "coordinator",
+      "Serve as the cluster's coordinator: tables and tablet map, heartbeats, and the recovery of a server that "
+      "stops answering. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
+  auto c = std::make_shared<LogKvMemberOptions>();
+  add_member_flags(
+      coordinator, c->member,
+      {.config = "the cluster's TOML file", .listen = "the coordinator's CM address (overrides the file)"});
+  commands.add(coordinator, [c] { return run_logkv_coordinator(*c, std::cout, std::cerr); });
+
+  CLI::App* server = lk_cmd->add_subcommand(
+      "server",
+      "Serve as storage server --index of the cluster: primary for its tablets, backup for the others' logs. "
+      "Waits for the other servers and the coordinator, then enlists. Stops on SIGINT/SIGTERM, or exits 1 when its "
+      "NIC daemon dies");
+  auto s = std::make_shared<LogKvMemberOptions>();
+  add_member_flags(server, s->member,
+                   {.config = "the cluster's TOML file",
+                    .listen = "this server's CM address (overrides the file)",
+                    .dir = "backup storage directory (overrides the file)"});
+  server->add_option("--index", s->index, "which [[server]] of the file this process is")->required();
+  commands.add(server, [s] { return run_logkv_server(*s, std::cout, std::cerr); });
+
+  CLI::App* client = lk_cmd->add_subcommand(
+      "client",
+      "One operation against the cluster: put KEY VALUE, get KEY, remove KEY, create-table NAME, or load/check "
+      "--keys N (load writes key<first>.. with values derived from --seed and reports the PUT latency "
+      "distribution; check reads them back and exits 1 unless every value is exact)");
+  auto o = std::make_shared<LogKvClientOptions>();
+  add_member_flags(client, o->member,
+                   {.config = "the cluster's TOML file", .nicd = "the NIC daemon's socket (overrides [client] nicd)"});
+  client->add_option("--table", o->table, "the table")->capture_default_str();
+  client->add_option("op", o->op, "put, get, remove, create-table, load or check")
+      ->required()
+      ->check(CLI::IsMember({"put", "get", "remove", "create-table", "load", "check"}));
+  client->add_option("key", o->key, "put/get/remove: the key; create-table: the name");
+  client->add_option("value", o->value, "put: the value");
+  client->add_option("--keys", o->keys, "load/check: how many keys")->capture_default_str();
+  client->add_option("--first", o->first, "load/check: the first key's number")->capture_default_str();
+  client->add_option("--value-bytes", o->value_bytes, "load/check: bytes per value")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  client->add_option("--seed", o->seed, "load/check: seed of the values")->capture_default_str();
+  client->add_option("--wait-ms", o->wait_ms, "wait this long for the table to exist")->capture_default_str();
+  client->add_flag("--json", o->json, "load/check: print the summary as one JSON object");
+  commands.add(client, [o] {
+    if ((o->op == "put" && (o->key.empty() || o->value.empty())) ||
+        ((o->op == "get" || o->op == "remove" || o->op == "create-table") && o->key.empty())) {
+      std::cerr << "ferry logkv client: " << o->op << " needs "
+                << (o->op == "put"            ? "KEY VALUE"
+                    : o->op == "create-table" ? "NAME"
+                                              : "KEY")
+                << "\n";
+      return 2;
+    }
+    return run_logkv_client(*o, std::cout, std::cerr);
+  });
 }
 
 }  // namespace ferry::apps

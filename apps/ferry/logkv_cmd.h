@@ -7,15 +7,13 @@
 #include <ostream>
 #include <string>
 
+#include "member_process.h"
+
 namespace ferry::apps {
 
 struct LogKvMemberOptions {
-  std::string config;  // the cluster's TOML file (logkv_config.h)
+  MemberFlags member;  // the cluster's TOML file (logkv_config.h) and this member's overrides (nicd, listen, dir)
   uint32_t index = 0;  // server: which [[server]]
-  // Overrides of the file's entries for this member (empty: the file's).
-  std::string nicd;
-  std::string listen;
-  std::string dir;
 };
 
 // Run until SIGINT/SIGTERM (exit 0) or until the NIC daemon dies (exit 1).
@@ -25,12 +23,11 @@ int run_logkv_coordinator(const LogKvMemberOptions& options, std::ostream& out, 
 int run_logkv_server(const LogKvMemberOptions& options, std::ostream& out, std::ostream& err);
 
 struct LogKvClientOptions {
-  std::string config;
-  std::string nicd;
+  MemberFlags member;  // the cluster's TOML file, and --nicd over [client] nicd
   std::string table = "usertable";
-  std::string op;              // put, get, remove, create-table, load, check
-  std::string key, value;      // put/get/remove; create-table: key is the name
-  uint64_t keys = 10000;       // load/check: keys key<first>..key<first+keys-1>
+  std::string op;          // put, get, remove, create-table, load, check
+  std::string key, value;  // put/get/remove; create-table: key is the name
+  uint64_t keys = 10000;   // load/check: keys key<first>..key<first+keys-1>
   uint64_t first = 0;
   uint32_t value_bytes = 100;  // load/check
   uint64_t seed = 1;           // load/check: the values

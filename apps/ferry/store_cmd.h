@@ -8,26 +8,26 @@
 #include <ostream>
 #include <string>
 
+#include "member_process.h"
+
 namespace ferry::apps {
 
 struct StoreReplicaOptions {
-  std::string config;  // the store's TOML file (store_config.h)
+  MemberFlags member;  // the store's TOML file (store_config.h) and this member's overrides (nicd, listen, region)
   uint32_t index = 0;  // which [[replica]] this process is (has_index)
   bool has_index = false;
-  int spare = -1;      // or which [[spare]] (>= 0; needs [membership])
-  // Overrides of the file's entries for this member (empty: the file's).
-  std::string nicd;
-  std::string listen;
-  std::string region;
+  int spare = -1;  // or which [[spare]] (>= 0; needs [membership])
 };
 
-// Serves as replica `index` of the store: two hyperloop::Replicas (the data
-// group over its region, the lock group over DRAM) that need no CPU once
-// connected, and the read service (GET and SCAN from its own image under its
-// read locks, raw region reads for a recovering client) polled by this
-// thread, which sleeps when no read comes. Until SIGINT/SIGTERM (exit 0) or
-// until its NIC daemon dies (exit 1). Exit 1 also when it cannot start (the
-// reason on `err`), 2 for a bad configuration.
+// Serves as replica `index` (or spare `spare`) of the store: a
+// hyperloop::StoreMember (store_member.h: its states, views and beats) whose
+// data path is two hyperloop::Replicas (the data group over its region, the
+// lock group over DRAM) that need no CPU once connected, and the read
+// service (GET and SCAN from its own image under its read locks, raw region
+// reads for a recovering client) polled by this thread, which sleeps when no
+// read comes. Until SIGINT/SIGTERM (exit 0) or until its NIC daemon dies
+// (exit 1). Exit 1 also when it cannot start or a step of its data path
+// fails (the reason on `err`), 2 for a bad configuration.
 // With [membership] it also beats in etcd every heartbeat_ms and follows the
 // chain's view: a new view with it inside rebuilds its Replicas at its new
 // position (a spare first copies both regions from its upstream neighbour);
@@ -36,13 +36,11 @@ struct StoreReplicaOptions {
 int run_store_replica(const StoreReplicaOptions& options, std::ostream& out, std::ostream& err);
 
 struct StoreClientOptions {
-  std::string config;
-  std::string nicd;
-  std::string listen;
-  uint64_t puts = 1000;            // puts of key000000.. (one record each, applied on every replica)
-  uint32_t value_bytes = 64;       // bytes per value (at most value_max)
-  uint64_t seed = 1;               // the values
-  bool verify = false;             // read every key back from every replica, and scan each
+  MemberFlags member;         // the store's TOML file and the client's overrides (nicd, listen)
+  uint64_t puts = 1000;       // puts of key000000.. (one record each, applied on every replica)
+  uint32_t value_bytes = 64;  // bytes per value (at most value_max)
+  uint64_t seed = 1;          // the values
+  bool verify = false;        // read every key back from every replica, and scan each
   // Wipe the replicas' regions and lay out a new store even if replica 0
   // already holds one (without it the client refuses: nothing is lost by
   // a second run by mistake).

@@ -30,11 +30,9 @@ std::string StoreConfig::lock_group(uint64_t version) const {
   return version <= 1 ? name + ".locks" : name + ".locks.v" + std::to_string(version);
 }
 
-std::string StoreConfig::view_key() const {
-  return hyperloop::ChainManager::view_key_of(membership.cluster, name);
+hyperloop::StoreChainKeys StoreConfig::chain_keys() const {
+  return hyperloop::StoreChainKeys::of(membership.cluster, name);
 }
-
-std::string StoreConfig::beats_prefix() const { return "/ferry/" + membership.cluster + "/chains/" + name + "/beats/"; }
 
 const MemberConfig* StoreConfig::member(std::string_view id) const {
   for (const auto* list : {&replicas, &spares}) {

@@ -54,6 +54,7 @@
 #include "chain_config.h"
 #include "ferry/common/status.h"
 #include "ferry/hyperloop/group.h"
+#include "ferry/hyperloop/store_member.h"
 #include "ferry/hyperloop/txn.h"
 #include "ferry/hyperloop/txn_kv.h"
 #include "ferry/rpc/server.h"
@@ -89,8 +90,9 @@ struct StoreConfig {
   std::string copy_service() const { return "store." + name + ".copy"; }
   // Keys in etcd: the view (ChainManager::view_key of cluster/name) and the
   // members' beats (<beats_prefix><id> = the view version the member serves).
-  std::string view_key() const;
-  std::string beats_prefix() const;
+  hyperloop::StoreChainKeys chain_keys() const;
+  std::string view_key() const { return chain_keys().view_key; }
+  std::string beats_prefix() const { return chain_keys().beats_prefix; }
   // The [[replica]] or [[spare]] with this id, or nullptr.
   const MemberConfig* member(std::string_view id) const;
   // Both groups' options: replicas, and the region sizes derived above.

@@ -156,33 +156,13 @@ Result<uint64_t> copy_store_regions(nic::Nic& nic, const std::string& address, c
   return copied;
 }
 
-// ---- etcd: the view, the removed ids, the beats ----
-
-Result<std::optional<membership::View>> read_store_view(membership::MembershipStore& store, const StoreConfig& c) {
-  FERRY_ASSIGN_OR_RETURN(const membership::RangeResult r, store.get(membership::KeySpan::exactly(c.view_key())));
-  if (r.kvs.empty()) return std::optional<membership::View>();
-  auto v = membership::decode_view(r.kvs[0].value);
-  if (!v.ok()) return data_loss("the chain view at " + c.view_key() + ": " + v.status().message());
-  return std::optional<membership::View>(std::move(v).value());
-}
-
-Result<std::optional<std::string>> store_member_removed(membership::MembershipStore& store, const StoreConfig& c,
-                                                         const std::string& id) {
-  FERRY_ASSIGN_OR_RETURN(const membership::RangeResult r,
-                         store.get(membership::KeySpan::exactly(c.view_key() + "-removed/" + id)));
-  if (r.kvs.empty()) return std::optional<std::string>();
-  return std::optional<std::string>(r.kvs[0].value);
-}
-
-Status put_store_beat(membership::MembershipStore& store, const StoreConfig& c, const std::string& id,
-                      uint64_t version) {
-  return store.put(c.beats_prefix() + id, std::to_string(version)).status();
-}
-
-std::string store_view_members(const membership::View& view) {
-  std::string out;
-  for (const auto& m : view.members) out += (out.empty() ? "" : ",") + m.id;
-  return out;
+Result<std::unique_ptr<membership::MembershipStore>> open_store_membership(const StoreConfig& c) {
+  if (!c.recovery) return std::unique_ptr<membership::MembershipStore>();
+  auto opened = membership::open_store(c.membership.etcd);
+  if (!opened.ok()) {
+    return Status(opened.status().code(), "[membership] etcd = " + c.membership.etcd + ": " + opened.status().message());
+  }
+  return opened;
 }
 
 // ---- the client's beat relay ----

@@ -1,12 +1,10 @@
 // Chain recovery of `ferry store` across processes (docs/hyperloop-storage.md
 // "Chain failure and recovery: across processes"): the pieces the replica and
-// client processes share with nothing else.
+// client processes share with nothing else. (What a member decides, and what
+// it reads and writes in etcd, is hyperloop::StoreMember, store_member.h.)
 //   - StoreCopyService / copy_store_regions: a joining spare READs a member's
 //     data and lock regions with its NIC, through a CM service every replica
 //     process serves independently of its Replicas.
-//   - read_store_view / store_member_removed / put_store_beat: what a member
-//     reads and writes in etcd (the view ChainManager commits, the removed
-//     ids, its beat).
 //   - StoreChainMonitor: the client's thread that relays the members' beats
 //     from etcd to its ChainManager.
 //   - StoreReadSource: TxnClient::recover's view of the members' regions
@@ -83,15 +81,9 @@ class StoreCopyService {
 Result<uint64_t> copy_store_regions(nic::Nic& nic, const std::string& address, const std::string& service,
                                     std::span<uint8_t> data, std::span<uint8_t> locks, uint32_t timeout_ms);
 
-// The chain's view as etcd holds it (nullopt: none committed yet).
-Result<std::optional<membership::View>> read_store_view(membership::MembershipStore& store, const StoreConfig& c);
-// The view version at which `id` was removed from the chain (nullopt: never).
-Result<std::optional<std::string>> store_member_removed(membership::MembershipStore& store, const StoreConfig& c,
-                                                         const std::string& id);
-Status put_store_beat(membership::MembershipStore& store, const StoreConfig& c, const std::string& id,
-                      uint64_t version);
-// "a,b,c": a view's member ids in chain order.
-std::string store_view_members(const membership::View& view);
+// The chain's membership store (the [membership] table's etcd; the error
+// names it), or nullptr when recovery is off (no [membership] table).
+Result<std::unique_ptr<membership::MembershipStore>> open_store_membership(const StoreConfig& c);
 
 // The client's relay of beats: a thread that every heartbeat_ms reads the
 // beats prefix and hands each beat whose mod_revision advanced to

@@ -19,7 +19,7 @@
 #include "ferry/nicd/nicd.h"
 #include "host.h"
 #include "layout.h"
-#include "replica.h"
+#include "replica_node.h"
 #include "wiring.h"
 
 namespace ferry::hyperloop {

@@ -1,405 +1,157 @@
-// Replica setup: pre-posting HyperLoop's WQE chains (docs/hyperloop.md).
-#include "replica.h"
+// Replica: one HyperLoop replica in its own process (include/ferry/hyperloop/
+// replica.h), the public face of a detail::ReplicaNode. The queues and chains
+// are those of the in-process replicas (replica_node.cc); only the wiring
+// differs: the connection manager instead of nic::connect_qps.
+#include "ferry/hyperloop/replica.h"
 
-#include <pthread.h>
-#include <unistd.h>
-
+#include <atomic>
 #include <cstring>
-#include <fstream>
-#include <string>
-#include <vector>
 
-#include "ferry/common/cpu.h"
+#include "ferry/nic/connect.h"
+#include "ferry/nicd/nicd.h"
+#include "replica_node.h"
+#include "wiring.h"
 
-namespace ferry::hyperloop::detail {
+namespace ferry::hyperloop {
 
-using nic::QpInitAttr;
-using nic::RecvWr;
-using nic::SendWr;
-using nic::Sge;
-using nic::WrOpcode;
+using detail::Chain;
+using detail::kChainCount;
 
-// ---- Agent -------------------------------------------------------------------
+struct Replica::Impl {
+  ReplicaSpec spec;
+  std::span<uint8_t> region;
+  nic::Nic* nic = nullptr;
+  // Destroyed in reverse: the node (QPs, CQs, the WQ MR) before the region's
+  // MR, the PD and the WQ memory.
+  nicd::SharedMemory wq_mem;
+  std::unique_ptr<nic::ProtectionDomain> pd;
+  std::unique_ptr<nic::MemoryRegion> region_mr;
+  std::unique_ptr<detail::ReplicaNode> node;
+  std::atomic<bool> downstream_done{false};  // status() may ask from another thread
+  std::unique_ptr<detail::LinkSet> up;  // the up services (upstream connects), open once downstream is done
+  detail::UpReply up_reply;
 
-Agent::Agent(std::string name, int cpu) : name_(std::move(name)), cpu_(cpu) {
-  thread_ = std::thread([this] { main(); });
-}
-
-Agent::~Agent() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+  ~Impl() {
+    if (up) up->unserve();
+    node.reset();
+    region_mr.reset();
+    pd.reset();
   }
-  cv_.notify_all();
-  thread_.join();
-}
 
-void Agent::main() {
-  const std::string short_name = name_.substr(0, 15);
-  pthread_setname_np(pthread_self(), short_name.c_str());
-  tid_.store(static_cast<int>(gettid()), std::memory_order_release);
-  if (cpu_ >= 0) (void)pin_current_thread(cpu_);  // best effort: a report says where it ran
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    // Blocked here between setup steps and for the whole life of the group:
-    // the data path never needs this thread.
-    cv_.wait(lock, [&] { return stop_ || task_ != nullptr; });
-    if (stop_) return;
-    (*task_)();
-    task_ = nullptr;
-    done_ = true;
-    cv_.notify_all();
+  std::string who() const {
+    return "replica " + std::to_string(spec.index) + " of group " + spec.group;
   }
-}
-
-void Agent::run(const std::function<void()>& fn) {
-  std::unique_lock<std::mutex> lock(mu_);
-  task_ = &fn;
-  done_ = false;
-  cv_.notify_all();
-  cv_.wait(lock, [&] { return done_; });
-}
-
-void Agent::wait_asleep() const {
-  int tid = 0;
-  for (int i = 0; i < 10000 && (tid = tid_.load(std::memory_order_acquire)) == 0; ++i) usleep(100);
-  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-  for (int i = 0; i < 10000; ++i) {
-    // Field 3 of stat, after the parenthesized name: R running, S sleeping.
-    std::ifstream f(path);
-    std::string line;
-    std::getline(f, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos || close + 2 >= line.size()) return;
-    if (line[close + 2] == 'S') {
-      // Asleep -- but perhaps on the mutex on its way back to the wait: it is
-      // settled when its CPU time also stays put.
-      const uint64_t before = cpu_ns();
-      usleep(1000);
-      if (cpu_ns() == before) return;
-    }
-    usleep(100);
-  }
-}
-
-uint64_t Agent::cpu_ns() const { return thread_cpu_time_ns(const_cast<std::thread&>(thread_).native_handle()); }
-
-// ---- queues ------------------------------------------------------------------
-
-ReplicaNode::~ReplicaNode() {
-  teardown();
-  host.reset();
-}
-
-void ReplicaNode::teardown() {
-  agent.reset();
-  // Verbs order: QPs, then CQs, then MRs, then the memory.
-  for (ReplicaChain& c : chains) {
-    c.up.reset();
-    c.down.reset();
-    c.loop_a.reset();
-    c.loop_b.reset();
-    c.ctl.reset();
-    c.ctl_peer.reset();
-  }
-  for (ReplicaChain& c : chains) {
-    c.rcq.reset();
-    c.lcq.reset();
-    c.ctl_mr.reset();
-  }
-  misc_cq.reset();
-  wq_mr.reset();
-  if (wq_region != nullptr) host->domain->release(wq_region);
-  wq_region = nullptr;
-  wq = nullptr;
-}
-
-namespace {
-
-struct WqLayout {
-  size_t down = 0, loop = 0, ctl = 0, forward = 0, end = 0;
 };
 
-size_t chain_bytes(Chain c, uint32_t n, uint32_t ring_ops, WqLayout* out, size_t at) {
-  const ChainShape nontail = chain_shape(c, false);
-  WqLayout l;
-  l.down = at;
-  at += static_cast<size_t>(nontail.down_per_op) * ring_ops * kWqeBytes;
-  l.loop = at;
-  at += static_cast<size_t>(nontail.loop_per_op) * ring_ops * kWqeBytes;
-  l.ctl = at;
-  at += static_cast<size_t>(ctl_depth(c, ring_ops)) * kWqeBytes;
-  l.forward = at;
-  at += static_cast<size_t>(forward_stride(c, n)) * ring_ops;
-  l.end = at;
-  *out = l;
-  return at;
+Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Replica::~Replica() = default;
+
+Result<std::unique_ptr<Replica>> Replica::create(nic::Nic& nic, std::span<uint8_t> region, const ReplicaSpec& spec) {
+  FERRY_RETURN_IF_ERROR(detail::check_replica_args(spec, region.size()));
+  const GroupOptions& o = spec.options;
+  auto impl = std::make_unique<Impl>();
+  Impl& r = *impl;
+  r.spec = spec;
+  r.region = region.first(o.region_bytes);
+  r.nic = &nic;
+  FERRY_ASSIGN_OR_RETURN(r.pd, nic.alloc_pd());
+  FERRY_ASSIGN_OR_RETURN(r.region_mr, nic.reg_mr(*r.pd, r.region.data(), r.region.size(), detail::kRegionAccess));
+  const size_t wq_bytes = detail::replica_wq_bytes(o.replicas, o.ring_ops);
+  FERRY_ASSIGN_OR_RETURN(r.wq_mem, nicd::SharedMemory::create(wq_bytes, "ferry-hyperloop-wq"));
+
+  r.node = std::make_unique<detail::ReplicaNode>();
+  detail::ReplicaNode& node = *r.node;
+  node.index = spec.index;
+  node.replicas = o.replicas;
+  node.options = o;
+  node.nic = &nic;
+  node.pd = r.pd.get();
+  node.region_mr = r.region_mr.get();
+  node.wq = r.wq_mem.data();
+  FERRY_RETURN_IF_ERROR(detail::create_replica_queues(node));
+
+  // The replica's own pairs (one NIC): the loopback CAS/copy pair works on
+  // its region, the control pair only adds to the control ring's indices.
+  for (detail::ReplicaChain& rc : node.chains) {
+    nic::ConnectOptions loop;
+    loop.access_flags = detail::kLinkAccess | nic::kAccessRemoteAtomic;
+    if (rc.loop_a) FERRY_RETURN_IF_ERROR(nic::connect_qps(*rc.loop_a, nic, *rc.loop_b, nic, loop));
+    nic::ConnectOptions rearm;
+    rearm.access_flags = nic::kAccessRemoteAtomic;
+    FERRY_RETURN_IF_ERROR(nic::connect_qps(*rc.ctl, nic, *rc.ctl_peer, nic, rearm));
+    // The up QP takes its RECVs before its upstream can connect.
+    cm::QpOptions up;
+    up.access_flags = detail::kLinkAccess;
+    FERRY_RETURN_IF_ERROR(cm::init_qp(*rc.up, up));
+  }
+  r.up_reply.rkey = r.region_mr->rkey();
+  r.up_reply.count = 1;
+  r.up_reply.region_iova[0] = r.region_mr->iova();
+  r.up = std::make_unique<detail::LinkSet>(r.who(), o, spec.index == 0 ? detail::kClientSender : spec.index - 1);
+  return std::unique_ptr<Replica>(new Replica(std::move(impl)));
 }
 
-}  // namespace
-
-size_t replica_wq_bytes(uint32_t n, uint32_t ring_ops) {
-  std::array<WqLayout, kChainCount> layout;
-  size_t at = 64;  // [0, 64): the discard scratch
-  for (int c = 0; c < kChainCount; ++c) at = chain_bytes(static_cast<Chain>(c), n, ring_ops, &layout[c], at);
-  return at;
-}
-
-Status attach_host(ReplicaNode& r) {
-  r.nic = r.host->nic;
-  r.pd = r.host->pd.get();
-  r.region_mr = r.host->mr.get();
-  const size_t bytes = replica_wq_bytes(r.replicas, r.options.ring_ops);
-  FERRY_ASSIGN_OR_RETURN(r.wq_region, r.host->domain->alloc_dram(bytes));
-  r.wq = r.wq_region->data();
-  std::memset(r.wq, 0, bytes);
-  return ok_status();
-}
-
-Status create_replica_queues(ReplicaNode& r) {
-  const uint32_t d = r.options.ring_ops;
-  nic::Nic& nic = *r.nic;
-  nic::ProtectionDomain& pd = *r.pd;
-
-  std::array<WqLayout, kChainCount> layout;
-  size_t at = 64;  // [0, 64): the discard scratch
-  for (int c = 0; c < kChainCount; ++c) at = chain_bytes(static_cast<Chain>(c), r.replicas, d, &layout[c], at);
-  // The RECV scatter lists write into these rings: local write only. Nothing
-  // reaches them from another host (docs/hyperloop.md, "Safety").
-  FERRY_ASSIGN_OR_RETURN(r.wq_mr, nic.reg_mr(pd, r.wq, at, nic::kAccessLocalWrite));
-  r.discard = r.wq;
-
-  nic::CqInitAttr count_only;
-  count_only.count_only = true;
-  count_only.cqe = 1024;
-  FERRY_ASSIGN_OR_RETURN(r.misc_cq, nic.create_cq(count_only));
-
-  QpInitAttr plain;
-  plain.send_cq = r.misc_cq.get();
-  plain.recv_cq = r.misc_cq.get();
-  plain.cap.max_send_wr = 4;
-  plain.cap.max_recv_wr = 1;
-
-  for (int ci = 0; ci < kChainCount; ++ci) {
-    const Chain c = static_cast<Chain>(ci);
-    ReplicaChain& ch = r.chains[ci];
-    ch.chain = c;
-    ch.tail = r.tail();
-    const ChainShape shape = chain_shape(c, ch.tail);
-    uint8_t* base = r.wq;
-    ch.down_ring = base + layout[ci].down;
-    ch.loop_ring = base + layout[ci].loop;
-    ch.ctl_ring = base + layout[ci].ctl;
-    ch.forward = base + layout[ci].forward;
-    ch.forward_stride = forward_stride(c, r.replicas);
-    ch.ctl_depth = ctl_depth(c, d);
-    // The control ring re-arms itself with loopback FETCH_AND_ADDs on its
-    // WQEs' index fields: remote atomics are all this MR allows, and only the
-    // ctl_peer QP (loopback, this PD) grants them.
-    FERRY_ASSIGN_OR_RETURN(ch.ctl_mr, nic.reg_mr(pd, ch.ctl_ring, static_cast<size_t>(ch.ctl_depth) * kWqeBytes,
-                                                 nic::kAccessLocalWrite | nic::kAccessRemoteAtomic));
-
-    FERRY_ASSIGN_OR_RETURN(ch.rcq, nic.create_cq(count_only));
-    FERRY_ASSIGN_OR_RETURN(ch.lcq, nic.create_cq(count_only));
-
-    QpInitAttr up = plain;
-    up.recv_cq = ch.rcq.get();
-    up.cap.max_recv_wr = d;
-    up.cap.max_recv_sge = 8;
-    up.managed_recv = true;
-    FERRY_ASSIGN_OR_RETURN(ch.up, nic.create_qp(pd, up));
-
-    QpInitAttr down = plain;
-    down.cap.max_send_wr = shape.down_per_op * d;
-    down.managed_send = true;
-    down.send_ring_memory = {ch.down_ring, static_cast<size_t>(shape.down_per_op) * d * kWqeBytes};
-    FERRY_ASSIGN_OR_RETURN(ch.down, nic.create_qp(pd, down));
-
-    if (shape.loop_per_op != 0) {
-      QpInitAttr loop_a = plain;
-      loop_a.send_cq = ch.lcq.get();
-      loop_a.cap.max_send_wr = shape.loop_per_op * d;
-      loop_a.managed_send = true;
-      loop_a.send_ring_memory = {ch.loop_ring, static_cast<size_t>(shape.loop_per_op) * d * kWqeBytes};
-      FERRY_ASSIGN_OR_RETURN(ch.loop_a, nic.create_qp(pd, loop_a));
-      FERRY_ASSIGN_OR_RETURN(ch.loop_b, nic.create_qp(pd, plain));
+Status Replica::serve(cm::Listener& listener) {
+  Impl& r = *impl_;
+  for (int c = 0; c < kChainCount; ++c) {
+    Status st = r.up->serve(listener, detail::up_service(r.spec.group, Chain(c)), *r.nic, *r.node->chains[c].up);
+    if (!st.ok()) {
+      r.up->unserve();
+      return st;
     }
-
-    // Only the control pair may issue WAITs and ENABLEs: the data queues
-    // above, whose WQEs the upstream's message rewrites, are created without
-    // the capability, so no message can turn one of their slots into a WAIT
-    // or an ENABLE (the NIC fails it with LOC_QP_OP_ERR).
-    QpInitAttr ctl = plain;
-    ctl.cap.max_send_wr = ch.ctl_depth;
-    ctl.managed_send = true;
-    ctl.cross_channel = true;
-    ctl.send_ring_memory = {ch.ctl_ring, static_cast<size_t>(ch.ctl_depth) * kWqeBytes};
-    FERRY_ASSIGN_OR_RETURN(ch.ctl, nic.create_qp(pd, ctl));
-    QpInitAttr ctl_peer = plain;
-    ctl_peer.cross_channel = true;  // posts the boot enables
-    FERRY_ASSIGN_OR_RETURN(ch.ctl_peer, nic.create_qp(pd, ctl_peer));
   }
   return ok_status();
 }
 
-namespace {
-
-// The flush WQE of a hop: a 0-byte READ (the paper's gFLUSH) or an IBTA 1.5
-// FLUSH with persistence placement over the whole region.
-SendWr flush_template(bool flush_verb, uint64_t addr, uint32_t rkey) {
-  SendWr wr;
-  wr.remote_addr = addr;
-  wr.rkey = rkey;
-  if (flush_verb) {
-    wr.opcode = WrOpcode::kFlush;
-    wr.flush_persistent = true;
-    wr.flush_whole_mr = true;
-  } else {
-    wr.opcode = WrOpcode::kRdmaRead;
-  }
-  return wr;
-}
-
-// `k` is the block's operation, `discard` the 8-byte SGE a re-arm's fetched
-// value goes to.
-SendWr ctl_wr(const ReplicaChain& ch, const CtlWqe& w, uint64_t k, const Sge* discard) {
-  SendWr wr;
-  wr.opcode = w.opcode;
-  wr.index = w.index;
-  if (w.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    const uint32_t per = chain_shape(ch.chain, ch.tail).ctl_per_op;
-    const uint64_t slot = (per * k + w.slot) % ch.ctl_depth;
-    wr.remote_addr = reinterpret_cast<uint64_t>(ch.ctl_ring) + slot * kWqeBytes + kRemoteAddrField;
-    wr.rkey = ch.ctl_mr->rkey();
-    wr.compare_add = w.index;
-    wr.sg_list = std::span<const Sge>(discard, 1);
-    return wr;
-  }
-  switch (w.target) {
-    case CtlTarget::kRecvCq: wr.wait_cq = ch.rcq.get(); break;
-    case CtlTarget::kLoopCq: wr.wait_cq = ch.lcq.get(); break;
-    case CtlTarget::kDown: wr.enable_qp = ch.down.get(); break;
-    case CtlTarget::kLoop: wr.enable_qp = ch.loop_a.get(); break;
-    case CtlTarget::kCtlRing:
-    case CtlTarget::kNone: break;
-  }
-  return wr;
-}
-
-Status post_chain(ReplicaNode& r, ReplicaChain& ch, const Downstream& ds) {
-  const uint32_t d = r.options.ring_ops;
-  const uint32_t n = r.replicas;
-  const uint32_t i = r.index;
-  const Chain c = ch.chain;
-  const ChainShape shape = chain_shape(c, ch.tail);
-  const uint32_t wq_lkey = r.wq_mr->lkey();
-  const bool flush_verb = r.options.flush_verb;
-
-  // 1. RECVs: slot s scatters operation s (mod ring_ops) into its WQEs.
-  ScatterTargets t;
-  t.down_ring = r.wq_iova(ch.down_ring);
-  t.loop_ring = r.wq_iova(ch.loop_ring);
-  t.discard = r.wq_iova(r.discard);
-  t.ring_ops = d;
-  std::vector<ScatterPlan> plans(d);
-  std::vector<RecvWr> recvs(d);
-  for (uint32_t s = 0; s < d; ++s) {
-    t.forward = r.wq_iova(ch.forward + static_cast<size_t>(s) * ch.forward_stride);
-    plans[s] = scatter_plan(c, n, i, s, t);
-    for (uint32_t k = 0; k < plans[s].count; ++k) plans[s].sges[k].lkey = wq_lkey;
-    recvs[s].wr_id = s;
-    recvs[s].sg_list = std::span<const Sge>(plans[s].sges.data(), plans[s].count);
-  }
-  FERRY_RETURN_IF_ERROR(ch.up->post_recv(recvs));
-
-  // 2. Templates of the down and loopback WQEs: every field the metadata does
-  //    not rewrite is fixed here, once.
-  std::vector<SendWr> down;
-  std::vector<SendWr> loop;
-  std::vector<Sge> sges(static_cast<size_t>(d) * 2);  // at most two SGE-carrying WQEs per slot
-  auto sge = [&](uint32_t s, uint32_t which, Sge value) {
-    Sge& slot = sges[static_cast<size_t>(s) * 2 + which];
-    slot = value;
-    return std::span<const Sge>(&slot, 1);
-  };
-  for (uint32_t s = 0; s < d; ++s) {
-    const uint64_t fwd = r.wq_iova(ch.forward + static_cast<size_t>(s) * ch.forward_stride);
-    if (ch.tail) {
-      SendWr ack;
-      ack.opcode = WrOpcode::kRdmaWriteWithImm;
-      ack.remote_addr = ds.ack_slots[static_cast<int>(c)] + static_cast<uint64_t>(s) * ds.ack_stride;
-      ack.rkey = ds.ack_rkey;
-      if (c == Chain::kCas) ack.sg_list = sge(s, 0, Sge{fwd, 8 * n, wq_lkey});  // the result map
-      down.push_back(ack);
-    } else if (c == Chain::kWrite) {
-      SendWr w0;
-      w0.opcode = WrOpcode::kRdmaWrite;
-      w0.sg_list = sge(s, 0, Sge{r.region_iova(0), 0, r.region_mr->lkey()});
-      w0.remote_addr = ds.region_iova;
-      w0.rkey = ds.region_rkey;
-      down.push_back(w0);
-      down.push_back(flush_template(flush_verb, ds.region_iova, ds.region_rkey));
-      SendWr fwd_send;
-      fwd_send.opcode = WrOpcode::kSend;
-      fwd_send.flags = nic::kSendFence;  // after the flush's response, if there is one
-      fwd_send.sg_list = sge(s, 1, Sge{fwd, message_bytes(c, n, i + 1), wq_lkey});
-      down.push_back(fwd_send);
-      SendWr pad;
-      pad.opcode = WrOpcode::kNop;
-      down.push_back(pad);
+Status Replica::connect_downstream(std::string_view address) {
+  Impl& r = *impl_;
+  if (r.downstream_done) return failed_precondition(r.who() + ": downstream already connected");
+  detail::ReplicaNode& node = *r.node;
+  const bool tail = node.tail();
+  const detail::ChainHello hello = detail::hello_of(r.spec.options, r.spec.index);
+  const std::vector<uint8_t> hello_bytes = cm::private_data_of(hello);
+  detail::Downstream ds;
+  detail::UpReply reply = r.up_reply;
+  for (int c = 0; c < kChainCount; ++c) {
+    const Chain chain = static_cast<Chain>(c);
+    const std::string service = tail ? detail::ack_service(r.spec.group, chain) : detail::up_service(r.spec.group, chain);
+    Result<cm::Connection> conn = detail::connect_retrying(address, service, *r.nic, *node.chains[c].down, hello_bytes,
+                                                           r.spec.connect_timeout_ms);
+    if (!conn.ok()) {
+      return Status(conn.status().code(), r.who() + ": connecting downstream to " + std::string(address) + ": " +
+                                              conn.status().message());
+    }
+    const std::span<const uint8_t> pd(conn.value().private_data);
+    if (tail) {
+      FERRY_ASSIGN_OR_RETURN(const detail::AckReply ack, detail::parse_ack_reply(pd, 0, r.who()));
+      ds.ack_slots[c] = ack.slots;
+      ds.ack_rkey = ack.rkey;
+      ds.ack_stride = ack.stride;
     } else {
-      SendWr fwd_send;
-      fwd_send.opcode = WrOpcode::kSend;
-      fwd_send.sg_list = sge(s, 0, Sge{fwd, message_bytes(c, n, i + 1), wq_lkey});
-      down.push_back(fwd_send);
-    }
-    if (shape.loop_per_op != 0) {
-      SendWr l0;
-      l0.remote_addr = r.region_iova(0);
-      l0.rkey = r.region_mr->rkey();
-      if (c == Chain::kCas) {
-        l0.opcode = WrOpcode::kAtomicCmpAndSwp;
-        // The original value lands in this replica's field of the result map.
-        l0.sg_list = sge(s, 1, Sge{fwd + result_offset_in_forward(n, i), 8, wq_lkey});
-      } else {
-        l0.opcode = WrOpcode::kRdmaWrite;
-        l0.sg_list = sge(s, 1, Sge{r.region_iova(0), 0, r.region_mr->lkey()});
-      }
-      loop.push_back(l0);
-      SendWr l1 = flush_template(flush_verb, r.region_iova(0), r.region_mr->rkey());
-      l1.flags = nic::kSendSignaled;  // one loopback completion per operation: the WAIT's count
-      loop.push_back(l1);
+      FERRY_ASSIGN_OR_RETURN(const detail::UpReply up,
+                             detail::parse_up_reply(pd, r.spec.options.replicas - r.spec.index - 1, r.who()));
+      ds.region_iova = up.region_iova[0];
+      ds.region_rkey = up.rkey;
+      reply.count = 1 + up.count;
+      for (uint32_t i = 0; i < up.count; ++i) reply.region_iova[1 + i] = up.region_iova[i];
     }
   }
-  FERRY_RETURN_IF_ERROR(ch.down->post_send(down));
-  if (!loop.empty()) FERRY_RETURN_IF_ERROR(ch.loop_a->post_send(loop));
-
-  // 3. The control blocks of the first lap; each re-arms itself for the next.
-  std::vector<SendWr> ctl;
-  ctl.reserve(ch.ctl_depth);
-  const Sge discard{r.wq_iova(r.discard), 8, wq_lkey};
-  for (uint64_t k = 0; k < d; ++k) {
-    const auto block = ctl_block(c, ch.tail, d, k);
-    for (uint32_t j = 0; j < shape.ctl_per_op; ++j) ctl.push_back(ctl_wr(ch, block[j], k, &discard));
-  }
-  FERRY_RETURN_IF_ERROR(ch.ctl->post_send(ctl));
-
-  // 4. Boot: expose the RECVs and start the control chain, for good.
-  SendWr boot[2];
-  boot[0].opcode = WrOpcode::kRecvEnable;
-  boot[0].enable_qp = ch.up.get();
-  boot[0].index = kEnabledForever;
-  boot[1].opcode = WrOpcode::kSendEnable;
-  boot[1].enable_qp = ch.ctl.get();
-  boot[1].index = kEnabledForever;
-  return ch.ctl_peer->post_send(std::span<const SendWr>(boot, 2));
-}
-
-}  // namespace
-
-Status post_replica_chains(ReplicaNode& r, const Downstream& down) {
-  for (ReplicaChain& ch : r.chains) FERRY_RETURN_IF_ERROR(post_chain(r, ch, down));
+  FERRY_RETURN_IF_ERROR(detail::post_replica_chains(node, ds));
+  r.downstream_done = true;
+  r.up_reply = reply;
+  r.up->open(std::vector<std::vector<uint8_t>>(kChainCount, cm::private_data_of(reply)));
   return ok_status();
 }
 
-}  // namespace ferry::hyperloop::detail
+ReplicaStatus Replica::status() const {
+  ReplicaStatus s;
+  s.ready = impl_->downstream_done;
+  s.upstream_links = impl_->up->connected();
+  s.last_error = impl_->up->last_error();
+  return s;
+}
+
+const ReplicaSpec& Replica::spec() const { return impl_->spec; }
+std::span<uint8_t> Replica::region() const { return impl_->region; }
+
+}  // namespace ferry::hyperloop

@@ -1,15 +1,19 @@
 // A deployment's coordinator: enlistment, tables and their tablet map, the
 // logs' replica versions, the heartbeat, and a crashed server's recovery
-// driven by RPC (the deployed counterpart of Cluster::recover_server).
+// driven by RPC (the deployed counterpart of Cluster::recover_server). What
+// it decides -- who is live, when a server is declared crashed, when a
+// recovery is (re)tried, when the tables are due -- is CoordinatorMember
+// (logkv_member.h); here are the RPCs, the threads and the work.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
+#include "ferry/common/clock.h"
 #include "ferry/store/logkv_deploy.h"
+#include "ferry/store/logkv_member.h"
 #include "logkv_internal.h"
 
 namespace ferry::store::logkv {
@@ -30,9 +34,7 @@ struct CoordinatorService::Impl {
   mutable std::condition_variable cv;
   std::vector<TableMap> tables;  // table_id = position + 1
   std::map<uint64_t, std::map<uint64_t, uint64_t>> min_versions;  // per log, per segment
-  std::vector<bool> enlisted, crashed;
-  bool ready = false;  // the deployment's tables exist
-  uint64_t recoveries = 0, recovery_failures = 0;
+  std::unique_ptr<CoordinatorMember> member;                      // who is live, crashed, recovered; the tables' state
   bool stopping = false;
 
   // Control clients to the servers: used by the table worker (assignments)
@@ -49,13 +51,7 @@ struct CoordinatorService::Impl {
     if (log) log(line);
   }
 
-  std::vector<uint32_t> live_locked() const {
-    std::vector<uint32_t> out;
-    for (uint32_t i = 0; i < enlisted.size(); ++i) {
-      if (enlisted[i] && !crashed[i]) out.push_back(i);
-    }
-    return out;
-  }
+  std::vector<uint32_t> live_locked() const { return member->live(); }
 
   Status assign(uint32_t server, const detail::Assignment& a) {
     Link& l = *links[server];
@@ -113,10 +109,7 @@ Status CoordinatorService::Impl::register_handlers() {
     }
     {
       std::lock_guard lk(c->mu);
-      if (c->crashed[index]) {
-        return detail::reply_status(out, failed_precondition("server " + std::to_string(index) +
-                                                             " crashed and was recovered; it cannot rejoin this cluster"));
-      }
+      if (Status admitted = c->member->admit(index); !admitted.ok()) return detail::reply_status(out, admitted);
     }
     // Connect back to it (control and heartbeat) before it counts as live.
     rpc::ClientOptions co;
@@ -136,8 +129,7 @@ Status CoordinatorService::Impl::register_handlers() {
     bool all = false;
     {
       std::lock_guard lk(c->mu);
-      c->enlisted[index] = true;
-      all = std::all_of(c->enlisted.begin(), c->enlisted.end(), [](bool b) { return b; }) && !c->ready;
+      all = c->member->on_enlisted(index);
     }
     c->event("event=enlisted server=" + std::to_string(index) + " listen=" + c->d.servers[index].listen);
     detail::WireWriter w;
@@ -154,7 +146,7 @@ Status CoordinatorService::Impl::register_handlers() {
         }
       }
       std::lock_guard lk(c->mu);
-      c->ready = true;
+      c->member->on_tables_created();
       c->cv.notify_all();
       c->event("event=ready servers=" + std::to_string(c->d.servers.size()) +
                " tables=" + std::to_string(c->tables.size()));
@@ -220,47 +212,31 @@ Status CoordinatorService::Impl::register_handlers() {
 }
 
 void CoordinatorService::Impl::run_heartbeat() {
-  std::vector<uint32_t> misses(d.servers.size(), 0);
-  std::set<uint32_t> unrecovered;  // crashed servers whose recovery failed: retried
-  auto last_retry = Clock::now();
-  auto try_recover = [&](uint32_t i) {
-    Status rs = recover(i);
-    std::lock_guard g(mu);
-    if (rs.ok()) {
-      ++recoveries;
-      unrecovered.erase(i);
-    } else {
-      ++recovery_failures;
-      unrecovered.insert(i);
-      event("event=recovery_failed server=" + std::to_string(i) + " error=\"" + rs.message() +
-            "\" (retried every second)");
-    }
-    cv.notify_all();
-  };
+  const ferry::Clock& clock = SteadyClock::instance();
   std::unique_lock lk(mu);
   while (!cv.wait_for(lk, std::chrono::milliseconds(d.heartbeat_ms), [&] { return stopping; })) {
-    const std::vector<uint32_t> live = live_locked();
+    const std::vector<uint32_t> due = member->on_tick(clock.now_ns());
     lk.unlock();
-    for (uint32_t i : live) {
+    for (uint32_t i : due) {
       Status st;
       {
         Link& l = *links[i];
         std::lock_guard ll(l.mu);
         st = detail::control_call(*l.pinger, 0, detail::kLogKvPing, d.server.workers, {}).status();
       }
-      if (st.ok()) {
-        misses[i] = 0;
-        continue;
-      }
-      if (++misses[i] < d.missed_beats) continue;
-      event("event=server_crashed server=" + std::to_string(i) + " missed_beats=" + std::to_string(misses[i]) +
-            " error=\"" + st.message() + "\"");
-      try_recover(i);
+      lk.lock();
+      member->on_ping(i, st);
+      lk.unlock();
     }
-    if (!unrecovered.empty() && Clock::now() - last_retry >= std::chrono::seconds(1)) {
-      last_retry = Clock::now();
-      const std::set<uint32_t> again = unrecovered;
-      for (uint32_t i : again) try_recover(i);
+    lk.lock();
+    const std::vector<uint32_t> recoveries_due = member->take_recoveries(clock.now_ns());
+    lk.unlock();
+    for (uint32_t i : recoveries_due) {
+      Status rs = recover(i);
+      lk.lock();
+      member->on_recovered(i, rs, clock.now_ns());
+      cv.notify_all();
+      lk.unlock();
     }
     lk.lock();
   }
@@ -275,8 +251,7 @@ Status CoordinatorService::Impl::recover(uint32_t dead) {
   std::map<uint64_t, uint64_t> versions;
   {
     std::lock_guard lk(mu);
-    crashed[dead] = true;
-    live = live_locked();
+    live = live_locked();  // without `dead`: the member declared it crashed
     if (live.empty()) return unavailable("no live server to recover server " + std::to_string(dead) + " on");
     size_t next = 0;
     for (const auto& t : tables) {
@@ -434,8 +409,11 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(nic::Nic& 
   c.d = d;
   c.log = std::move(log);
   c.nic = &nic;
-  c.enlisted.assign(d.servers.size(), false);
-  c.crashed.assign(d.servers.size(), false);
+  CoordinatorMemberOptions mo;
+  mo.servers = static_cast<uint32_t>(d.servers.size());
+  mo.heartbeat_ms = d.heartbeat_ms;
+  mo.missed_beats = d.missed_beats;
+  c.member = std::make_unique<CoordinatorMember>(mo, c.log);
   for (size_t i = 0; i < d.servers.size(); ++i) c.links.push_back(std::make_unique<Impl::Link>());
   FERRY_ASSIGN_OR_RETURN(c.rpc, rpc::Server::create(nic, detail::coordinator_rpc_options()));
   FERRY_RETURN_IF_ERROR(c.register_handlers());
@@ -450,23 +428,25 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(nic::Nic& 
 CoordinatorStatus CoordinatorService::status() const {
   std::lock_guard lk(impl_->mu);
   CoordinatorStatus s;
-  for (size_t i = 0; i < impl_->enlisted.size(); ++i) s.enlisted.push_back(impl_->enlisted[i] && !impl_->crashed[i]);
-  s.crashed = impl_->crashed;
+  const CoordinatorMember& m = *impl_->member;
+  for (uint32_t i = 0; i < impl_->d.servers.size(); ++i) s.enlisted.push_back(m.server(i) == ServerState::kLive);
+  s.crashed = m.crashed();
   s.tables = impl_->tables;
-  s.recoveries = impl_->recoveries;
-  s.recovery_failures = impl_->recovery_failures;
+  s.recoveries = m.recoveries();
+  s.recovery_failures = m.recovery_failures();
   return s;
 }
 
 bool CoordinatorService::wait_ready(uint32_t timeout_ms) const {
   std::unique_lock lk(impl_->mu);
-  return impl_->cv.wait_for(lk, std::chrono::milliseconds(timeout_ms), [&] { return impl_->ready; });
+  return impl_->cv.wait_for(lk, std::chrono::milliseconds(timeout_ms),
+                            [&] { return impl_->member->state() == CoordinatorState::kReady; });
 }
 
 bool CoordinatorService::wait_recoveries(uint64_t recoveries, uint32_t timeout_ms) const {
   std::unique_lock lk(impl_->mu);
   return impl_->cv.wait_for(lk, std::chrono::milliseconds(timeout_ms),
-                            [&] { return impl_->recoveries >= recoveries; });
+                            [&] { return impl_->member->recoveries() >= recoveries; });
 }
 
 }  // namespace ferry::store::logkv

@@ -1,6 +1,8 @@
 // A deployed storage server: its RPC server and backup served through the
 // connection manager, backup links to the other servers' processes, its log
 // reporting replica versions and freed segments to the coordinator by RPC.
+// The order of its start, and what it retries until when, is ServerMember
+// (logkv_member.h); here are the connections it makes.
 #include "ferry/store/logkv_deploy.h"
 
 #include <chrono>
@@ -10,31 +12,12 @@
 #include <set>
 #include <thread>
 
+#include "ferry/common/clock.h"
 #include "ferry/common/cpu.h"
+#include "ferry/store/logkv_member.h"
 #include "logkv_internal.h"
 
 namespace ferry::store::logkv {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Whether a connection attempt may succeed later: nothing listens yet, or
-// the service is not registered yet (the member is still starting).
-bool worth_retrying(const Status& st) {
-  return st.code() == Code::kUnavailable || st.code() == Code::kNotFound || st.code() == Code::kTimedOut;
-}
-
-template <typename Fn>
-auto retry_until(Clock::time_point deadline, Fn&& fn) -> decltype(fn()) {
-  while (true) {
-    auto r = fn();
-    if (r.ok() || !worth_retrying(r.status()) || Clock::now() >= deadline) return r;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
-}  // namespace
 
 Status check_deployment(const Deployment& d) {
   const uint32_t n = static_cast<uint32_t>(d.servers.size());
@@ -196,62 +179,82 @@ Result<std::unique_ptr<StorageServer>> StorageServer::start(nic::Nic& nic, cm::L
   m.event("event=listening server=" + std::to_string(index) + " listen=" + listener.address() +
           " replication=" + std::string(tailwind::replication_name(d.server.replication)));
 
-  // Backup links to every other server, as they come up.
-  const auto deadline = Clock::now() + std::chrono::milliseconds(d.connect_timeout_ms);
+  // Backup links to every other server as they come up, the coordinator,
+  // then the log (its reports go there), then enlist: ServerMember's steps.
   const bool data_path = d.server.replication == tailwind::Replication::kTailwind;
   std::vector<tailwind::BackupLink*> candidates;
-  for (uint32_t j = 0; j < d.servers.size(); ++j) {
-    if (j == index) continue;
-    const tailwind::BackupLink::Remote remote = backup_remote(d, j);
-    auto link = retry_until(deadline, [&] {
-      return tailwind::BackupLink::connect(nic, remote, s.log_id, data_path, d.server.workers);
-    });
-    if (!link.ok()) {
-      return Status(link.status().code(), "server " + std::to_string(index) + ": no backup link to " + remote.name +
-                                              ": " + link.status().message());
-    }
-    candidates.push_back(link.value().get());
-    s.links.push_back(std::move(link).value());
-    s.link_server.push_back(j);
-  }
-
-  // The coordinator, then the log (its reports go there), then enlist.
-  rpc::ClientOptions co;
-  co.timeout_ns = 5'000'000'000ULL;
-  const rpc::ServerInfo coord_info = detail::coordinator_rpc_info();
-  auto coord = retry_until(deadline, [&] {
-    return rpc::Client::connect(nic, d.coordinator.listen, detail::kCoordinatorService, co, &coord_info);
-  });
-  if (!coord.ok()) {
-    return Status(coord.status().code(), "server " + std::to_string(index) + ": the coordinator (" +
-                                             d.coordinator.listen + "): " + coord.status().message());
-  }
-  m.coordinator = std::move(coord).value();
   const uint64_t log_id = s.log_id;
   Impl* mp = &m;
-  s.on_freed = [mp, log_id](uint64_t segment_id) {
-    detail::WireWriter w;
-    w.put<uint64_t>(log_id);
-    w.put<uint64_t>(segment_id);
-    return mp->report(detail::kCoordFreed, w.out());
+  auto create_log = [&] {
+    s.on_freed = [mp, log_id](uint64_t segment_id) {
+      detail::WireWriter w;
+      w.put<uint64_t>(log_id);
+      w.put<uint64_t>(segment_id);
+      return mp->report(detail::kCoordFreed, w.out());
+    };
+    return s.create_log(candidates, [mp, log_id](uint64_t segment_id, uint64_t version) {
+      detail::WireWriter w;
+      w.put<uint64_t>(log_id);
+      w.put<uint64_t>(segment_id);
+      w.put<uint64_t>(version);
+      return mp->report(detail::kCoordVersion, w.out());
+    });
   };
-  FERRY_RETURN_IF_ERROR(s.create_log(candidates, [mp, log_id](uint64_t segment_id, uint64_t version) {
+  auto enlist = [&] {
     detail::WireWriter w;
-    w.put<uint64_t>(log_id);
-    w.put<uint64_t>(segment_id);
-    w.put<uint64_t>(version);
-    return mp->report(detail::kCoordVersion, w.out());
-  }));
-  detail::WireWriter w;
-  w.put<uint32_t>(index);
-  auto enlisted = [&] {
+    w.put<uint32_t>(index);
     std::lock_guard lk(m.coord_mu);
-    return detail::control_call(*m.coordinator, 0, detail::kCoordEnlist, detail::kCoordTableWorker, w.out());
-  }();
-  if (!enlisted.ok()) {
-    return Status(enlisted.status().code(),
-                  "server " + std::to_string(index) + ": the coordinator refused it: " + enlisted.status().message());
+    return detail::control_call(*m.coordinator, 0, detail::kCoordEnlist, detail::kCoordTableWorker, w.out()).status();
+  };
+  const ferry::Clock& clock = SteadyClock::instance();
+  ServerMemberOptions so;
+  so.index = index;
+  so.servers = static_cast<uint32_t>(d.servers.size());
+  so.coordinator = d.coordinator.listen;
+  so.connect_timeout_ms = d.connect_timeout_ms;
+  ServerMember member(so);
+  member.start(clock.now_ns());
+  while (!member.finished()) {
+    const uint64_t now = clock.now_ns();
+    if (now < member.retry_at_ns()) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(member.retry_at_ns() - now));
+      continue;
+    }
+    Status step;
+    switch (member.state()) {
+      case ServerMemberState::kLinking: {
+        auto link =
+            tailwind::BackupLink::connect(nic, backup_remote(d, member.peer()), s.log_id, data_path, d.server.workers);
+        step = link.status();
+        if (link.ok()) {
+          candidates.push_back(link.value().get());
+          s.links.push_back(std::move(link).value());
+          s.link_server.push_back(member.peer());
+        }
+        break;
+      }
+      case ServerMemberState::kConnectingCoordinator: {
+        rpc::ClientOptions co;
+        co.timeout_ns = 5'000'000'000ULL;
+        const rpc::ServerInfo coord_info = detail::coordinator_rpc_info();
+        auto coord = rpc::Client::connect(nic, d.coordinator.listen, detail::kCoordinatorService, co, &coord_info);
+        step = coord.status();
+        if (coord.ok()) m.coordinator = std::move(coord).value();
+        break;
+      }
+      case ServerMemberState::kCreatingLog:
+        step = create_log();
+        break;
+      case ServerMemberState::kEnlisting:
+        step = enlist();
+        break;
+      case ServerMemberState::kServing:
+      case ServerMemberState::kFailed:
+        break;
+    }
+    member.on_step(step, clock.now_ns());
   }
+  if (member.state() == ServerMemberState::kFailed) return member.failure();
   m.event("event=enlisted server=" + std::to_string(index) + " log=" + std::to_string(log_id) +
           " backups=" + std::to_string(candidates.size()));
   if (d.clean_interval_ms > 0) m.cleaner = std::thread([mp] { mp->run_cleaner(); });

@@ -82,7 +82,8 @@ struct Downstream {
 
 // One replica of a group. In process, `host` owns the NIC's protection
 // domain and the region (an emulated machine of the caller's Engine); in a
-// replica process (Replica, replica.h) the caller's NIC and memory are used.
+// replica process (Replica, include/ferry/hyperloop/replica.h, replica.cc) the
+// caller's NIC and memory are used.
 struct ReplicaNode {
   uint32_t index = 0;
   uint32_t replicas = 0;
