@@ -16,7 +16,7 @@
 #include "ferry/common/assert.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/wqe.h"
-#include "ferry/nicd/nicd.h"
+#include "ferry/nic/shared_memory.h"
 #include "host.h"
 #include "layout.h"
 #include "replica.h"
@@ -77,8 +77,8 @@ struct Group {
   uint32_t n = 0;
   // Memory of a group connected across processes (shared, so that a daemon
   // can map it): destroyed last.
-  nicd::SharedMemory remote_client_mem;
-  nicd::SharedMemory remote_buf_mem;
+  nic::SharedMemory remote_client_mem;
+  nic::SharedMemory remote_buf_mem;
   // The client's side. In process `client` (an emulated host of the Engine)
   // owns the PD and the client memory; across processes the group does.
   nic::Nic* cnic = nullptr;
@@ -196,7 +196,7 @@ Status HyperLoopClient::Impl::build_client_side(Group& g) {
     bytes += static_cast<size_t>(64) * d;
   }
   if (g.remote()) {
-    FERRY_ASSIGN_OR_RETURN(g.remote_buf_mem, nicd::SharedMemory::create(bytes, "ferry-hyperloop-client"));
+    FERRY_ASSIGN_OR_RETURN(g.remote_buf_mem, nic::SharedMemory::create(bytes, "ferry-hyperloop-client"));
     g.buf_base = g.remote_buf_mem.data();
   } else {
     FERRY_ASSIGN_OR_RETURN(g.buf, g.client->domain->alloc_dram(bytes));
@@ -522,7 +522,7 @@ Status HyperLoopClient::Impl::connect_remote(Group& g, const RemoteGroupOptions&
   g.cnic = &cnic;
   FERRY_ASSIGN_OR_RETURN(g.remote_pd, cnic.alloc_pd());
   g.cpd = g.remote_pd.get();
-  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nicd::SharedMemory::create(o.region_bytes, "ferry-hyperloop-client"));
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nic::SharedMemory::create(o.region_bytes, "ferry-hyperloop-client"));
   g.client_mem = std::span<uint8_t>(g.remote_client_mem.data(), o.region_bytes);
   FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
                          cnic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
@@ -540,7 +540,7 @@ void HyperLoopClient::Impl::teardown_chains(Group& g, const Status& reason) {
   }
   for (ClientChain& c : g.chains) c = ClientChain{};
   g.buf_mr.reset();
-  g.remote_buf_mem = nicd::SharedMemory();
+  g.remote_buf_mem = nic::SharedMemory();
   g.buf_base = nullptr;
   g.joins.clear();
   g.replica_iova = {};

@@ -86,8 +86,8 @@ struct Group {
   GroupOptions options;
 
   // Memory of a group connected across processes: destroyed last.
-  nicd::SharedMemory remote_client_mem;
-  nicd::SharedMemory remote_rings;
+  nic::SharedMemory remote_client_mem;
+  nic::SharedMemory remote_rings;
   // The client's side: in process `client` (an emulated host) owns the PD
   // and the client memory, across processes the group does.
   nic::Nic* cnic = nullptr;
@@ -247,7 +247,7 @@ Status NaiveClient::Impl::build_client_side(Group& g) {
     FERRY_ASSIGN_OR_RETURN(g.rings_heap, alloc_buffer(ring_bytes));
     g.rings = g.rings_heap.get();
   } else {
-    FERRY_ASSIGN_OR_RETURN(g.remote_rings, nicd::SharedMemory::create(ring_bytes, "ferry-naive-client"));
+    FERRY_ASSIGN_OR_RETURN(g.remote_rings, nic::SharedMemory::create(ring_bytes, "ferry-naive-client"));
     g.rings = g.remote_rings.data();
   }
   FERRY_ASSIGN_OR_RETURN(g.rings_mr,
@@ -331,7 +331,7 @@ Status NaiveClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro)
   g.cnic = &cnic;
   FERRY_ASSIGN_OR_RETURN(g.remote_pd, cnic.alloc_pd());
   g.cpd = g.remote_pd.get();
-  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nicd::SharedMemory::create(o.region_bytes, "ferry-naive-client"));
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nic::SharedMemory::create(o.region_bytes, "ferry-naive-client"));
   g.client_mem = std::span<uint8_t>(g.remote_client_mem.data(), o.region_bytes);
   FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
                          cnic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
