@@ -15,6 +15,7 @@ packages=(
   nlohmann-json3-dev                # JSON output of benchmarks
   gnuplot-nox                       # plots of benchmark JSON
   jq                                # JSON -> table for plot scripts
+  python3                           # the layer check (scripts/check-layers.py, ctest `layers`)
   libpmem2-dev                      # persistent-memory mapping, persist/flush/drain, non-temporal memcpy
   libxxhash-dev                     # XXH3-64 checksums of RPC requests and PM records
   libisal-dev                       # ISA-L CRC32C of PmKv records (and the RoCEv2 ICRC)

@@ -86,8 +86,8 @@ struct Group {
   GroupOptions options;
 
   // Memory of a group connected across processes: destroyed last.
-  nicd::SharedMemory remote_client_mem;
-  nicd::SharedMemory remote_rings;
+  nic::SharedMemory remote_client_mem;
+  nic::SharedMemory remote_rings;
   // The client's side: in process `client` (an emulated host) owns the PD
   // and the client memory, across processes the group does.
   nic::Nic* cnic = nullptr;
@@ -247,7 +247,7 @@ Status NaiveClient::Impl::build_client_side(Group& g) {
     FERRY_ASSIGN_OR_RETURN(g.rings_heap, alloc_buffer(ring_bytes));
     g.rings = g.rings_heap.get();
   } else {
-    FERRY_ASSIGN_OR_RETURN(g.remote_rings, nicd::SharedMemory::create(ring_bytes, "ferry-naive-client"));
+    FERRY_ASSIGN_OR_RETURN(g.remote_rings, nic::SharedMemory::create(ring_bytes, "ferry-naive-client"));
     g.rings = g.remote_rings.data();
   }
   FERRY_ASSIGN_OR_RETURN(g.rings_mr,
@@ -326,17 +326,9 @@ Status NaiveClient::Impl::build_group(Group& g) {
 // connects to the client's ack service, the client to the head.
 Status NaiveClient::Impl::connect_remote(Group& g, const RemoteGroupOptions& ro) {
   const GroupOptions& o = g.options;
-  g.remote_name = ro.group;  // before build_client_side: shared memory, not heap
-  nic::Nic& cnic = *nic;
-  g.cnic = &cnic;
-  FERRY_ASSIGN_OR_RETURN(g.remote_pd, cnic.alloc_pd());
-  g.cpd = g.remote_pd.get();
-  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nicd::SharedMemory::create(o.region_bytes, "ferry-naive-client"));
-  g.client_mem = std::span<uint8_t>(g.remote_client_mem.data(), o.region_bytes);
-  FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
-                         cnic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
-  g.client_mr = g.remote_client_mr.get();
-  FERRY_RETURN_IF_ERROR(build_client_side(g));
+  FERRY_RETURN_IF_ERROR(detail::attach_client_memory(g, *nic, "ferry-naive-client"));
+  nic::Nic& cnic = *g.cnic;
+  FERRY_RETURN_IF_ERROR(build_client_side(g));  // g.remote_name is set: shared memory, not heap
   cm::QpOptions link;
   link.access_flags = detail::kLinkAccess;
   FERRY_RETURN_IF_ERROR(cm::init_qp(*g.ack, link));
@@ -369,16 +361,8 @@ Result<std::unique_ptr<NaiveClient>> NaiveClient::create(nic::Nic& nic, const Na
 }
 
 Result<GroupId> NaiveClient::connect_group(const RemoteGroupOptions& options) {
-  bool taken = false;
-  for (const auto& g : impl_->groups) taken = taken || (g != nullptr && g->remote_name == options.group);
-  FERRY_RETURN_IF_ERROR(detail::check_connect_args(impl_->nic != nullptr, options, taken));
-  auto g = std::make_unique<Group>();
-  g->id = static_cast<GroupId>(impl_->groups.size());
-  g->options = options.options;
-  Status st = impl_->connect_remote(*g, options);
-  if (!st.ok()) return Status(st.code(), "connect_group " + options.group + ": " + st.message());
-  impl_->groups.push_back(std::move(g));
-  return impl_->groups.back()->id;
+  return detail::add_connected_group(impl_->groups, impl_->nic != nullptr, options,
+                                     [&](Group& g) { return impl_->connect_remote(g, options); });
 }
 
 Result<GroupId> NaiveClient::create_group(const GroupOptions& options) {

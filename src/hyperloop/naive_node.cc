@@ -32,7 +32,7 @@ Status create_naive_queues(NaiveNode& r, bool event_mode) {
     FERRY_ASSIGN_OR_RETURN(r.rings_heap, alloc_buffer(ring_bytes));
     r.rings = r.rings_heap.get();
   } else {
-    FERRY_ASSIGN_OR_RETURN(r.rings_shared, nicd::SharedMemory::create(ring_bytes, "ferry-naive-rings"));
+    FERRY_ASSIGN_OR_RETURN(r.rings_shared, nic::SharedMemory::create(ring_bytes, "ferry-naive-rings"));
     r.rings = r.rings_shared.data();
   }
   FERRY_ASSIGN_OR_RETURN(r.rings_mr, rnic.reg_mr(*r.pd, r.rings, ring_bytes, nic::kAccessLocalWrite));

@@ -14,8 +14,8 @@
 
 #include "ferry/common/status.h"
 #include "ferry/hyperloop/group.h"
+#include "ferry/nic/shared_memory.h"
 #include "ferry/nic/verbs.h"
-#include "ferry/nicd/nicd.h"
 #include "ferry/pm/region.h"
 #include "host.h"
 #include "naive_wire.h"
@@ -115,7 +115,7 @@ struct NaiveNode {
   // in-process NIC, shared memory for a daemon-attached one.
   uint8_t* rings = nullptr;
   Buffer rings_heap;
-  nicd::SharedMemory rings_shared;
+  nic::SharedMemory rings_shared;
   std::unique_ptr<nic::MemoryRegion> rings_mr;
   std::unique_ptr<nic::CompletionChannel> channel;  // kEvent only
   std::unique_ptr<nic::CompletionQueue> recv_cq;    // receives from upstream

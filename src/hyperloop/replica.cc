@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "ferry/nic/connect.h"
-#include "ferry/nicd/nicd.h"
+#include "ferry/nic/shared_memory.h"
 #include "replica_node.h"
 #include "wiring.h"
 
@@ -23,7 +23,7 @@ struct Replica::Impl {
   nic::Nic* nic = nullptr;
   // Destroyed in reverse: the node (QPs, CQs, the WQ MR) before the region's
   // MR, the PD and the WQ memory.
-  nicd::SharedMemory wq_mem;
+  nic::SharedMemory wq_mem;
   std::unique_ptr<nic::ProtectionDomain> pd;
   std::unique_ptr<nic::MemoryRegion> region_mr;
   std::unique_ptr<detail::ReplicaNode> node;
@@ -57,7 +57,7 @@ Result<std::unique_ptr<Replica>> Replica::create(nic::Nic& nic, std::span<uint8_
   FERRY_ASSIGN_OR_RETURN(r.pd, nic.alloc_pd());
   FERRY_ASSIGN_OR_RETURN(r.region_mr, nic.reg_mr(*r.pd, r.region.data(), r.region.size(), detail::kRegionAccess));
   const size_t wq_bytes = detail::replica_wq_bytes(o.replicas, o.ring_ops);
-  FERRY_ASSIGN_OR_RETURN(r.wq_mem, nicd::SharedMemory::create(wq_bytes, "ferry-hyperloop-wq"));
+  FERRY_ASSIGN_OR_RETURN(r.wq_mem, nic::SharedMemory::create(wq_bytes, "ferry-hyperloop-wq"));
 
   r.node = std::make_unique<detail::ReplicaNode>();
   detail::ReplicaNode& node = *r.node;

@@ -16,17 +16,20 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
-#include <vector>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/cm/cm.h"
 #include "ferry/common/status.h"
 #include "ferry/hyperloop/group.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/replica.h"
+#include "ferry/nic/shared_memory.h"
+#include "ferry/nic/verbs.h"
 #include "layout.h"
 
 namespace ferry::hyperloop::detail {
@@ -152,5 +155,54 @@ class LinkSet {
 Result<cm::Connection> connect_retrying(std::string_view address, std::string_view service, nic::Nic& nic,
                                         nic::QueuePair& qp, std::span<const uint8_t> private_data,
                                         uint32_t timeout_ms);
+
+// ---- connect_group, the same for HyperLoopClient and NaiveClient ----
+// G is either client's group (client_impl.h, naive.cc): both name their
+// fields alike (id, options, remote_name, cnic, cpd, client_mem, ...).
+
+// Whether a group of `groups` other than `except` is connected to the
+// replica processes of the group named `name`.
+template <typename G>
+bool group_name_taken(const std::vector<std::unique_ptr<G>>& groups, std::string_view name, const G* except = nullptr) {
+  for (const auto& g : groups) {
+    if (g != nullptr && g.get() != except && g->remote_name == name) return true;
+  }
+  return false;
+}
+
+// connect_group: the arguments checked (check_connect_args), a fresh G
+// numbered after `groups` (GroupId = index), named and given the options,
+// `connect(G&)` run, and the group appended only if that succeeded. Errors
+// name the group.
+template <typename G, typename Connect>
+Result<GroupId> add_connected_group(std::vector<std::unique_ptr<G>>& groups, bool has_nic,
+                                    const RemoteGroupOptions& options, Connect&& connect) {
+  FERRY_RETURN_IF_ERROR(check_connect_args(has_nic, options, group_name_taken(groups, options.group)));
+  auto g = std::make_unique<G>();
+  g->id = static_cast<GroupId>(groups.size());
+  g->options = options.options;
+  g->remote_name = options.group;
+  Status st = connect(*g);
+  if (!st.ok()) return Status(st.code(), "connect_group " + options.group + ": " + st.message());
+  groups.push_back(std::move(g));
+  return groups.back()->id;
+}
+
+// The client's side that a group across processes owns itself: a PD on
+// `client_nic` and the client memory (the gWRITE source), region_bytes of
+// shared memory named `name` (the client's NIC daemon must reach it),
+// registered for local access. Sets g's cnic, cpd, client_mem and client_mr.
+template <typename G>
+Status attach_client_memory(G& g, nic::Nic& client_nic, std::string_view name) {
+  g.cnic = &client_nic;
+  FERRY_ASSIGN_OR_RETURN(g.remote_pd, client_nic.alloc_pd());
+  g.cpd = g.remote_pd.get();
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mem, nic::SharedMemory::create(g.options.region_bytes, name));
+  g.client_mem = std::span<uint8_t>(g.remote_client_mem.data(), g.options.region_bytes);
+  FERRY_ASSIGN_OR_RETURN(g.remote_client_mr,
+                         client_nic.reg_mr(*g.cpd, g.client_mem.data(), g.client_mem.size(), nic::kAccessLocalWrite));
+  g.client_mr = g.remote_client_mr.get();
+  return ok_status();
+}
 
 }  // namespace ferry::hyperloop::detail

@@ -119,4 +119,18 @@ class Device {
 // The backend of a NIC of this process (nic.cc).
 std::unique_ptr<Device> make_in_process_device(NicCore* core);
 
+// A SharedMemory mapping of this process (shared_memory.h): a backend whose
+// NIC runs in another process hands that process the file behind the
+// memory it registers. Any thread.
+struct SharedMapping {
+  uint64_t id = 0;  // unique for the life of the process
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  int fd = -1;  // owned by the SharedMemory
+};
+// The live mapping holding all of [addr, addr + length), if any.
+std::optional<SharedMapping> find_shared_mapping(uint64_t addr, uint64_t length);
+// Whether the SharedMemory with this id is still mapped.
+bool shared_mapping_alive(uint64_t id);
+
 }  // namespace ferry::nic::detail

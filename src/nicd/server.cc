@@ -27,10 +27,6 @@ bool is_memfd(int fd) {
 }
 }  // namespace
 
-using nic::detail::ChannelCore;
-using nic::detail::CqCore;
-using nic::detail::QpCore;
-using nic::detail::SrqCore;
 using proto::Op;
 
 // ---- Arena ------------------------------------------------------------------
@@ -95,7 +91,7 @@ void Arena::release(uint8_t* ptr, size_t bytes) {
 // ---- Server -----------------------------------------------------------------
 
 Server::Server(nic::Engine* engine, nic::Nic* nic, size_t arena_bytes, int device_page_fd)
-    : engine_(engine), nic_(nic), core_(nic->core()), arena_bytes_(arena_bytes), device_page_fd_(device_page_fd) {}
+    : engine_(engine), nic_(nic), hosting_(*nic), arena_bytes_(arena_bytes), device_page_fd_(device_page_fd) {}
 
 Server::~Server() {
   while (!clients_.empty()) release(clients_.back().get());
@@ -147,24 +143,14 @@ void Server::release(Client* c) {
   // ERROR, flushing, so a peer sees no more answers), then every object it
   // held goes, so nothing the NIC does afterwards touches its memory.
   run([&] {
-    core_->detach_doorbells(c->id);
-    for (uint32_t qpn : c->qps) {
-      if (QpCore* qp = core_->find_qp(qpn)) core_->force_error(qp);
-    }
-    for (uint32_t qpn : c->qps) {
-      if (QpCore* qp = core_->find_qp(qpn)) core_->destroy_qp(qp);
-    }
-    for (uint32_t n : c->srqs) {
-      if (SrqCore* srq = core_->find_srq(n)) core_->destroy_srq(srq);
-    }
-    for (uint32_t n : c->cqs) {
-      if (CqCore* cq = core_->find_cq(n)) core_->destroy_cq(cq);
-    }
+    hosting_.detach_doorbells(c->id);
+    for (uint32_t qpn : c->qps) hosting_.force_error(qpn);
+    for (uint32_t qpn : c->qps) hosting_.destroy_qp(qpn);
+    for (uint32_t n : c->srqs) hosting_.destroy_srq(n);
+    for (uint32_t n : c->cqs) hosting_.destroy_cq(n);
     c->channels.clear();
-    for (uint32_t key : c->mrs) {
-      if (core_->find_mr(key) != nullptr) core_->dereg_mr(key);
-    }
-    for (uint32_t pd : c->pds) core_->dealloc_pd(pd);
+    for (uint32_t key : c->mrs) hosting_.dereg_mr(key);
+    for (uint32_t pd : c->pds) hosting_.dealloc_pd(pd);
   });
   for (const Segment& s : c->segments) {
     if (!s.arena) munmap(s.daemon_base - s.map_offset, s.length + s.map_offset);
@@ -177,6 +163,11 @@ void Server::release(Client* c) {
   ++released_;
 }
 
+void Server::remember(std::set<uint32_t>& objects, uint32_t number) {
+  std::lock_guard<std::mutex> lock(mu_);
+  objects.insert(number);
+}
+
 Result<uint8_t*> Server::translate(const Client& c, uint64_t addr, uint64_t length) const {
   for (const Segment& s : c.segments) {
     if (addr >= s.client_base && length <= s.length && addr - s.client_base <= s.length - length) {
@@ -184,11 +175,11 @@ Result<uint8_t*> Server::translate(const Client& c, uint64_t addr, uint64_t leng
     }
   }
   return invalid_argument("[" + std::to_string(addr) + ", +" + std::to_string(length) +
-                          ") is not inside memory shared with the NIC daemon (nicd::SharedMemory)");
+                          ") is not inside memory shared with the NIC daemon (nic::SharedMemory)");
 }
 
 void Server::route_async_events() {
-  while (auto ev = core_->pop_async_event()) {
+  while (auto ev = hosting_.pop_async_event()) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : clients_) {
       bool mine = false;
@@ -263,7 +254,7 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       if (ring == nullptr) return resource_exhausted("nicd: arena too small for the doorbell ring");
       c.doorbells = new (ring) nic::detail::DoorbellRing();
       c.doorbells->init();
-      run([&] { core_->attach_doorbells(c.doorbells, c.id); });
+      run([&] { hosting_.attach_doorbells(c.doorbells, c.id); });
       c.hello_done = true;
       out.u32(c.id);
       out.u32(nic_->address());
@@ -357,8 +348,8 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       bool used = false;
       run([&] {
         for (uint32_t key : c.mrs) {
-          const auto* mr = core_->find_mr(key);
-          if (mr != nullptr && mr->base >= it->daemon_base && mr->base < it->daemon_base + it->length) used = true;
+          const uint8_t* base = hosting_.mr_base(key);
+          if (base != nullptr && base >= it->daemon_base && base < it->daemon_base + it->length) used = true;
         }
       });
       if (used) return failed_precondition("nicd: segment still has registered memory regions");
@@ -369,7 +360,7 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
     }
     case Op::kAllocPd: {
       uint32_t pd = 0;
-      run([&] { pd = core_->alloc_pd(); });
+      run([&] { pd = hosting_.alloc_pd(); });
       c.pds.insert(pd);
       out.u32(pd);
       return ok_status();
@@ -378,9 +369,9 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       const uint32_t pd = r.u32();
       if (!r.ok() || c.pds.count(pd) == 0) return not_found("nicd: no such protection domain");
       uint32_t refs = 0;
-      run([&] { refs = core_->pd_refs(pd); });
+      run([&] { refs = hosting_.pd_refs(pd); });
       if (refs != 0) return failed_precondition("nicd: protection domain still used by MRs, QPs or SRQs");
-      run([&] { core_->dealloc_pd(pd); });
+      run([&] { hosting_.dealloc_pd(pd); });
       c.pds.erase(pd);
       return ok_status();
     }
@@ -393,35 +384,29 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       if (c.pds.count(pd) == 0) return invalid_argument("reg_mr: no such protection domain");
       FERRY_ASSIGN_OR_RETURN(uint8_t* host, translate(c, addr, length));
       Result<uint32_t> key = internal_error("unset");
-      run([&] { key = core_->reg_mr(pd, host, length, access, addr); });
+      run([&] { key = hosting_.reg_mr(pd, host, length, access, addr); });
       if (!key.ok()) return key.status();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        c.mrs.insert(key.value());
-      }
+      remember(c.mrs, key.value());
       out.u32(key.value());
       return ok_status();
     }
     case Op::kDeregMr: {
       const uint32_t key = r.u32();
       if (!r.ok() || c.mrs.count(key) == 0) return not_found("nicd: no such memory region");
-      run([&] { core_->dereg_mr(key); });
+      run([&] { hosting_.dereg_mr(key); });
       std::lock_guard<std::mutex> lock(mu_);
       c.mrs.erase(key);
       return ok_status();
     }
     case Op::kCreateChannel: {
-      std::unique_ptr<ChannelCore> ch;
-      run([&] { ch = std::make_unique<ChannelCore>(c.arena.get()); });
-      if (!ch->ok()) {
-        run([&] { ch.reset(); });
-        return resource_exhausted("nicd: no room for a completion channel");
-      }
+      Result<std::unique_ptr<nic::detail::HostedChannel>> ch = internal_error("unset");
+      run([&] { ch = hosting_.create_channel(c.arena.get()); });
+      if (!ch.ok()) return Status(ch.status().code(), "nicd: " + ch.status().message());
       const uint32_t handle = c.next_channel++;
       out.u32(handle);
-      out.u64(offset_of(ch->rec));
-      reply.fds = {ch->event_fd};
-      c.channels[handle] = std::move(ch);
+      out.u64(offset_of(ch.value()->record()));
+      reply.fds = {ch.value()->event_fd()};
+      c.channels[handle] = std::move(ch).value();
       return ok_status();
     }
     case Op::kDestroyChannel: {
@@ -429,7 +414,7 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       auto it = c.channels.find(handle);
       if (!r.ok() || it == c.channels.end()) return not_found("nicd: no such completion channel");
       run([&] {
-        core_->detach_channel(it->second.get());
+        hosting_.detach_channel(*it->second);
         c.channels.erase(it);
       });
       return ok_status();
@@ -440,23 +425,20 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       attr.count_only = r.u32() != 0;
       const uint32_t channel = r.u32();
       if (!r.ok()) return invalid_argument("nicd: malformed CREATE_CQ");
-      ChannelCore* ch = nullptr;
+      nic::detail::HostedChannel* ch = nullptr;
       if (channel != 0) {
         auto it = c.channels.find(channel);
         if (it == c.channels.end()) return not_found("create_cq: no such completion channel");
         ch = it->second.get();
       }
-      Result<CqCore*> cq = internal_error("unset");
-      run([&] { cq = core_->create_cq(attr, ch, c.arena.get(), c.id); });
+      Result<nic::detail::HostedCq> cq = internal_error("unset");
+      run([&] { cq = hosting_.create_cq(attr, ch, c.arena.get(), c.id); });
       if (!cq.ok()) return cq.status();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        c.cqs.insert(cq.value()->number);
-      }
-      out.u32(cq.value()->number);
-      out.u32(cq.value()->depth);
-      out.u64(offset_of(cq.value()->rec));
-      out.u64(cq.value()->ring ? offset_of(cq.value()->ring) : 0);
+      remember(c.cqs, cq->number);
+      out.u32(cq->number);
+      out.u32(cq->depth);
+      out.u64(offset_of(cq->record));
+      out.u64(cq->ring ? offset_of(cq->ring) : 0);
       return ok_status();
     }
     case Op::kDestroyCq: {
@@ -464,12 +446,11 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       if (!r.ok() || c.cqs.count(n) == 0) return not_found("nicd: no such CQ");
       Status st;
       run([&] {
-        CqCore* cq = core_->find_cq(n);
-        if (cq->users != 0) {
+        if (hosting_.cq_users(n) != 0) {
           st = failed_precondition("destroy_cq: QPs still use CQ " + std::to_string(n));
           return;
         }
-        core_->destroy_cq(cq);
+        hosting_.destroy_cq(n);
       });
       if (!st.ok()) return st;
       std::lock_guard<std::mutex> lock(mu_);
@@ -493,23 +474,20 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
         FERRY_ASSIGN_OR_RETURN(uint8_t* ring, translate(c, ring_addr, ring_len));
         attr.ring_memory = std::span<uint8_t>(ring, ring_len);
       }
-      Result<SrqCore*> srq = internal_error("unset");
-      run([&] { srq = core_->create_srq(pd, attr, c.arena.get(), c.id); });
+      Result<nic::detail::HostedSrq> srq = internal_error("unset");
+      run([&] { srq = hosting_.create_srq(pd, attr, c.arena.get(), c.id); });
       if (!srq.ok()) return srq.status();
-      const SrqCore* s = srq.value();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        c.srqs.insert(s->number);
-      }
-      out.u32(s->number);
-      out.u32(s->depth);
-      out.u32(s->stride);
-      out.u32(s->max_sge);
-      out.u32(s->mp_strides);
-      out.u32(s->mp_stride_bytes);
-      out.u64(offset_of(s->rec));
+      const nic::detail::HostedSrq& s = srq.value();
+      remember(c.srqs, s.number);
+      out.u32(s.number);
+      out.u32(s.depth);
+      out.u32(s.stride);
+      out.u32(s.max_sge);
+      out.u32(s.mp_strides);
+      out.u32(s.mp_stride_bytes);
+      out.u64(offset_of(s.record));
       out.u32(ring_len == 0 ? 1 : 0);
-      out.u64(ring_len == 0 ? offset_of(s->ring) : 0);
+      out.u64(ring_len == 0 ? offset_of(s.ring) : 0);
       return ok_status();
     }
     case Op::kDestroySrq: {
@@ -517,12 +495,11 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       if (!r.ok() || c.srqs.count(n) == 0) return not_found("nicd: no such SRQ");
       Status st;
       run([&] {
-        SrqCore* srq = core_->find_srq(n);
-        if (srq->users != 0) {
+        if (hosting_.srq_users(n) != 0) {
           st = failed_precondition("destroy_srq: QPs are still attached to SRQ " + std::to_string(n));
           return;
         }
-        core_->destroy_srq(srq);
+        hosting_.destroy_srq(n);
       });
       if (!st.ok()) return st;
       std::lock_guard<std::mutex> lock(mu_);
@@ -563,40 +540,34 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
         FERRY_ASSIGN_OR_RETURN(uint8_t* ring, translate(c, rq_addr, rq_len));
         attr.recv_ring_memory = std::span<uint8_t>(ring, rq_len);
       }
-      Result<QpCore*> qp = internal_error("unset");
-      run([&] {
-        qp = core_->create_qp(pd, attr, core_->find_cq(send_cq), core_->find_cq(recv_cq),
-                              srq_number ? core_->find_srq(srq_number) : nullptr, c.arena.get(), c.id);
-      });
+      Result<nic::detail::HostedQp> qp = internal_error("unset");
+      run([&] { qp = hosting_.create_qp(pd, attr, send_cq, recv_cq, srq_number, c.arena.get(), c.id); });
       if (!qp.ok()) return qp.status();
-      const QpCore* q = qp.value();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        c.qps.insert(q->qpn);
-      }
-      out.u32(q->qpn);
-      out.u32(q->sq_depth);
-      out.u32(q->sq_stride);
-      out.u32(q->rq_depth);
-      out.u32(q->rq_stride);
-      out.u32(q->cap.max_send_wr);
-      out.u32(q->cap.max_recv_wr);
-      out.u32(q->cap.max_send_sge);
-      out.u32(q->cap.max_recv_sge);
-      out.u32(q->cap.max_inline_data);
-      out.u64(offset_of(q->rec));
-      out.u64(offset_of(q->free_marks));
+      const nic::detail::HostedQp& q = qp.value();
+      remember(c.qps, q.qpn);
+      out.u32(q.qpn);
+      out.u32(q.sq_depth);
+      out.u32(q.sq_stride);
+      out.u32(q.rq_depth);
+      out.u32(q.rq_stride);
+      out.u32(q.cap.max_send_wr);
+      out.u32(q.cap.max_recv_wr);
+      out.u32(q.cap.max_send_sge);
+      out.u32(q.cap.max_recv_sge);
+      out.u32(q.cap.max_inline_data);
+      out.u64(offset_of(q.record));
+      out.u64(offset_of(q.free_marks));
       out.u32(sq_len == 0 ? 1 : 0);
-      out.u64(sq_len == 0 ? offset_of(q->sq_ring) : 0);
-      const bool rq_in_arena = q->rq_ring != nullptr && rq_len == 0;
+      out.u64(sq_len == 0 ? offset_of(q.sq_ring) : 0);
+      const bool rq_in_arena = q.rq_ring != nullptr && rq_len == 0;
       out.u32(rq_in_arena ? 1 : 0);
-      out.u64(rq_in_arena ? offset_of(q->rq_ring) : 0);
+      out.u64(rq_in_arena ? offset_of(q.rq_ring) : 0);
       return ok_status();
     }
     case Op::kDestroyQp: {
       const uint32_t qpn = r.u32();
       if (!r.ok() || c.qps.count(qpn) == 0) return not_found("nicd: no such QP");
-      run([&] { core_->destroy_qp(core_->find_qp(qpn)); });
+      run([&] { hosting_.destroy_qp(qpn); });
       std::lock_guard<std::mutex> lock(mu_);
       c.qps.erase(qpn);
       return ok_status();
@@ -608,27 +579,25 @@ Status Server::dispatch(Client& c, Op op, proto::Reader& r, std::vector<int>& fd
       if (!r.ok()) return invalid_argument("nicd: malformed MODIFY_QP");
       if (c.qps.count(qpn) == 0) return not_found("nicd: no such QP");
       Status st;
-      run([&] { st = core_->modify_qp(core_->find_qp(qpn), attr, mask); });
+      run([&] { st = hosting_.modify_qp(qpn, attr, mask); });
       return st;
     }
     case Op::kQueryQp: {
       const uint32_t qpn = r.u32();
       if (!r.ok() || c.qps.count(qpn) == 0) return not_found("nicd: no such QP");
-      nic::QpAttr attr;
-      run([&] {
-        const QpCore* qp = core_->find_qp(qpn);
-        attr = qp->attr;
-        attr.state = qp->rec->state.load(std::memory_order_relaxed);
-      });
-      proto::put_qp_attr(out, attr);
+      Result<nic::QpAttr> attr = internal_error("unset");
+      run([&] { attr = hosting_.query_qp(qpn); });
+      if (!attr.ok()) return attr.status();
+      proto::put_qp_attr(out, attr.value());
       return ok_status();
     }
     case Op::kQpTraffic: {
       const uint32_t qpn = r.u32();
       if (!r.ok() || c.qps.count(qpn) == 0) return not_found("nicd: no such QP");
-      nic::QpTraffic t;
-      run([&] { t = core_->find_qp(qpn)->traffic; });
-      out.raw(&t, sizeof(t));
+      Result<nic::QpTraffic> t = internal_error("unset");
+      run([&] { t = hosting_.qp_traffic(qpn); });
+      if (!t.ok()) return t.status();
+      out.raw(&t.value(), sizeof(nic::QpTraffic));
       return ok_status();
     }
     case Op::kPollAsyncEvent: {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "../nic/hosting.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nic/verbs.h"
-#include "../nic/nic_core.h"
 #include "protocol.h"
 
 namespace ferry::nicd {
@@ -57,7 +57,7 @@ struct Client {
   std::vector<Segment> segments;
   uint32_t next_segment = 1;
   std::set<uint32_t> pds, mrs, cqs, srqs, qps;
-  std::map<uint32_t, std::unique_ptr<nic::detail::ChannelCore>> channels;
+  std::map<uint32_t, std::unique_ptr<nic::detail::HostedChannel>> channels;
   uint32_t next_channel = 1;
   std::deque<nic::AsyncEvent> events;
 };
@@ -91,12 +91,14 @@ class Server {
  private:
   Status dispatch(Client& c, proto::Op op, proto::Reader& r, std::vector<int>& fds, proto::Writer& out, Reply& reply);
   Result<uint8_t*> translate(const Client& c, uint64_t addr, uint64_t length) const;
+  // Adds a client's new object to one of its sets (under mu_: census reads them).
+  void remember(std::set<uint32_t>& objects, uint32_t number);
   void route_async_events();
   void run(const std::function<void()>& fn) { engine_->run_control(fn); }
 
   nic::Engine* engine_;
   nic::Nic* nic_;
-  nic::detail::NicCore* core_;
+  nic::detail::NicHosting hosting_;  // the NIC's control operations for clients (engine thread)
   size_t arena_bytes_;
   int device_page_fd_;
   mutable std::mutex mu_;  // guards clients_ for census/clients from other threads

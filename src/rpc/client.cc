@@ -83,7 +83,7 @@ Result<std::unique_ptr<Client::Impl>> ClientBuilder::build(nic::Nic& nic, const 
   c.scratch_offset = static_cast<size_t>(S) * options.max_inflight * per_slot;
   size_t recv_offset = c.scratch_offset + static_cast<size_t>(S) * 64;
   c.arena_bytes = recv_offset + static_cast<size_t>(nlinks) * through * c.max_response_bytes;
-  auto arena = nicd::DmaMemory::allocate(nic, c.arena_bytes, "ferry-rpc-client");
+  auto arena = nic::DmaMemory::allocate(nic, c.arena_bytes, "ferry-rpc-client");
   if (!arena.ok()) return arena.status();
   c.arena = std::move(arena).value();
   auto mr = nic.reg_mr(*c.pd, c.arena.data(), c.arena_bytes, nic::kAccessLocalWrite);

@@ -8,7 +8,7 @@
 
 #include "ferry/common/counter.h"
 #include "ferry/common/mpsc_queue.h"
-#include "ferry/nicd/dma_memory.h"
+#include "ferry/nic/dma_memory.h"
 #include "ferry/rpc/client.h"
 
 namespace ferry::rpc {
@@ -110,7 +110,7 @@ struct Client::Impl {
   uint32_t max_response_bytes = 0;
   std::vector<bool> nilext_types;  // by type: the server allows nilext
   std::unique_ptr<nic::ProtectionDomain> pd;
-  nicd::DmaMemory arena;
+  nic::DmaMemory arena;
   size_t arena_bytes = 0;
   std::unique_ptr<nic::MemoryRegion> mr;
   size_t slots_offset = 0;    // per session: max_inflight x (request + response)

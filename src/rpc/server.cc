@@ -218,7 +218,7 @@ Status Server::start() {
       if (!fmr.ok()) return fmr.status();
       w->flush_mr = std::move(fmr.value());
     } else {
-      auto mem = nicd::DmaMemory::allocate(*s.nic, ring_bytes, "ferry-rpc-recv");
+      auto mem = nic::DmaMemory::allocate(*s.nic, ring_bytes, "ferry-rpc-recv");
       if (!mem.ok()) return mem.status();
       w->dram_buffers = std::move(mem).value();
       w->buffer_base = w->dram_buffers.data();
@@ -229,8 +229,8 @@ Status Server::start() {
     w->positions.assign(positions, PositionState{});
     w->starts.assign(o.buffers, {});
     w->tokens.assign(o.buffers, 0);
-    auto rmem = nicd::DmaMemory::allocate(*s.nic, static_cast<size_t>(kResponseSlots) * o.max_response_bytes,
-                                          "ferry-rpc-responses");
+    auto rmem = nic::DmaMemory::allocate(*s.nic, static_cast<size_t>(kResponseSlots) * o.max_response_bytes,
+                                         "ferry-rpc-responses");
     if (!rmem.ok()) return rmem.status();
     w->response_memory = std::move(rmem).value();
     auto rmr = s.nic->reg_mr(*s.pd, w->response_memory.data(), w->response_memory.size(), nic::kAccessLocalWrite);

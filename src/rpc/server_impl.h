@@ -11,7 +11,7 @@
 
 #include "ferry/cm/cm.h"
 #include "ferry/common/counter.h"
-#include "ferry/nicd/dma_memory.h"
+#include "ferry/nic/dma_memory.h"
 #include "ferry/rpc/server.h"
 
 namespace ferry::rpc {
@@ -46,7 +46,7 @@ struct Worker {
 
   // Receive buffers: a ring of `buffers` of `buffer_bytes`, in DRAM (owned)
   // or, durable, in the PM area after the control block.
-  nicd::DmaMemory dram_buffers;
+  nic::DmaMemory dram_buffers;
   uint8_t* buffer_base = nullptr;
   std::unique_ptr<nic::MemoryRegion> buffer_mr;
   uint32_t strides = 1;       // per buffer (1: ordinary SRQ)
@@ -75,7 +75,7 @@ struct Worker {
 
   // Responses: registered slots of max_response_bytes, a free list, and a
   // cap on sends awaiting their completion (bounds the CQ).
-  nicd::DmaMemory response_memory;
+  nic::DmaMemory response_memory;
   std::unique_ptr<nic::MemoryRegion> response_mr;
   std::vector<uint32_t> free_slots;
   uint32_t sends_outstanding = 0;

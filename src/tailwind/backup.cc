@@ -15,7 +15,7 @@
 
 #include "ferry/common/checksum.h"
 #include "ferry/common/cpu.h"
-#include "ferry/nicd/dma_memory.h"
+#include "ferry/nic/dma_memory.h"
 #include "messages.h"
 
 namespace ferry::tailwind {
@@ -56,7 +56,7 @@ struct Backup::Impl {
   pm::PersistenceDomain* domain = nullptr;
   BackupOptions options;
   pm::Region* region = nullptr;  // kPm, or kDram from the domain
-  nicd::DmaMemory own_memory;      // kDram without a domain (shared with a daemon-attached NIC)
+  nic::DmaMemory own_memory;     // kDram without a domain (shared with a daemon-attached NIC)
   uint8_t* base = nullptr;
   size_t directory_bytes = 0;
   uint32_t max_open = 1;
@@ -289,7 +289,7 @@ struct Backup::Impl {
       FERRY_ASSIGN_OR_RETURN(region, domain->alloc_dram(total));
       base = region->data();
     } else {
-      FERRY_ASSIGN_OR_RETURN(own_memory, nicd::DmaMemory::allocate(*nic, total, "ferry-tailwind-buffers"));
+      FERRY_ASSIGN_OR_RETURN(own_memory, nic::DmaMemory::allocate(*nic, total, "ferry-tailwind-buffers"));
       base = own_memory.data();
     }
     slots.resize(options.buffers);

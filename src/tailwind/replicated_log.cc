@@ -13,7 +13,7 @@
 
 #include "backup_link_impl.h"
 #include "ferry/common/rng.h"
-#include "ferry/nicd/dma_memory.h"
+#include "ferry/nic/dma_memory.h"
 #include "messages.h"
 
 namespace ferry::tailwind {
@@ -35,7 +35,7 @@ struct ReplicatedLog::Impl {
   };
   struct Segment {
     uint64_t id = 0;
-    nicd::DmaMemory pages;  // the segment's memory (shared with a daemon-attached NIC)
+    nic::DmaMemory pages;  // the segment's memory (shared with a daemon-attached NIC)
     uint8_t* memory = nullptr;
     std::vector<std::unique_ptr<nic::MemoryRegion>> mrs;  // per link (its PD), kTailwind
     std::optional<SegmentWriter> writer;
@@ -422,7 +422,7 @@ struct ReplicatedLog::Impl {
     // is zero from the start at no cost here, and each page is faulted in by
     // the append that first writes it (a memset would fault all 8 MB while
     // the PUT that rolled the segment waits).
-    FERRY_ASSIGN_OR_RETURN(s->pages, nicd::DmaMemory::allocate(*nic, options.segment_bytes, "ferry-tailwind-segment"));
+    FERRY_ASSIGN_OR_RETURN(s->pages, nic::DmaMemory::allocate(*nic, options.segment_bytes, "ferry-tailwind-segment"));
     s->memory = s->pages.data();
     s->bytes = options.segment_bytes;
     FERRY_ASSIGN_OR_RETURN(auto writer, SegmentWriter::start({s->memory, options.segment_bytes}, options.log_id, s->id));

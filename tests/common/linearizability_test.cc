@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "ferry/common/rng.h"
+#include "test_seed.h"
 
 namespace ferry::testing {
 namespace {
@@ -387,13 +387,6 @@ TEST(Linearizability, MalformedOpsAreRejected) {
 }
 
 // ---- an exhaustive oracle on tiny random histories ----
-
-std::vector<uint64_t> test_seeds(uint64_t count) {
-  if (const char* env = std::getenv("FERRY_SEED")) return {std::strtoull(env, nullptr, 0)};
-  std::vector<uint64_t> seeds;
-  for (uint64_t s = 1; s <= count; ++s) seeds.push_back(s);
-  return seeds;
-}
 
 void print_seeds(const std::vector<uint64_t>& seeds) {
   std::cout << "[ seed     ] FERRY_SEED=" << seeds.front();

@@ -5,7 +5,6 @@
 // killed at random points of random operations.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,15 +15,11 @@
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/txn.h"
 #include "ferry/membership/in_process_store.h"
+#include "test_seed.h"
 #include "txn_test_util.h"
 
 namespace ferry::hyperloop {
 namespace chain_recovery_test {
-
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* s = std::getenv(name);
-  return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-}
 
 membership::InProcessStoreOptions store_on(const Clock* clock) {
   membership::InProcessStoreOptions o;
@@ -238,11 +233,10 @@ TEST(ChainRecovery, AKilledMemberIsReplacedAndTheChainServesOnWithNothingLost) {
 // and the chain serves on. FERRY_CHAIN_SEEDS sizes the campaign
 // (default 40; the full campaign is 2000), FERRY_SEED picks the first seed.
 TEST(ChainRecovery, MembersKilledAtRandomPointsLoseNoAcknowledgedRecord) {
-  const uint64_t base = env_u64("FERRY_SEED", 5000);
-  const uint64_t seeds = env_u64("FERRY_CHAIN_SEEDS", 40);
+  const ferry::testing::SeedRange seeds = ferry::testing::seed_range("FERRY_CHAIN_SEEDS", 5000, 40);
   uint64_t in_flight_applied = 0, in_flight_dropped = 0, mid_op = 0;
-  for (uint64_t k = 0; k < seeds; ++k) {
-    const uint64_t seed = base + k;
+  for (uint64_t k = 0; k < seeds.count; ++k) {
+    const uint64_t seed = seeds.first + k;
     SCOPED_TRACE("seed " + std::to_string(seed) + " (replay: FERRY_SEED=" + std::to_string(seed) +
                  " FERRY_CHAIN_SEEDS=1)");
     Chain f;
@@ -299,7 +293,7 @@ TEST(ChainRecovery, MembersKilledAtRandomPointsLoseNoAcknowledgedRecord) {
   }
   std::printf("chain recovery campaign: %llu seeds from %llu, %llu killed mid-operation; in-flight records "
               "applied %llu, dropped %llu\n",
-              static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(base),
+              static_cast<unsigned long long>(seeds.count), static_cast<unsigned long long>(seeds.first),
               static_cast<unsigned long long>(mid_op), static_cast<unsigned long long>(in_flight_applied),
               static_cast<unsigned long long>(in_flight_dropped));
 }

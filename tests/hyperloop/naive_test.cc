@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -19,10 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "naive_wire.h"
 #include "ferry/common/rng.h"
 #include "ferry/nic/engine.h"
 #include "group_test_util.h"
+#include "naive_wire.h"
+#include "test_seed.h"
 
 namespace ferry::hyperloop {
 namespace {
@@ -46,11 +46,6 @@ constexpr int kImageSeeds = 16;
 constexpr int kRandomOps = 400;
 constexpr int kImageSeeds = 64;
 #endif
-
-uint64_t seed_or(uint64_t fallback) {
-  if (const char* env = std::getenv("FERRY_SEED")) return std::strtoull(env, nullptr, 0);
-  return fallback;
-}
 
 std::string mode_name(NaiveMode m) { return m == NaiveMode::kEvent ? "Event" : "Poll"; }
 
@@ -362,11 +357,9 @@ INSTANTIATE_TEST_SUITE_P(
 // primitive, and before rewriting client bytes an outstanding gwrite still
 // reads. Each replica has its own model (partial execute maps diverge them).
 TEST_P(NaiveRandomMix, ReplicasEndByteIdenticalToTheModel) {
-  const uint64_t seed =
-      seed_or(0x5eed0000 + static_cast<uint64_t>(GetParam().mode) * 2 + static_cast<uint64_t>(GetParam().media));
-  SCOPED_TRACE("FERRY_SEED=" + std::to_string(seed));
-  std::printf("seed %lu (replay: FERRY_SEED=%lu)\n", static_cast<unsigned long>(seed),
-              static_cast<unsigned long>(seed));
+  const uint64_t seed = ferry::testing::test_seed(0x5eed0000 + static_cast<uint64_t>(GetParam().mode) * 2 +
+                                                  static_cast<uint64_t>(GetParam().media));
+  SCOPED_TRACE(ferry::testing::rerun_with(seed));
   Rng rng(seed);
   constexpr uint32_t kReplicas = 3;
   constexpr size_t kRegion = 64 << 10;

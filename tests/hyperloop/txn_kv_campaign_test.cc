@@ -28,7 +28,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -40,17 +39,13 @@
 #include "ferry/hyperloop/txn.h"
 #include "ferry/hyperloop/txn_kv.h"
 #include "linearizability.h"
+#include "test_seed.h"
 #include "txn_test_util.h"
 
 namespace ferry::hyperloop {
 namespace txn_kv_campaign_test {
 
 using ferry::testing::KvOp;
-
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* s = std::getenv(name);
-  return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-}
 
 constexpr uint32_t kKeys = 6;          // hot keys, on 4 lock stripes
 constexpr uint32_t kClients = 4;       // the front end serves them (history client ids 0..3)
@@ -411,11 +406,9 @@ class Campaign {
 };
 
 TEST(TxnKvCampaign, CrashesPowerFailuresAndReplicaLossLoseNoAcknowledgedWriteAndHistoriesAreLinearizable) {
-  const uint64_t base = env_u64("FERRY_SEED", 7000);
-  const uint64_t seeds = env_u64("FERRY_TXN_KV_SEEDS", 40);
-  std::printf("txn kv campaign: seeds %llu..%llu (FERRY_SEED=%llu FERRY_TXN_KV_SEEDS=%llu)\n",
-              static_cast<unsigned long long>(base), static_cast<unsigned long long>(base + seeds - 1),
-              static_cast<unsigned long long>(base), static_cast<unsigned long long>(seeds));
+  const ferry::testing::SeedRange range = ferry::testing::seed_range("FERRY_TXN_KV_SEEDS", 7000, 40);
+  const uint64_t base = range.first;
+  const uint64_t seeds = range.count;
   Totals totals;
   uint64_t failed_seeds = 0;
   for (uint64_t k = 0; k < seeds; ++k) {

@@ -14,8 +14,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -25,6 +23,7 @@
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/txn_kv_wire.h"
+#include "test_seed.h"
 #include "txn_test_util.h"
 
 namespace ferry::hyperloop {
@@ -74,11 +73,6 @@ void expect_everywhere(KvFixture& f, const std::map<std::string, std::string>& m
       }
     }
   }
-}
-
-uint64_t seed_or(uint64_t fallback) {
-  const char* env = std::getenv("FERRY_SEED");
-  return env != nullptr ? std::strtoull(env, nullptr, 0) : fallback;
 }
 
 // A seeded random workload of `ops` puts, removes, RMWs and transactions;
@@ -148,7 +142,7 @@ void random_workload(KvFixture& f, uint64_t seed, int ops, std::map<std::string,
 }
 
 TEST(TxnKv, RandomOperationsLeaveEveryReplicaEqualToTheModel) {
-  const uint64_t seed = seed_or(77);
+  const uint64_t seed = ferry::testing::test_seed(77);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   KvFixture f;
   random_workload(f, seed, 400);
@@ -157,7 +151,7 @@ TEST(TxnKv, RandomOperationsLeaveEveryReplicaEqualToTheModel) {
 // Item 5 of the issue: log records applied identically on all replicas under
 // seeded loss, duplication and reordering of the chain's packets.
 TEST(TxnKv, UnderPacketLossEveryReplicaStillEqualsTheModel) {
-  const uint64_t seed = seed_or(91);
+  const uint64_t seed = ferry::testing::test_seed(91);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   const nic::FaultModel faults = testing::lossy_faults(seed);
   KvFixture f(KvFixture::small(), faults);
@@ -267,9 +261,8 @@ void expect_scans_match(KvFixture& f, const std::map<std::string, std::string>& 
 }
 
 TEST(TxnKvScan, ScansOfTheFrontEndAndEveryReplicaEqualAMapModel) {
-  const uint64_t seed = seed_or(5);
+  const uint64_t seed = ferry::testing::test_seed(5);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
-  std::printf("seed %llu (FERRY_SEED)\n", static_cast<unsigned long long>(seed));
   KvFixture f;
   Rng rng(seed * 13 + 1);
   std::map<std::string, std::string> model;
@@ -284,7 +277,7 @@ TEST(TxnKvScan, ScansOfTheFrontEndAndEveryReplicaEqualAMapModel) {
 // inserted in a random order, half removed, the rest updated; scans from
 // every key.
 TEST(TxnKvScan, ManyKeysInRandomOrderThenHalfRemoved) {
-  const uint64_t seed = seed_or(9);
+  const uint64_t seed = ferry::testing::test_seed(9);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   TxnKvOptions o = KvFixture::small();
   o.slots = 512;
@@ -327,9 +320,8 @@ TEST(TxnKvScan, ManyKeysInRandomOrderThenHalfRemoved) {
 }
 
 TEST(TxnKvScan, AfterPowerFailuresAndReplayScansEqualTheAcknowledgedModel) {
-  const uint64_t seed = seed_or(21);
+  const uint64_t seed = ferry::testing::test_seed(21);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
-  std::printf("seed %llu (FERRY_SEED)\n", static_cast<unsigned long long>(seed));
   for (uint64_t k = 0; k < 3; ++k) {
     KvFixture f;
     std::map<std::string, std::string> model;

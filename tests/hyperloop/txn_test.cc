@@ -8,22 +8,17 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/hyperloop.h"
+#include "test_seed.h"
 #include "txn_test_util.h"
 
 namespace ferry::hyperloop {
 namespace txn_test {
-
-uint64_t seed_from_env(uint64_t fallback) {
-  const char* s = std::getenv("FERRY_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-}
 
 // The chain the tests run on (txn_test_util.h), with the sizes they use.
 struct TxnFixture : testing::TxnChain {
@@ -86,7 +81,7 @@ TEST(Txn, AppendIsDurableOnEveryReplicaWhenItReturns) {
 }
 
 TEST(Txn, ExecuteAndAdvanceAppliesEveryEntryIdenticallyOnEveryReplica) {
-  const uint64_t seed = seed_from_env(41);
+  const uint64_t seed = ferry::testing::test_seed(41);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   TxnFixture f;
   Rng rng(seed);
@@ -194,10 +189,10 @@ TEST(Txn, TheLayoutMustFitAndResumeFindsItAgain) {
 // replica replays its own log, its database is the model of the
 // acknowledged records, plus at most the one in flight.
 TEST(TxnPowerFailure, ReplayedReplicasHoldEveryAcknowledgedRecord) {
-  const uint64_t base = seed_from_env(1000);
-  const int seeds = std::getenv("FERRY_TXN_SEEDS") != nullptr ? std::atoi(std::getenv("FERRY_TXN_SEEDS")) : 40;
+  const ferry::testing::SeedRange seeds = ferry::testing::seed_range("FERRY_TXN_SEEDS", 1000, 40);
+  const uint64_t base = seeds.first;
   uint64_t in_flight_seen = 0, in_flight_lost = 0;
-  for (int k = 0; k < seeds; ++k) {
+  for (uint64_t k = 0; k < seeds.count; ++k) {
     const uint64_t seed = base + k;
     SCOPED_TRACE("seed " + std::to_string(seed) + " (replay: FERRY_SEED=" + std::to_string(seed) + " FERRY_TXN_SEEDS=1)");
     TxnFixture f(/*log_bytes=*/4096);
@@ -384,9 +379,11 @@ TEST(TxnResume, AHeadAdvanceThatReachedOnlyTheHeadIsReconciledToTheLowestHead) {
 // same: the record applied everywhere if any member's log holds it whole,
 // nowhere otherwise. FERRY_SEED picks the first seed.
 TEST(TxnPowerFailure, AResumedClientMakesEveryReplayedReplicaIdentical) {
-  const uint64_t base = seed_from_env(3000);
+  constexpr uint64_t kSeeds = 30;
+  const uint64_t base = ferry::testing::seed_from_env().value_or(3000);
+  ferry::testing::print_seed(base, "(the first of " + std::to_string(kSeeds) + ")");
   uint64_t diverged = 0, applied = 0, from_downstream = 0;
-  for (uint64_t k = 0; k < 30; ++k) {
+  for (uint64_t k = 0; k < kSeeds; ++k) {
     const uint64_t seed = base + k;
     SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
     TxnFixture f(/*log_bytes=*/4096);

@@ -1,9 +1,9 @@
 // Views with real concurrency: managers racing to commit the same view, and
 // a real etcd where a lapsed lease (no more heartbeats) changes the view.
-#include <chrono>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -20,6 +20,7 @@
 #include "ferry/membership/in_process_store.h"
 #include "ferry/membership/view.h"
 #include "membership_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::membership::testing {
 namespace {
@@ -73,11 +74,9 @@ TEST(ViewManagers, RacingManagersCommitOneVersionSequence) {
   InProcessStore inner;
   RacyStore store(&inner);
   const GroupPath group{"race", "g"};
-  // FERRY_SEED=<n> replays a run.
-  const char* env_seed = std::getenv("FERRY_SEED");
-  const uint64_t seed = env_seed != nullptr ? std::strtoull(env_seed, nullptr, 10) : std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  // FERRY_SEED=<n> replays a run (a fresh seed otherwise, printed).
+  const uint64_t seed = ferry::testing::test_seed(std::random_device{}());
+  SCOPED_TRACE(ferry::testing::rerun_with(seed));
 
   Result<std::unique_ptr<ViewManager>> m1 = ViewManager::start(&store, group, {.resync_interval_ms = 0});
   Result<std::unique_ptr<ViewManager>> m2 = ViewManager::start(&store, group, {.resync_interval_ms = 0});

@@ -9,25 +9,19 @@
 //
 // Size: FERRY_LOSS_MESSAGES per seed (default 50,000; the documented full
 // campaign is 1,000,000: see the README). Seeds: FERRY_SEED=<n> reruns one.
-#include <cstdlib>
 #include <iostream>
 
 #include "ferry/common/rng.h"
 #include "ferry/nic/wire.h"
 #include "nic_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::nic::testing {
 namespace {
 
-std::vector<uint64_t> campaign_seeds() {
-  if (const char* env = std::getenv("FERRY_SEED")) return {std::strtoull(env, nullptr, 0)};
-  return {7, 0x10551, 20261123};
-}
+std::vector<uint64_t> campaign_seeds() { return ferry::testing::test_seeds({7, 0x10551, 20261123}); }
 
-uint64_t campaign_messages() {
-  if (const char* env = std::getenv("FERRY_LOSS_MESSAGES")) return std::strtoull(env, nullptr, 0);
-  return 50'000;
-}
+uint64_t campaign_messages() { return ferry::testing::env_u64("FERRY_LOSS_MESSAGES", 50'000); }
 
 FaultModel campaign_faults(uint64_t seed) {
   FaultModel f;
@@ -72,7 +66,7 @@ class LossCampaign : public NicTest, public ::testing::WithParamInterface<uint64
  protected:
   explicit LossCampaign(size_t fabric_queue_packets = 8192)
       : NicTest(campaign_faults(GetParam()), fabric_queue_packets) {
-    std::cout << "[ seed     ] FERRY_SEED=" << GetParam() << " FERRY_LOSS_MESSAGES=" << campaign_messages() << "\n";
+    ferry::testing::print_seed(GetParam(), "FERRY_LOSS_MESSAGES=" + std::to_string(campaign_messages()));
   }
   void run_campaign();
 };

@@ -10,6 +10,7 @@
 
 #include "ferry/common/rng.h"
 #include "nic_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::nic::testing {
 namespace {
@@ -266,12 +267,9 @@ struct Placed {
 class OrderedQueueNicRule : public MpSrqTest, public ::testing::WithParamInterface<std::tuple<uint64_t, bool>> {
  protected:
   OrderedQueueNicRule() : MpSrqTest(faults()) {
-    std::cout << "[ seed     ] FERRY_SEED=" << seed() << " multi-packet " << std::get<1>(GetParam()) << "\n";
+    ferry::testing::print_seed(seed(), std::get<1>(GetParam()) ? "multi-packet 1" : "multi-packet 0");
   }
-  static uint64_t seed() {
-    if (const char* env = std::getenv("FERRY_SEED")) return std::strtoull(env, nullptr, 0);
-    return std::get<0>(GetParam());
-  }
+  static uint64_t seed() { return ferry::testing::seed_from_env().value_or(std::get<0>(GetParam())); }
   static FaultModel faults() {
     FaultModel f;
     f.seed = seed();

@@ -4,19 +4,16 @@
 //
 // Randomized tests print their seed; rerun one with FERRY_SEED=<n>.
 #include <algorithm>
-#include <cstdlib>
 #include <iostream>
 
 #include "ferry/common/rng.h"
 #include "nic_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::nic::testing {
 namespace {
 
-std::vector<uint64_t> test_seeds() {
-  if (const char* env = std::getenv("FERRY_SEED")) return {std::strtoull(env, nullptr, 0)};
-  return {1, 0xfe44, 20261122};
-}
+std::vector<uint64_t> test_seeds() { return ferry::testing::test_seeds({1, 0xfe44, 20261122}); }
 
 FaultModel faults_for(uint64_t seed) {
   FaultModel f;
@@ -32,7 +29,7 @@ class FaultyTransportTest : public NicTest, public ::testing::WithParamInterface
  protected:
   explicit FaultyTransportTest(size_t fabric_queue_packets = 8192)
       : NicTest(faults_for(GetParam()), fabric_queue_packets) {
-    std::cout << "[ seed     ] FERRY_SEED=" << GetParam() << "\n";
+    ferry::testing::print_seed(GetParam());
   }
   void writes_reads_and_atomics_take_effect_exactly_once();
   static ConnectOptions options() {

@@ -2,6 +2,8 @@
 // NIC on 127.0.0.1 with an ephemeral port, stepped in turn by the test. Also
 // the pure parts: ICRC known answers, GIDs, path MTU, receive validation
 // against datagrams from a raw socket.
+#include "ferry/nic/udp.h"
+
 #include <arpa/inet.h>
 #include <linux/filter.h>
 #include <linux/if_packet.h>
@@ -21,8 +23,8 @@
 #include <string>
 
 #include "ferry/common/rng.h"
-#include "ferry/nic/udp.h"
 #include "nic_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::nic::testing {
 namespace {
@@ -647,23 +649,19 @@ class UdpFaultTest : public UdpPairTest {
  protected:
   static FaultModel faults() {
     FaultModel f;
-    f.seed = seed_from_env(0x5EED);
+    f.seed = ferry::testing::seed_from_env().value_or(0x5EED);
     f.drop = 0.03;
     f.duplicate = 0.03;
     f.delay = 0.03;
     f.delay_max_ns = 200'000;
     return f;
   }
-  static uint64_t seed_from_env(uint64_t fallback) {
-    const char* s = std::getenv("FERRY_SEED");
-    return s ? std::strtoull(s, nullptr, 0) : fallback;
-  }
   UdpFaultTest() : UdpPairTest(faults()) {}
 };
 
 TEST_F(UdpFaultTest, EveryOperationCompletesExactlyOnceWithTheRightData) {
   const uint64_t seed = faults().seed;
-  std::printf("UdpFaultTest seed %lu (rerun: FERRY_SEED=%lu)\n", seed, seed);
+  ferry::testing::print_seed(seed);
   Host& a = add_host(0);
   Host& b = add_host(1);
   QueuePair& qa = add_qp(a, 64);

@@ -137,10 +137,10 @@ void run_seed(uint64_t seed, CampaignTotals* t) {
 }
 
 TEST(ReplicatedRocksDbCampaign, ClientCrashResumeAndHeadLossLoseNoAcknowledgedWrite) {
-  const uint64_t base = seed_from_env(0x26110000);
-  const uint64_t seeds = size_from_env("FERRY_ROCKSDB_SEEDS", 12);
+  const ferry::testing::SeedRange range = seed_range("FERRY_ROCKSDB_SEEDS", 0x26110000, 12);
+  const uint64_t base = range.first;
   CampaignTotals t;
-  for (uint64_t k = 0; k < seeds; ++k) {
+  for (uint64_t k = 0; k < range.count; ++k) {
     ASSERT_NO_FATAL_FAILURE(run_seed(base + k, &t));
   }
   std::printf(

@@ -39,7 +39,7 @@ void write_some(Cluster& c, Rng& rng, int n, const std::string& prefix, uint64_t
 // the head's machine is lost with its directory, and each replica in turn,
 // power-failed, is the only survivor.
 TEST(ReplicatedRocksDbHeadLoss, EachReplicaAloneReopensWithEveryAcknowledgedWriteAfterWalSwitches) {
-  const uint64_t seed = seed_from_env(2611);
+  const uint64_t seed = test_seed(2611);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Cluster c;
   ASSERT_NE(c.head->db, nullptr);
@@ -162,7 +162,7 @@ TEST(ReplicatedRocksDbWal, TheStreamHoldsEveryByteOfAnOlderWalBeforeANewerOnes) 
 // The same through RocksDB: writes left unsynced in a WAL when a memtable
 // flush switches to the next are on every replica once Flush returns.
 TEST(ReplicatedRocksDbWal, UnsyncedWritesAreOnEveryReplicaOnceAFlushReturns) {
-  const uint64_t seed = seed_from_env(12);
+  const uint64_t seed = test_seed(12);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Cluster c;
   ASSERT_NE(c.head->db, nullptr);
@@ -186,7 +186,7 @@ TEST(ReplicatedRocksDbWal, UnsyncedWritesAreOnEveryReplicaOnceAFlushReturns) {
 // bytes; once replica 2 applies, writes go on, and replica 2 alone holds
 // everything acknowledged.
 TEST(ReplicatedRocksDbStream, AFullStreamWaitsForTheSlowestReplicaInsteadOfOverwritingIt) {
-  const uint64_t seed = seed_from_env(33);
+  const uint64_t seed = test_seed(33);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Cluster c;
   ASSERT_NE(c.head->db, nullptr);
@@ -219,7 +219,7 @@ TEST(ReplicatedRocksDbStream, AFullStreamWaitsForTheSlowestReplicaInsteadOfOverw
 // checkpoint of its database with its cursor), then follows the stream;
 // later, alone, it holds every acknowledged write.
 TEST(ReplicatedRocksDbMembership, ANewMemberCopiesTheLogAndTheDatabaseFromANeighbour) {
-  const uint64_t seed = seed_from_env(44);
+  const uint64_t seed = test_seed(44);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Cluster c;
   ASSERT_NE(c.head->db, nullptr);
@@ -262,7 +262,7 @@ TEST(ReplicatedRocksDbMembership, ANewMemberCopiesTheLogAndTheDatabaseFromANeigh
 // and a replica that later survives alone holds a prefix of what the head
 // served -- the recovered writes before every later acknowledged one.
 TEST(ReplicatedRocksDbHeadCrash, AResumedHeadStreamsWhatItRecoversFromItsLocalWalFirst) {
-  const uint64_t seed = seed_from_env(55);
+  const uint64_t seed = test_seed(55);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Cluster c;
   ASSERT_NE(c.head->db, nullptr);
@@ -289,7 +289,7 @@ TEST(ReplicatedRocksDbHeadCrash, AResumedHeadStreamsWhatItRecoversFromItsLocalWa
 // it reopens at its durable cursor and the stream still holds everything
 // from there (the head reclaimed only behind that cursor).
 TEST(ReplicatedRocksDbApplier, ACrashedApplierResumesFromItsDurableCursor) {
-  const uint64_t seed = seed_from_env(66);
+  const uint64_t seed = test_seed(66);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Cluster c;
   ASSERT_NE(c.head->db, nullptr);

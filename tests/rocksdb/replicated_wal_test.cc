@@ -58,7 +58,7 @@ PrefixCheck power_fail_and_check(Replica& replica, uint64_t seed, const History&
 }
 
 TEST(ReplicatedRocksDb, EveryPowerFailedReplicaReopensWithEveryAcknowledgedWrite) {
-  const uint64_t seed = seed_from_env(20260101);
+  const uint64_t seed = test_seed(20260101);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;
@@ -90,7 +90,7 @@ TEST(ReplicatedRocksDb, EveryPowerFailedReplicaReopensWithEveryAcknowledgedWrite
 // (the head's local WAL has them) but a power-failed replica holds no
 // stream, and its database lacks every key -- the check above can fail.
 TEST(ReplicatedRocksDb, WithTheReplicationBypassedAPowerFailedReplicaLacksTheWrites) {
-  const uint64_t seed = seed_from_env(20260101);
+  const uint64_t seed = test_seed(20260101);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;
@@ -110,7 +110,7 @@ TEST(ReplicatedRocksDb, WithTheReplicationBypassedAPowerFailedReplicaLacksTheWri
 }
 
 TEST(ReplicatedRocksDb, TheReplicasStreamHoldsTheHeadsWalAfterCatchUp) {
-  const uint64_t seed = seed_from_env(77);
+  const uint64_t seed = test_seed(77);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;
@@ -158,7 +158,7 @@ TEST(ReplicatedRocksDb, TheReplicasStreamHoldsTheHeadsWalAfterCatchUp) {
 // power-failed replica then has every synced write and none of the later
 // unsynced ones; after DB::SyncWAL it has them all.
 TEST(ReplicatedRocksDb, WritesWithoutSyncAreNotClaimedUntilTheWalIsSynced) {
-  const uint64_t seed = seed_from_env(5);
+  const uint64_t seed = test_seed(5);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;
@@ -206,7 +206,7 @@ TEST(ReplicatedRocksDb, WritesWithoutSyncAreNotClaimedUntilTheWalIsSynced) {
 // in the stream until its applier took them), though the head's copy of
 // them is now an SST file the replicas never see.
 TEST(ReplicatedRocksDb, AMemtableFlushKeepsTheOlderWritesOnEveryReplica) {
-  const uint64_t seed = seed_from_env(9);
+  const uint64_t seed = test_seed(9);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;
@@ -239,7 +239,7 @@ TEST(ReplicatedRocksDb, AMemtableFlushKeepsTheOlderWritesOnEveryReplica) {
 // several records as soon as RocksDB appends it (eager_bytes), each a chunk
 // of the stream; the replica's applier puts the record back together.
 TEST(ReplicatedRocksDb, ALargeWriteIsReplicatedInSeveralRecords) {
-  const uint64_t seed = seed_from_env(31);
+  const uint64_t seed = test_seed(31);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;
@@ -275,7 +275,7 @@ TEST(ReplicatedRocksDb, ALargeWriteIsReplicatedInSeveralRecords) {
 // reused file's old bytes follow the new ones): the stream holds only what
 // was appended, and the appliers parse the format as RocksDB's reader does.
 TEST(ReplicatedRocksDb, RecycledWalFilesAreAppliedToo) {
-  const uint64_t seed = seed_from_env(41);
+  const uint64_t seed = test_seed(41);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED)");
   Chain chain;
   TempDir tmp;

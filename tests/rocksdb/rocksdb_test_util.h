@@ -30,26 +30,16 @@
 #include "ferry/rocksdb/replicated_wal.h"
 #include "ferry/rocksdb/wal_applier.h"
 #include "ferry/rocksdb/wal_stream.h"
+#include "test_seed.h"
 #include "txn_test_util.h"
 
 namespace ferry::rocks::testing {
 
 namespace fs = std::filesystem;
 
-// The seed of a randomized test: FERRY_SEED (base 0: hex works) or
-// `fallback`, printed so that any run can be repeated.
-inline uint64_t seed_from_env(uint64_t fallback) {
-  const char* s = std::getenv("FERRY_SEED");
-  const uint64_t seed = s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-  std::printf("[ seed     ] FERRY_SEED=%llu\n", static_cast<unsigned long long>(seed));
-  return seed;
-}
-
-// A size from the environment (base 0), else `fallback`.
-inline uint64_t size_from_env(const char* name, uint64_t fallback) {
-  const char* s = std::getenv(name);
-  return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-}
+// Seeds: FERRY_SEED (base 0: hex works), printed (tests/support/test_seed.h).
+using ferry::testing::seed_range;
+using ferry::testing::test_seed;
 
 // A fresh directory, removed with what it holds. On tmpfs when there is one:
 // every synced write fsyncs.

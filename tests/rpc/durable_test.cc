@@ -9,12 +9,12 @@
 //  - every non-nilext append whose reply arrived executed exactly once; no
 //    append executed twice; recovery executed none.
 // FERRY_RPC_POWER_SEEDS sets the number of seeds (default 2000; the full
-// campaign is 20000).
-#include <cstdlib>
+// campaign is 20000), FERRY_SEED the first (default 0).
 #include <optional>
 
 #include "ferry/common/rng.h"
 #include "rpc_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::rpc::testing {
 namespace {
@@ -24,11 +24,6 @@ constexpr uint16_t kLogAppend = 12;  // non-nilext, not idempotent: u32 key, u64
 constexpr uint16_t kRegGet = 13;     // u32 key (+ 8 ignored bytes) -> register[key]
 constexpr uint32_t kKeysPerSession = 3;
 constexpr uint32_t kLogCapacity = 120;
-
-int seeds() {
-  const char* e = std::getenv("FERRY_RPC_POWER_SEEDS");
-  return e != nullptr ? std::max(1, std::atoi(e)) : 2000;
-}
 
 std::string temp_path(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("ferry-rpc-test-" + std::to_string(getpid()));
@@ -406,12 +401,12 @@ TEST(DurableOrderedQueue, ADurableServerRefusesAPlatformWhosePersistentAckIsNotP
 }
 
 TEST(DurableOrderedQueue, EveryCommittedRequestSurvivesPowerFailureExactlyOnce) {
-  const int n = seeds();
-  std::printf("%d power-fail seeds (FERRY_RPC_POWER_SEEDS)\n", n);
+  const ferry::testing::SeedRange seeds = ferry::testing::seed_range("FERRY_RPC_POWER_SEEDS", 0, 2000);
   constexpr uint32_t kSessions = 2;
   uint64_t committed_puts = 0, committed_appends = 0, recovered = 0, torn = 0;
-  for (int seed = 0; seed < n; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  for (uint64_t seed = seeds.first; seed < seeds.first + seeds.count; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed) +
+                 " (replay: " + ferry::testing::rerun_with(seed, "FERRY_RPC_POWER_SEEDS") + ")");
     Rng rng(static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ULL + 1);
     DurableSim sim(static_cast<uint64_t>(seed), kSessions);
     sim.up(false);

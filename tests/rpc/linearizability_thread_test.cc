@@ -7,14 +7,15 @@
 // the ACK was seen: that is the claim OQ makes (a get invoked after it must
 // see it). Sized by FERRY_RPC_LIN_OPS (operations per client thread, default
 // 150); the full campaign is FERRY_RPC_LIN_OPS=5000.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 
 #include "ferry/common/rng.h"
 #include "linearizability.h"
 #include "rpc_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::rpc::testing {
 namespace {
@@ -27,8 +28,7 @@ uint64_t now_ns() {
 }
 
 int ops_per_thread() {
-  const char* e = std::getenv("FERRY_RPC_LIN_OPS");
-  return e != nullptr ? std::max(1, std::atoi(e)) : 150;
+  return static_cast<int>(std::max<uint64_t>(1, ferry::testing::env_u64("FERRY_RPC_LIN_OPS", 150)));
 }
 
 struct LinParam {
@@ -42,8 +42,9 @@ class LinearizabilityTest : public ::testing::TestWithParam<LinParam> {};
 
 TEST_P(LinearizabilityTest, HotKeyHistoriesAreLinearizable) {
   const LinParam param = GetParam();
-  const uint64_t seed = 0x11a7 + static_cast<uint64_t>(param.mode) * 31 + param.delegation * 7 + param.multi_packet;
-  std::printf("seed %llu, %d ops per client thread\n", static_cast<unsigned long long>(seed), ops_per_thread());
+  const uint64_t seed = ferry::testing::test_seed(0x11a7 + static_cast<uint64_t>(param.mode) * 31 +
+                                                  param.delegation * 7 + param.multi_packet);
+  std::printf("%d ops per client thread (FERRY_RPC_LIN_OPS)\n", ops_per_thread());
   nic::EngineOptions eo;
   eo.faults.drop = param.drop;
   eo.faults.seed = seed;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <iterator>
@@ -18,6 +17,7 @@
 
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
+#include "test_seed.h"
 
 namespace ferry::store {
 namespace {
@@ -1080,7 +1080,7 @@ class Generator {
 };
 
 std::vector<uint64_t> model_seeds() {
-  if (const char* env = std::getenv("FERRY_SEED")) return {std::strtoull(env, nullptr, 0)};
+  if (const std::optional<uint64_t> seed = ferry::testing::seed_from_env()) return {*seed};
   std::vector<uint64_t> seeds;
   for (uint64_t s = 1; s <= 32; ++s) seeds.push_back(s * 0x9e3779b1 + 17);
   return seeds;
@@ -1094,7 +1094,7 @@ using Tally = std::map<std::pair<Op, CacheStatus>, uint64_t>;
 
 // Without memory pressure the engine must agree with the model on every reply.
 void run_against_model(uint64_t seed, Tally& tally) {
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
+  ferry::testing::print_seed(seed);
   FakeClock clock(0);
   Cache cache(clock, test_options());
   Model model(cache.options().max_item_bytes);
@@ -1130,7 +1130,7 @@ void run_against_model(uint64_t seed, Tally& tally) {
 // key is taken as absent (evicted). Never a wrong or stale value, and never
 // over the limit.
 void run_against_model_evicting(uint64_t seed) {
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << " (evicting)\n";
+  ferry::testing::print_seed(seed, "(evicting)");
   constexpr uint64_t kLimitBytes = 1200;  // about 10 of 24 keys' items
   FakeClock clock(0);
   Cache cache(clock, test_options(kLimitBytes));
@@ -1168,7 +1168,7 @@ TEST(CacheModelTest, RandomCommandsAgreeWithAMapModel) {
     run_against_model(seed, tally);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  if (std::getenv("FERRY_SEED") != nullptr) return;  // one seed alone need not reach everything
+  if (ferry::testing::seed_from_env()) return;  // one seed alone need not reach everything
   const std::pair<Op, CacheStatus> wanted[] = {
       {Op::kSet, S::kStored},       {Op::kAdd, S::kStored},        {Op::kAdd, S::kNotStored},
       {Op::kReplace, S::kStored},   {Op::kReplace, S::kNotStored}, {Op::kAppend, S::kStored},

@@ -52,16 +52,12 @@
 #include "ferry/common/rng.h"
 #include "ferry/store/logkv.h"
 #include "linearizability.h"
+#include "test_seed.h"
 
 namespace ferry::store::logkv {
 namespace logkv_campaign_test {
 
 using ferry::testing::KvOp;
-
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 0) : fallback;
-}
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
@@ -340,10 +336,9 @@ void run_seed(uint64_t seed, Figures* total) {
 }
 
 TEST(TailwindCampaign, CrashesPartitionsBackupsDownAndCleaningKeepEveryHistoryLinearizable) {
-  const uint64_t first = env_u64("FERRY_SEED", 1);
-  const uint64_t seeds = env_u64("FERRY_TAILWIND_SEEDS", 4);
-  std::printf("[ seed     ] FERRY_SEED=%llu FERRY_TAILWIND_SEEDS=%llu\n", static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(seeds));
+  const ferry::testing::SeedRange range = ferry::testing::seed_range("FERRY_TAILWIND_SEEDS", 1, 4);
+  const uint64_t first = range.first;
+  const uint64_t seeds = range.count;
   Figures total;
   uint64_t ran = 0;
   for (uint64_t s = first; s < first + seeds && !HasFailure(); ++s, ++ran) run_seed(s, &total);

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "ferry/common/rng.h"
 #include "ferry/nic/engine.h"
 #include "ferry/store/logkv_deploy.h"
+#include "test_seed.h"
 
 namespace ferry::store::logkv {
 namespace logkv_deploy_test {
@@ -29,11 +29,6 @@ std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 std::string as_string(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-
-uint64_t seed_from_env(uint64_t fallback) {
-  const char* s = std::getenv("FERRY_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-}
 
 // Members on one threaded engine, each its own NIC and CM listener on
 // loopback; the deployment names the listeners' addresses.
@@ -193,7 +188,7 @@ void expect_matches(Client& client, uint64_t table, const Model& model, const st
 class DeployTest : public ::testing::TestWithParam<tailwind::Replication> {};
 
 TEST_P(DeployTest, ServesAcrossConnectionsAndRecoversACrashFoundByTheHeartbeat) {
-  const uint64_t seed = seed_from_env(0xdec0de);
+  const uint64_t seed = ferry::testing::test_seed(0xdec0de);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (replay: FERRY_SEED=" + std::to_string(seed) + ")");
   DeployedCluster cluster(GetParam(), 4);
   ASSERT_NO_FATAL_FAILURE(cluster.start());

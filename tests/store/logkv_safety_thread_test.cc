@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -26,6 +25,7 @@
 
 #include "ferry/common/rng.h"
 #include "ferry/store/logkv.h"
+#include "test_seed.h"
 
 namespace ferry::store::logkv {
 namespace logkv_safety_test {
@@ -34,13 +34,6 @@ std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 std::string as_string(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-
-uint64_t seed_from_env(uint64_t fallback) {
-  uint64_t seed = fallback;
-  if (const char* s = std::getenv("FERRY_SEED")) seed = std::strtoull(s, nullptr, 0);
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
-  return seed;
-}
 
 ClusterOptions cluster_options(tailwind::Replication mode) {
   ClusterOptions o;
@@ -208,9 +201,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, LogKvSafety,
 // are what a crash tears (the campaign, logkv_campaign_thread_test.cc,
 // crashes both modes).
 TEST(LogKvCrash, ACrashLeavesWritesHalfDoneAndRecoveryKeepsEveryAcknowledgedPut) {
-  const uint64_t seed = seed_from_env(0x7041);
-  const char* rounds_env = std::getenv("FERRY_TW_CRASH_ROUNDS");
-  const int rounds = rounds_env != nullptr ? std::atoi(rounds_env) : 5;
+  const uint64_t seed = ferry::testing::test_seed(0x7041);
+  const int rounds = static_cast<int>(ferry::testing::env_u64("FERRY_TW_CRASH_ROUNDS", 5));
   uint64_t half_done = 0, torn = 0, uneven = 0, unacknowledged = 0;
   // Whether a crash catches an append half way is a matter of timing: when
   // none of the first `rounds` did, up to twice as many more are run.

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -13,6 +12,7 @@
 
 #include "ferry/common/rng.h"
 #include "ferry/store/logkv.h"
+#include "test_seed.h"
 
 namespace ferry::store::logkv {
 namespace logkv_test {
@@ -21,11 +21,6 @@ std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 std::string as_string(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-
-uint64_t seed_from_env(uint64_t fallback) {
-  const char* s = std::getenv("FERRY_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 0) : fallback;
-}
 
 ClusterOptions small_cluster(tailwind::Replication mode) {
   ClusterOptions o;
@@ -166,7 +161,7 @@ TEST_P(LogKvTest, AServerRefusesTabletsItDoesNotOwn) {
 }
 
 TEST_P(LogKvTest, CleaningKeepsEveryLiveObjectAndFreesSegments) {
-  const uint64_t seed = seed_from_env(0x5eed);
+  const uint64_t seed = ferry::testing::test_seed(0x5eed);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED to replay)");
   auto opts = small_cluster(GetParam());
   opts.servers = 4;  // a crash leaves 3: still room for 2 replicas of each log
@@ -206,7 +201,7 @@ TEST_P(LogKvTest, CleaningKeepsEveryLiveObjectAndFreesSegments) {
 // acknowledged object stays readable, and a crash afterwards recovers
 // exactly the model (the relocated copies were replicated).
 TEST_P(LogKvTest, TheBackgroundCleanerCompactsWhileClientsWrite) {
-  const uint64_t seed = seed_from_env(0xc1ea);
+  const uint64_t seed = ferry::testing::test_seed(0xc1ea);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED to replay)");
   auto opts = small_cluster(GetParam());
   opts.servers = 4;
@@ -281,7 +276,7 @@ TEST_P(LogKvTest, CleaningKeepsATombstoneWhileItsObjectsSegmentLives) {
 }
 
 TEST_P(LogKvTest, ACrashedServersTabletsAreRebuiltFromItsBackups) {
-  const uint64_t seed = seed_from_env(0xc4a5);
+  const uint64_t seed = ferry::testing::test_seed(0xc4a5);
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FERRY_SEED to replay)");
   auto opts = small_cluster(GetParam());
   opts.servers = 4;

@@ -40,6 +40,7 @@
 #include "ferry/rpc/server.h"
 #include "ferry/store/kv_service.h"
 #include "linearizability.h"
+#include "test_seed.h"
 
 namespace ferry::store {
 namespace {
@@ -48,11 +49,6 @@ using ferry::testing::KvOp;
 
 constexpr uint32_t kKeys = 2;
 constexpr uint32_t kSessions = 3;
-
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* e = std::getenv(name);
-  return e != nullptr ? std::strtoull(e, nullptr, 0) : fallback;
-}
 
 std::string temp_dir() {
   const auto dir = std::filesystem::temp_directory_path() / ("ferry-oq-history-" + std::to_string(getpid()));
@@ -369,10 +365,9 @@ class OqHistory {
 };
 
 TEST(OqHistory, SharedKeysAcrossQpsStayLinearizableThroughPowerFailuresAtAnyStep) {
-  const uint64_t seeds = env_u64("FERRY_OQ_HISTORY_SEEDS", 500);
-  const uint64_t first = env_u64("FERRY_SEED", 1);
-  std::printf("[ seed     ] FERRY_SEED=%llu, %llu seeds (FERRY_OQ_HISTORY_SEEDS)\n",
-              static_cast<unsigned long long>(first), static_cast<unsigned long long>(seeds));
+  const ferry::testing::SeedRange range = ferry::testing::seed_range("FERRY_OQ_HISTORY_SEEDS", 1, 500);
+  const uint64_t seeds = range.count;
+  const uint64_t first = range.first;
   const std::string dir = temp_dir();
   Totals totals;
   uint64_t failed = 0;

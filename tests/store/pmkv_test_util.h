@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -17,6 +16,7 @@
 #include "ferry/common/rng.h"
 #include "ferry/pm/domain.h"
 #include "ferry/store/pmkv.h"
+#include "test_seed.h"
 
 namespace ferry::store::testing {
 
@@ -52,23 +52,15 @@ inline PmFile map_fresh(const std::string& name, size_t bytes, const pm::Platfor
   return f;
 }
 
-inline uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strtoull(v, nullptr, 0);
-}
-
-// The seeds a randomized test runs: FERRY_SEED=s runs only s; otherwise
-// 0..count-1 with count = FERRY_PMKV_SEEDS or `default_count`.
-struct SeedRange {
-  uint64_t first;
-  uint64_t count;
-};
+// The seeds a randomized test runs, printed: FERRY_SEED=s runs only s;
+// otherwise 0..count-1 with count = FERRY_PMKV_SEEDS or `default_count`.
+using ferry::testing::SeedRange;
 inline SeedRange seeds(uint64_t default_count) {
-  if (const char* one = std::getenv("FERRY_SEED"); one != nullptr && *one != '\0') {
-    return {std::strtoull(one, nullptr, 0), 1};
+  if (const std::optional<uint64_t> one = ferry::testing::seed_from_env()) {
+    ferry::testing::print_seed(*one);
+    return {*one, 1};
   }
-  return {0, env_u64("FERRY_PMKV_SEEDS", default_count)};
+  return ferry::testing::seed_range("FERRY_PMKV_SEEDS", 0, default_count);
 }
 
 inline std::string random_bytes(Rng& rng, size_t n) {

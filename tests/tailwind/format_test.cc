@@ -25,6 +25,7 @@
 
 #include "ferry/common/checksum.h"
 #include "ferry/common/status.h"
+#include "test_seed.h"
 
 namespace ferry::tailwind {
 // A named namespace around the file-local one: the test executable is a
@@ -354,16 +355,11 @@ Op zero_chain_object(uint32_t chain_before) {
   return op;
 }
 
+// A fresh seed each run unless FERRY_SEED names one; printed, and recorded
+// in the test's XML report.
 uint64_t test_seed() {
-  const char* env = std::getenv("FERRY_SEED");
-  uint64_t seed = 0;
-  if (env != nullptr) {
-    seed = std::strtoull(env, nullptr, 0);
-  } else {
-    std::random_device rd;
-    seed = (uint64_t{rd()} << 32) ^ rd();
-  }
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
+  std::random_device rd;
+  const uint64_t seed = ferry::testing::test_seed((uint64_t{rd()} << 32) ^ rd());
   ::testing::Test::RecordProperty("FERRY_SEED", std::to_string(seed));
   return seed;
 }

@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -29,14 +28,10 @@
 #include "ferry/pm/domain.h"
 #include "ferry/tailwind/backup.h"
 #include "tailwind/tailwind_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::tailwind {
 namespace {
-
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
-}
 
 constexpr uint64_t kLog = 3;
 constexpr uint64_t kSegment = 11;
@@ -179,10 +174,9 @@ Outcome run_seed(uint64_t seed, const std::string& dir) {
 }
 
 TEST(TailwindPowerFail, NoAcknowledgedAppendIsLostAndNothingTornIsReturned) {
-  const uint64_t first = env_u64("FERRY_SEED", 1);
-  const uint64_t seeds = env_u64("FERRY_TW_POWER_SEEDS", 300);
-  std::printf("power-fail seeds %llu..%llu (FERRY_SEED, FERRY_TW_POWER_SEEDS)\n",
-              static_cast<unsigned long long>(first), static_cast<unsigned long long>(first + seeds - 1));
+  const ferry::testing::SeedRange range = ferry::testing::seed_range("FERRY_TW_POWER_SEEDS", 1, 300);
+  const uint64_t first = range.first;
+  const uint64_t seeds = range.count;
   const std::string dir = testing::make_temp_dir("powerfail");
   uint64_t torn = 0, lost_unacked = 0;
   for (uint64_t s = first; s < first + seeds && !HasFailure(); ++s) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tailwind/tailwind_test_util.h"
+#include "test_seed.h"
 
 namespace ferry::tailwind {
 namespace {
@@ -193,10 +194,8 @@ TEST_P(ReplicationTest, FailedBackupIsReplacedAndItsStaleReplicaIgnored) {
 // every acknowledged append reach every replica exactly, through segment
 // closes, and a primary crash must then recover exactly what was acked.
 TEST_P(ReplicationTest, LossyFabricStillReplicatesEveryAppendExactly) {
-  uint64_t seed = std::random_device{}();
-  if (const char* env = std::getenv("FERRY_SEED")) seed = std::strtoull(env, nullptr, 10);
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
-  SCOPED_TRACE("FERRY_SEED=" + std::to_string(seed));
+  const uint64_t seed = ferry::testing::test_seed(std::random_device{}());
+  SCOPED_TRACE(ferry::testing::rerun_with(seed));
   ClusterOptions co;
   co.faults.seed = seed;
   co.faults.drop = 0.02;

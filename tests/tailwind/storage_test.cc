@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ferry/common/checksum.h"
+#include "test_seed.h"
 
 namespace ferry::tailwind {
 
@@ -176,13 +177,6 @@ std::vector<uint64_t> segment_ids(const std::vector<StoredSegment>& list) {
   return out;
 }
 
-uint64_t seed_for(uint64_t fallback) {
-  const char* env = std::getenv("FERRY_SEED");
-  const uint64_t seed = env != nullptr ? std::strtoull(env, nullptr, 0) : fallback;
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
-  return seed;
-}
-
 // ---------------------------------------------------------------------------
 
 TEST(StorageModeTest, NamesParseBack) {
@@ -253,7 +247,7 @@ TEST_P(StorageStoreTest, RoundTripsSegmentsOfManySizes) {
   // chunk.
   const std::vector<size_t> sizes = {
       0, 1, 63, 64, 4031, 4032, 4033, 4095, 4096, 4097, 12345, (1 << 20) - 64, (1 << 20) - 63, 1 << 20, (3 << 20) + 1};
-  std::mt19937_64 rng(seed_for(1));
+  std::mt19937_64 rng(ferry::testing::test_seed(1));
   std::vector<std::vector<uint8_t>> data;
   for (size_t i = 0; i < sizes.size(); ++i) {
     data.push_back(random_bytes(rng, sizes[i]));
@@ -276,7 +270,7 @@ TEST_P(StorageStoreTest, RoundTripsSegmentsOfManySizes) {
 }
 
 TEST_P(StorageStoreTest, WriteReplacesTheSameSegment) {
-  std::mt19937_64 rng(seed_for(2));
+  std::mt19937_64 rng(ferry::testing::test_seed(2));
   const std::vector<uint8_t> first = random_bytes(rng, 5000);
   const std::vector<uint8_t> second = random_bytes(rng, 100);
   const std::vector<uint8_t> third = random_bytes(rng, 9000);
@@ -380,7 +374,7 @@ TEST_P(StorageStoreTest, CountersCountWritesSyncsAndReads) {
 
 // The file as storage.h specifies it, byte by byte.
 TEST_P(StorageStoreTest, FileLayoutMatchesTheSpecification) {
-  std::mt19937_64 rng(seed_for(3));
+  std::mt19937_64 rng(ferry::testing::test_seed(3));
   const std::vector<uint8_t> bytes = random_bytes(rng, 777);
   StoredSegment meta = make_meta(0x0102030405060708, 0x1112131415161718, bytes.size(), 0x2122232425262728);
   meta.checksum = 0x31323334;
@@ -501,7 +495,7 @@ TEST_F(StorageDamageTest, TruncatedOrOverlongFileIsDataLoss) {
 }
 
 TEST_F(StorageDamageTest, GarbageUnderASegmentNameIsDataLoss) {
-  std::mt19937_64 rng(seed_for(12));
+  std::mt19937_64 rng(ferry::testing::test_seed(12));
   write_file(path_, random_bytes(rng, 1000));
   expect_damaged("random bytes");
   write_file(path_, std::vector<uint8_t>(4096, 0));
@@ -566,7 +560,7 @@ TEST_F(StorageDamageTest, LeftoverTemporariesAndStrangeNamesAreIgnored) {
 // Random flips, truncations and extensions: the result is the original
 // segment or kDataLoss, never anything else and never a crash.
 TEST_F(StorageDamageTest, RandomMutationsNeverCrash) {
-  const uint64_t seed = seed_for(20240601);
+  const uint64_t seed = ferry::testing::test_seed(20240601);
   std::mt19937_64 rng(seed);
   int detected = 0;
   for (int round = 0; round < 300; ++round) {
@@ -668,7 +662,7 @@ TEST(StorageOpenTest, DirectWorksOnADiskFilesystem) {
   ASSERT_TRUE(direct.ok()) << direct.status().to_string();
   EXPECT_EQ((*direct)->mode(), StorageMode::kDirect);
   EXPECT_TRUE(names_in(dir.path()).empty()) << "no probe file left";
-  std::mt19937_64 rng(seed_for(4));
+  std::mt19937_64 rng(ferry::testing::test_seed(4));
   const std::vector<uint8_t> bytes = random_bytes(rng, 10000);
   Status s = (*direct)->write(make_meta(2, 3, bytes.size()), bytes);
   ASSERT_TRUE(s.ok()) << s.to_string();

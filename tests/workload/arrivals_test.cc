@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "test_seed.h"
+#include "tolerance.h"
 
 namespace ferry::workload {
 namespace {
 
+using ferry::testing::test_seed;
 using workload_test::count_tolerance;
 using workload_test::kSigmas;
-using workload_test::test_seed;
 
 constexpr uint64_t kDraws = 200'000;
 

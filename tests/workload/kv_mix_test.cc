@@ -12,12 +12,13 @@
 
 #include "ferry/workload/keys.h"
 #include "test_seed.h"
+#include "tolerance.h"
 
 namespace ferry::workload {
 namespace {
 
+using ferry::testing::test_seed;
 using workload_test::count_tolerance;
-using workload_test::test_seed;
 
 // The rows of the Twitter cluster table, verbatim.
 TEST(TwitterClusters, TableRowsAreExact) {

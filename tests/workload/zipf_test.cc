@@ -13,12 +13,13 @@
 
 #include "ferry/workload/keys.h"
 #include "test_seed.h"
+#include "tolerance.h"
 
 namespace ferry::workload {
 namespace {
 
+using ferry::testing::test_seed;
 using workload_test::count_tolerance;
-using workload_test::test_seed;
 
 // Probability that Gray's method (as ZipfianGenerator::next implements it)
 // yields min + k for k in [first, end), derived from next(): u < 1/zetan gives
@@ -121,7 +122,7 @@ TEST(ZipfianGenerator, FrequenciesFollowGrayAndZipf) {
     const double gray = gray_probability(g, b.first, b.end);
     const double zipf = zipf_probability(0.99, zetan, b.first, b.end);
     const double observed = static_cast<double>(band_count(counts, b));
-    SCOPED_TRACE(testing::Message() << "ranks [" << b.first << ", " << b.end << ")");
+    SCOPED_TRACE(::testing::Message() << "ranks [" << b.first << ", " << b.end << ")");
     EXPECT_NEAR(observed, gray * kDraws, count_tolerance(gray, kDraws));
     const double bias = std::fabs(gray - zipf);
     EXPECT_NEAR(observed, zipf * kDraws, bias * kDraws + count_tolerance(zipf, kDraws));

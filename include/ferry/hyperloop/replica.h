@@ -48,7 +48,7 @@ class Replica {
  public:
   // `region` is the group's data (at least options.region_bytes; registered
   // for remote write, read, atomics and FLUSH). For a daemon-attached NIC it
-  // must be shared memory (nicd::SharedMemory). It must outlive the Replica.
+  // must be shared memory (nic::SharedMemory, ferry/nic/shared_memory.h). It must outlive the Replica.
   static Result<std::unique_ptr<Replica>> create(nic::Nic& nic, std::span<uint8_t> region, const ReplicaSpec& spec);
   // Unserves its services, then destroys its queues (the chain stops).
   ~Replica();

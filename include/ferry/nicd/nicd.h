@@ -11,7 +11,8 @@
 //    posting and polling are plain loads and stores (no system call; the
 //    client writes the daemon's eventfd only when the engine sleeps);
 //  - memory it registers must be in a mapping the daemon can map too:
-//    SharedMemory (a memfd, or a file such as one on a DAX file system);
+//    nic::SharedMemory (a memfd, or a file such as one on a DAX file system;
+//    ferry/nic/shared_memory.h);
 //    the NIC's DMA then lands in the application's pages directly;
 //  - completion channels are eventfds the daemon writes.
 // A client that dies (its socket closes) loses everything it owned: its QPs
@@ -30,6 +31,7 @@
 
 #include "ferry/common/status.h"
 #include "ferry/nic/engine.h"
+#include "ferry/nic/shared_memory.h"
 #include "ferry/nic/verbs.h"
 
 namespace ferry::nicd {
@@ -106,28 +108,9 @@ class Device {
 };
 
 // Memory a daemon-attached NIC can register: a mapping the daemon maps too.
-// Registering memory not inside one fails with kInvalidArgument.
-class SharedMemory {
- public:
-  // An anonymous memory file (memfd) of `bytes`, zeroed.
-  static Result<SharedMemory> create(size_t bytes, std::string_view name = "ferry");
-  // A file (e.g. on a DAX or tmpfs mount), grown to `bytes` if shorter.
-  static Result<SharedMemory> map_file(const std::string& path, size_t bytes);
-  SharedMemory() = default;
-  SharedMemory(SharedMemory&& o) noexcept;
-  SharedMemory& operator=(SharedMemory&& o) noexcept;
-  ~SharedMemory();
-
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  int fd() const { return fd_; }
-
- private:
-  void reset();
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  int fd_ = -1;
-  uint64_t id_ = 0;
-};
+// It belongs to the NIC layer (ferry/nic/shared_memory.h), where the RPC
+// layer and the protocols allocate it without depending on the daemon; the
+// daemon's users may name it here.
+using SharedMemory = nic::SharedMemory;
 
 }  // namespace ferry::nicd

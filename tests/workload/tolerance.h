@@ -1,21 +1,11 @@
-// Seeds and statistical tolerances shared by the workload tests.
+// Statistical tolerances shared by the workload tests (their seeds:
+// tests/support/test_seed.h).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <iostream>
 
 namespace ferry::workload::workload_test {
-
-// The seed of a randomized test: FERRY_SEED when set, else `fallback`.
-// Printed, so any run can be repeated.
-inline uint64_t test_seed(uint64_t fallback) {
-  uint64_t seed = fallback;
-  if (const char* env = std::getenv("FERRY_SEED")) seed = std::strtoull(env, nullptr, 0);
-  std::cout << "[ seed     ] FERRY_SEED=" << seed << "\n";
-  return seed;
-}
 
 // Frequency checks allow 5 standard deviations of a binomial count: a single
 // check fails by chance with probability about 6e-7, so the ~200 checks of the

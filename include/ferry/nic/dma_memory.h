@@ -2,9 +2,10 @@
 //
 // An in-process NIC (its Engine runs in this process) reaches any memory of
 // the process; a daemon-attached NIC (`ferry nicd`) reaches only pages the
-// daemon maps too, so registered memory must be a SharedMemory there. Code
-// that runs on both (the RPC layer, Tailwind's backups and logs) allocates
-// its buffers here and registers them with either.
+// daemon maps too, so registered memory must be a SharedMemory there
+// (shared_memory.h). Code that runs on both (the RPC layer, Tailwind's
+// backups and logs) allocates its buffers here and registers them with
+// either.
 #pragma once
 
 #include <cstddef>
@@ -12,10 +13,10 @@
 #include <string_view>
 
 #include "ferry/common/status.h"
+#include "ferry/nic/shared_memory.h"
 #include "ferry/nic/verbs.h"
-#include "ferry/nicd/nicd.h"
 
-namespace ferry::nicd {
+namespace ferry::nic {
 
 class DmaMemory {
  public:
@@ -23,7 +24,7 @@ class DmaMemory {
   // in-process NIC (not touched: they read as zero until written), a memfd
   // SharedMemory for a daemon-attached one. kInvalidArgument for 0 bytes,
   // kResourceExhausted when the memory cannot be had.
-  static Result<DmaMemory> allocate(const nic::Nic& nic, size_t bytes, std::string_view name = "ferry-dma");
+  static Result<DmaMemory> allocate(const Nic& nic, size_t bytes, std::string_view name = "ferry-dma");
   DmaMemory() = default;
   DmaMemory(DmaMemory&& o) noexcept;
   DmaMemory& operator=(DmaMemory&& o) noexcept;
@@ -40,4 +41,4 @@ class DmaMemory {
   size_t size_ = 0;
 };
 
-}  // namespace ferry::nicd
+}  // namespace ferry::nic

@@ -1,14 +1,14 @@
 // DmaMemory: anonymous pages in process, a memfd for a daemon's NIC.
-#include "ferry/nicd/dma_memory.h"
+#include "ferry/nic/dma_memory.h"
 
 #include <sys/mman.h>
 
 #include <string>
 #include <utility>
 
-namespace ferry::nicd {
+namespace ferry::nic {
 
-Result<DmaMemory> DmaMemory::allocate(const nic::Nic& nic, size_t bytes, std::string_view name) {
+Result<DmaMemory> DmaMemory::allocate(const Nic& nic, size_t bytes, std::string_view name) {
   if (bytes == 0) return invalid_argument("DmaMemory: zero bytes");
   DmaMemory m;
   if (nic.engine() == nullptr) {
@@ -45,4 +45,4 @@ void DmaMemory::reset() {
   size_ = 0;
 }
 
-}  // namespace ferry::nicd
+}  // namespace ferry::nic
