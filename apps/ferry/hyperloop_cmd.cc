@@ -136,10 +136,7 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
 
   sigset_t stop;
   block_stop_signals(&stop);
-  auto fail = [&](const Status& s) {
-    err << me << " " << opt.index << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me + " " + std::to_string(opt.index));
   const auto log_line = line_writer(out);
   // Declared in the order they must outlive each other: the device outlives
   // every verbs object, the region and the listener outlive the data path.
@@ -149,9 +146,8 @@ int run_hyperloop_replica(const ReplicaCmdOptions& opt, std::ostream& out, std::
   auto region = self.region.empty() ? nicd::SharedMemory::create(c.options.region_bytes, "ferry-hyperloop-region")
                                     : nicd::SharedMemory::map_file(self.region, c.options.region_bytes);
   if (!region.ok()) return fail(region.status());
-  auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok())
-    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
+  auto listener = listen_cm(self.listen);
+  if (!listener.ok()) return fail(listener.status());
   hyperloop::ReplicaSpec spec;
   spec.group = c.group;
   spec.index = opt.index;
@@ -213,16 +209,12 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
     err << me << ": --outstanding must be 1..window (" << c.options.window << ")\n";
     return 2;
   }
-  auto fail = [&](const Status& s) {
-    err << me << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me);
   const sigset_t go = go_signal(opt.wait_for_sigusr1);
   auto device = attach_nicd(self.nicd, "hyperloop-client");
   if (!device.ok()) return fail(device.status());
-  auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok())
-    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
+  auto listener = listen_cm(self.listen);
+  if (!listener.ok()) return fail(listener.status());
   hyperloop::ClientOptions co;
   co.op_timeout_ns = uint64_t{opt.op_timeout_ms} * 1'000'000;
   hyperloop::RemoteGroupOptions ro;

@@ -66,20 +66,14 @@ int run_logkv_coordinator(const LogKvMemberOptions& opt, std::ostream& out, std:
   override_member(d.coordinator, opt.member);
   sigset_t stop;
   block_stop_signals(&stop);
-  auto fail = [&](const Status& s) {
-    err << me << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me);
   const auto log_line = line_writer(out);
   // Declared so that the device outlives every verbs object and the
   // listener outlives the coordinator.
   auto device = attach_nicd(d.coordinator.nicd, "logkv-coordinator");
   if (!device.ok()) return fail(device.status());
-  auto listener = cm::Listener::start(d.coordinator.listen);
-  if (!listener.ok()) {
-    return fail(
-        Status(listener.status().code(), "CM listener " + d.coordinator.listen + ": " + listener.status().message()));
-  }
+  auto listener = listen_cm(d.coordinator.listen);
+  if (!listener.ok()) return fail(listener.status());
   auto coordinator = lk::CoordinatorService::start(device.value()->nic(), *listener.value(), d, log_line);
   if (!coordinator.ok()) return fail(coordinator.status());
   return serve_until_stopped(stop, logkv_loop(device.value()->nic(), "coordinator", d.coordinator.nicd, log_line), err);
@@ -99,17 +93,12 @@ int run_logkv_server(const LogKvMemberOptions& opt, std::ostream& out, std::ostr
   override_member(self, opt.member);
   sigset_t stop;
   block_stop_signals(&stop);
-  auto fail = [&](const Status& s) {
-    err << me << " " << opt.index << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me + " " + std::to_string(opt.index));
   const auto log_line = line_writer(out);
   auto device = attach_nicd(self.nicd, "logkv-server-" + std::to_string(opt.index));
   if (!device.ok()) return fail(device.status());
-  auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok()) {
-    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
-  }
+  auto listener = listen_cm(self.listen);
+  if (!listener.ok()) return fail(listener.status());
   auto server = lk::StorageServer::start(device.value()->nic(), *listener.value(), d, opt.index, log_line);
   if (!server.ok()) return fail(server.status());
   log_line(
@@ -139,10 +128,7 @@ int run_logkv_client(const LogKvClientOptions& opt, std::ostream& out, std::ostr
     err << me << ": --keys and --value-bytes must be at least 1\n";
     return 2;
   }
-  auto fail = [&](const Status& s) {
-    err << me << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me);
   auto device = attach_nicd(nicd, "logkv-client");
   if (!device.ok()) return fail(device.status());
   // A call whose server crashed is retried (map refreshed) until the

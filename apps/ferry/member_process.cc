@@ -1,6 +1,7 @@
 #include "member_process.h"
 
 #include <mutex>
+#include <utility>
 
 #include "ferry/common/clock.h"
 
@@ -23,6 +24,21 @@ Result<std::unique_ptr<nicd::Device>> attach_nicd(const std::string& socket, con
                                          socket + "` running?): " + d.status().message());
   }
   return d;
+}
+
+Result<std::unique_ptr<cm::Listener>> listen_cm(const std::string& address) {
+  auto listener = cm::Listener::start(address);
+  if (!listener.ok()) {
+    return Status(listener.status().code(), "CM listener " + address + ": " + listener.status().message());
+  }
+  return listener;
+}
+
+std::function<int(const Status&)> failure_reporter(std::ostream& err, std::string who) {
+  return [&err, who = std::move(who)](const Status& s) {
+    err << who << ": " << s.message() << "\n";
+    return 1;
+  };
 }
 
 void block_stop_signals(sigset_t* stop) {

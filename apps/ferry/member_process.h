@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/cm/cm.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/verbs.h"
 #include "ferry/nicd/nicd.h"
@@ -60,6 +61,13 @@ void override_member(Member& member, const MemberFlags& flags) {
 
 // Attaches to the daemon at `socket`; the error says which daemon to start.
 Result<std::unique_ptr<nicd::Device>> attach_nicd(const std::string& socket, const std::string& client_name);
+
+// Starts the member's connection-manager listener; the error names the address.
+Result<std::unique_ptr<cm::Listener>> listen_cm(const std::string& address);
+
+// How a member process reports a failure to start or to serve: "<who>: <message>"
+// on `err` (which must outlive it), and the exit code 1.
+std::function<int(const Status&)> failure_reporter(std::ostream& err, std::string who);
 
 // Blocks SIGINT and SIGTERM in this thread (call before any thread starts,
 // so every thread inherits the mask) and returns them as `*stop` for sigwait.

@@ -100,10 +100,7 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
     err << me << ": --scan-page must be at least 1\n";
     return 2;
   }
-  auto fail = [&](const Status& s) {
-    err << me << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me);
   const sigset_t go = go_signal(opt.pause_for_sigusr1 || opt.pause_after_puts != 0);
   auto pause = [&](std::string_view before) {
     if (!opt.pause_for_sigusr1) return;
@@ -114,10 +111,8 @@ int run_store_client(const StoreClientOptions& opt, std::ostream& out, std::ostr
   auto device = attach_nicd(self.nicd, "store-client");
   if (!device.ok()) return fail(device.status());
   nic::Nic& nic = device.value()->nic();
-  auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok()) {
-    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
-  }
+  auto listener = listen_cm(self.listen);
+  if (!listener.ok()) return fail(listener.status());
   hyperloop::ClientOptions co;
   co.op_timeout_ns = uint64_t{opt.op_timeout_ms} * 1'000'000;
   auto client = hyperloop::HyperLoopClient::create(nic, co);

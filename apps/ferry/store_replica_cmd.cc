@@ -197,10 +197,7 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
 
   sigset_t stop;
   block_stop_signals(&stop);
-  auto fail = [&](const Status& s) {
-    err << me << " " << id << ": " << s.message() << "\n";
-    return 1;
-  };
+  const auto fail = failure_reporter(err, me + " " + id);
   const auto log_line = line_writer(out);
   auto opened = open_store_membership(c);
   if (!opened.ok()) return fail(opened.status());
@@ -247,10 +244,8 @@ int run_store_replica(const StoreReplicaOptions& opt, std::ostream& out, std::os
   if (!lock_region.ok()) return fail(lock_region.status());
   const std::span<uint8_t> data_mem(data_region.value().data(), data_options.region_bytes);
   const std::span<uint8_t> lock_mem(lock_region.value().data(), lock_options.region_bytes);
-  auto listener = cm::Listener::start(self.listen);
-  if (!listener.ok()) {
-    return fail(Status(listener.status().code(), "CM listener " + self.listen + ": " + listener.status().message()));
-  }
+  auto listener = listen_cm(self.listen);
+  if (!listener.ok()) return fail(listener.status());
 
   // The read service: this replica's CPU answers from its own image.
   auto server = rpc::Server::create(nic, c.read_server_options());
