@@ -26,7 +26,7 @@
 #include "ferry/workload/arrivals.h"
 #include "ferry/workload/kv_mix.h"
 #include "report.h"
-#include "store/logkv_internal.h"
+#include "ferry/store/logkv_wire.h"
 
 namespace ferry::bench {
 namespace {
@@ -207,7 +207,7 @@ class Issuer {
     const uint64_t hash = logkv::key_hash(s_.table, key);
     const uint32_t server = s_.map.owner_of(hash);
     const std::span<const uint8_t> value(reinterpret_cast<const uint8_t*>(value_.data()), put ? value_.size() : 0);
-    const std::vector<uint8_t> payload = logkv::detail::encode_request(s_.table, key, value, std::nullopt);
+    const std::vector<uint8_t> payload = logkv::encode_request(s_.table, key, value, std::nullopt);
     const Tag tag{&rec, at, put};
     Status st = s_.rpcs[server]->session(0).call_async(put ? logkv::kLogKvPut : logkv::kLogKvGet,
                                                        hash % s_.workers, payload, /*nilext=*/false,
