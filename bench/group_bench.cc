@@ -27,8 +27,6 @@ using hyperloop::WireBytes;
 
 namespace {
 
-uint64_t now_ns() { return timing_clock().now_ns(); }
-
 struct Point {
   std::string experiment;
   std::string system;
@@ -279,8 +277,6 @@ void print_row(std::ostream& out, const Point& p) {
       p.ops && p.group ? static_cast<double>(p.wire.total()) / static_cast<double>(p.ops * p.group) : 0.0,
       p.guard.p99_ratio(), p.guard.disturbed() ? " DISTURBED" : "");
 }
-
-bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
 

@@ -276,17 +276,6 @@ void place_process(pid_t pid, int cpu) {
   (void)sched_setaffinity(pid, sizeof(set), &set);
 }
 
-// The 1-, 5- and 15-minute load averages: whether something else ran on
-// the machine around a point.
-std::vector<double> load_averages() {
-  double l[3] = {-1, -1, -1};
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf %lf %lf", &l[0], &l[1], &l[2]) != 3) l[0] = l[1] = l[2] = -1;
-    std::fclose(f);
-  }
-  return {l[0], l[1], l[2]};
-}
-
 // A directory for the daemons' sockets, removed with what is left in it.
 class TempDir {
  public:

@@ -42,8 +42,6 @@ namespace {
 using hyperloop::GroupClient;
 using hyperloop::GroupId;
 
-uint64_t now_ns() { return timing_clock().now_ns(); }
-
 // What a YCSB point drives: one system's store. Each call is one timed
 // operation; between_ops() runs untimed after each (a replica's work off
 // the critical path).
