@@ -1,5 +1,7 @@
 #include "load_loop.h"
 
+#include <algorithm>
+
 #include "ferry/common/assert.h"
 
 namespace ferry::bench {
@@ -34,6 +36,13 @@ LoopPlan LoopPlan::timed(double warmup_seconds, double window_seconds) {
   p.warmup_ns = to_ns(warmup_seconds);
   p.window_ns = to_ns(window_seconds);
   return p;
+}
+
+LoopPlan LoopPlan::sampled(double warmup_seconds, uint64_t samples, double rate_per_s, double min_seconds,
+                           double max_seconds) {
+  const double seconds =
+      std::clamp(static_cast<double>(samples) / rate_per_s, min_seconds, std::max(min_seconds, max_seconds));
+  return timed(warmup_seconds, seconds);
 }
 
 LoopPlan LoopPlan::counted(uint64_t warmup_ops, uint64_t ops, double cap_seconds) {

@@ -192,6 +192,11 @@ struct LoopPlan {
   uint64_t drain_cap_ns = kDrainCapNs;
 
   static LoopPlan timed(double warmup_seconds, double window_seconds);
+  // An open loop's timed window, long enough for `samples` arrivals at
+  // rate_per_s, within [min_seconds, max_seconds] (a max below the min
+  // counts as the min).
+  static LoopPlan sampled(double warmup_seconds, uint64_t samples, double rate_per_s, double min_seconds,
+                          double max_seconds);
   // cap_seconds <= 0: no time bound.
   static LoopPlan counted(uint64_t warmup_ops, uint64_t ops, double cap_seconds = 0);
   bool is_counted() const { return ops != kUnbounded; }

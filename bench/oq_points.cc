@@ -103,10 +103,9 @@ Result<Point> PointRunner::measure(const std::string& experiment, const std::str
     // next session with a free call slot; latency from the scheduled arrival.
     const double rate = *fraction * peak_mops * 1e6;
     if (rate < 1.0) return internal_error("no peak to take a fraction of (RawRPC committed nothing)");
-    const double seconds = std::clamp(static_cast<double>(o_.target_samples) / rate, o_.min_seconds,
-                                      std::max(o_.min_seconds, o_.max_seconds));
-    FERRY_ASSIGN_OR_RETURN(p.run.loop, run_open(target, p.run.rec, LoopPlan::timed(o_.warmup_seconds, seconds),
-                                                Arrivals{rate, seed ^ 0xA5A5A5A5ULL}, backlog_, timing_clock()));
+    const LoopPlan plan = LoopPlan::sampled(o_.warmup_seconds, o_.target_samples, rate, o_.min_seconds, o_.max_seconds);
+    FERRY_ASSIGN_OR_RETURN(
+        p.run.loop, run_open(target, p.run.rec, plan, Arrivals{rate, seed ^ 0xA5A5A5A5ULL}, backlog_, timing_clock()));
   }
   return p;
 }

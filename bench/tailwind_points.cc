@@ -27,9 +27,9 @@ Status run_point_closed(Sut& s, Requests& requests, uint32_t clients, const Tail
 Status run_point_open(Sut& s, Requests& requests, double rate_per_s, const TailwindBenchOptions& o, uint64_t seed,
                       Backlog& backlog, Point& p) {
   LogKvTarget target(s, p.run, requests, kOpenInflight);
-  const double seconds = std::clamp(static_cast<double>(o.target_samples) / rate_per_s, o.min_seconds, o.max_seconds);
-  FERRY_ASSIGN_OR_RETURN(p.run.loop, run_open(target, p.run.rec, LoopPlan::timed(o.warmup_seconds, seconds),
-                                              Arrivals{rate_per_s, seed}, backlog, timing_clock()));
+  const LoopPlan plan = LoopPlan::sampled(o.warmup_seconds, o.target_samples, rate_per_s, o.min_seconds, o.max_seconds);
+  FERRY_ASSIGN_OR_RETURN(p.run.loop,
+                         run_open(target, p.run.rec, plan, Arrivals{rate_per_s, seed}, backlog, timing_clock()));
   return ok_status();
 }
 

@@ -270,5 +270,14 @@ TEST(OpenLoop, ACountedWindowsCapWithoutDrainDropsWhatIsQueued) {
   EXPECT_EQ(rec.all().count(), target.ran_);
 }
 
+TEST(LoopPlan, ASampledWindowIsLongEnoughForItsSamplesWithinItsBounds) {
+  // 2,000 samples at 10,000/s: 0.2 s, inside [0.1, 1].
+  EXPECT_EQ(LoopPlan::sampled(0.05, 2000, 10'000, 0.1, 1.0).window_ns, 200'000'000u);
+  EXPECT_EQ(LoopPlan::sampled(0.05, 2000, 10'000, 0.1, 1.0).warmup_ns, 50'000'000u);
+  EXPECT_EQ(LoopPlan::sampled(0, 2000, 1e6, 0.1, 1.0).window_ns, 100'000'000u);    // the min
+  EXPECT_EQ(LoopPlan::sampled(0, 2000, 100, 0.1, 1.0).window_ns, 1'000'000'000u);  // the max
+  EXPECT_EQ(LoopPlan::sampled(0, 2000, 100, 0.3, 0.2).window_ns, 300'000'000u);    // a max below the min
+}
+
 }  // namespace
 }  // namespace ferry::bench
