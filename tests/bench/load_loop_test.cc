@@ -216,23 +216,26 @@ TEST(ClosedLoop, ACountedWindowStopsAtItsTimeCap) {
   EXPECT_EQ(rec.all().count(), out->started);
 }
 
-TEST(ClosedLoop, ATargetThatFinishesEndsTheWindow) {
+// A synchronous target of 1 us operations, a counted closed-loop window of 100.
+class CountedClosedLoop : public ::testing::Test {
+ protected:
+  Result<LoopOutcome> run() { return run_closed(target, rec, LoopPlan::counted(0, 100), clock); }
   FakeClock clock;
   Recorder rec;
-  SyncTarget target(clock, rec, kUs);
+  SyncTarget target{clock, rec, kUs};
+};
+
+TEST_F(CountedClosedLoop, ATargetThatFinishesEndsTheWindow) {
   target.finish_after_ = 7;
-  auto out = run_closed(target, rec, LoopPlan::counted(0, 100), clock);
+  auto out = run();
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ(out->started, 7u);
   EXPECT_FALSE(out->capped);
 }
 
-TEST(ClosedLoop, AFailedOperationEndsTheLoopWithItsError) {
-  FakeClock clock;
-  Recorder rec;
-  SyncTarget target(clock, rec, kUs);
+TEST_F(CountedClosedLoop, AFailedOperationEndsTheLoopWithItsError) {
   target.fail_at_ = 3;
-  auto out = run_closed(target, rec, LoopPlan::counted(0, 100), clock);
+  auto out = run();
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("operation 3 broke"), std::string::npos) << out.status().to_string();
   EXPECT_EQ(target.ran_, 3u);
