@@ -145,7 +145,7 @@ class Recorder {
     Histogram latency;
     uint64_t committed_in_window = 0;
   };
-  size_t kinds_;
+  [[maybe_unused]] size_t kinds_;  // read only by a debug build's checks
   Histogram all_;
   std::vector<Kind> by_kind_;  // empty for a single kind: all_ is that kind's
   uint64_t window_start_ns_ = UINT64_MAX;
