@@ -1,12 +1,12 @@
 #include "group_bench.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "core_guard.h"
 #include "cpu_load.h"
@@ -15,6 +15,7 @@
 #include "ferry/common/histogram.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
+#include "load_loop.h"
 #include "reference.h"
 #include "report.h"
 
@@ -26,8 +27,6 @@ using hyperloop::Primitive;
 using hyperloop::WireBytes;
 
 namespace {
-
-uint64_t now_ns() { return timing_clock().now_ns(); }
 
 struct Point {
   std::string experiment;
@@ -84,96 +83,145 @@ Result<GroupId> group_of(SystemUnderTest& s, uint32_t replicas, const GroupBench
 // Offsets: distinct slots cycling through the first half of the region
 // (gMEMCPY copies to the second half).
 struct Slots {
-  Slots(size_t region, uint32_t size) : stride((size + 63) / 64 * 64), count(std::max<size_t>(1, region / 2 / stride)) {}
+  Slots(size_t region, uint32_t size)
+      : stride((size + 63) / 64 * 64), count(std::max<size_t>(1, region / 2 / stride)) {}
   uint64_t at(uint64_t i) const { return (i % count) * stride; }
   uint64_t stride;
   uint64_t count;
 };
 
-Status one_op(GroupClient& c, GroupId g, Primitive p, uint32_t size, uint64_t i, const Slots& slots, size_t region,
-              bool flush) {
-  if (p == Primitive::kMemcpy) return c.gmemcpy(g, slots.at(i), region / 2 + slots.at(i), size, flush);
-  return c.gwrite(g, slots.at(i), size, flush);
-}
+// The counters a point's figures are differences of, read at the edges of
+// its measured window (load_loop.h's on_window_open/on_window_close): the
+// replicas' and the client thread's CPU, the wire bytes.
+class PointEdges {
+ public:
+  PointEdges(SystemUnderTest& s, GroupId g, Point& pt) : s_(s), g_(g), pt_(pt) {}
+  void on_window_open(uint64_t) {
+    replica_cpu_ns_ = s_.client->replica_cpu_ns();
+    client_cpu_ns_ = thread_cpu_time_ns();
+    auto w = s_.client->wire_bytes(g_);
+    if (w.ok()) wire_ = *w;
+    if (!w.ok()) status_ = w.status();
+  }
+  void on_window_close(uint64_t) {
+    pt_.replica_cpu_ns = s_.client->replica_cpu_ns() - replica_cpu_ns_;
+    pt_.client_cpu_ns = thread_cpu_time_ns() - client_cpu_ns_;
+    auto w = s_.client->wire_bytes(g_);
+    if (w.ok()) pt_.wire = *w - wire_;
+    if (!w.ok() && status_.ok()) status_ = w.status();
+  }
+  // What the loop measured, into the point.
+  Status finish(const Result<LoopOutcome>& out, const Recorder& rec) {
+    FERRY_RETURN_IF_ERROR(out.status());
+    FERRY_RETURN_IF_ERROR(status_);
+    pt_.seconds = out->seconds();
+    pt_.ops = out->started;
+    pt_.capped = out->capped;
+    pt_.hist = rec.all();
+    return ok_status();
+  }
 
-// The state a measurement starts from, for differences.
-struct Mark {
-  uint64_t replica_cpu_ns, client_cpu_ns, start_ns;
-  WireBytes wire;
+ protected:
+  SystemUnderTest& s_;
+  GroupId g_;
+  Point& pt_;
+
+ private:
+  uint64_t replica_cpu_ns_ = 0, client_cpu_ns_ = 0;
+  WireBytes wire_;
+  Status status_ = ok_status();
 };
-Result<Mark> mark(SystemUnderTest& s, GroupId g) {
-  FERRY_ASSIGN_OR_RETURN(WireBytes w, s.client->wire_bytes(g));
-  return Mark{s.client->replica_cpu_ns(), thread_cpu_time_ns(), now_ns(), w};
-}
-Status finish(SystemUnderTest& s, GroupId g, const Mark& m, Point& pt, uint64_t ops) {
-  pt.seconds = static_cast<double>(now_ns() - m.start_ns) / 1e9;
-  pt.ops = ops;
-  pt.replica_cpu_ns = s.client->replica_cpu_ns() - m.replica_cpu_ns;
-  pt.client_cpu_ns = thread_cpu_time_ns() - m.client_cpu_ns;
-  FERRY_ASSIGN_OR_RETURN(WireBytes w, s.client->wire_bytes(g));
-  pt.wire = w - m.wire;
-  return ok_status();
-}
 
-Status latency_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o, uint64_t* cas_counter) {
-  GroupClient& c = *s.client;
-  const Slots slots(o.region_bytes, pt.size);
-  auto run = [&](uint64_t i) -> Status {
-    if (pt.primitive == Primitive::kCas) {
-      const auto all = static_cast<uint8_t>((1u << pt.group) - 1);
-      auto r = c.gcas(g, 0, *cas_counter, *cas_counter + 1, all, false);
+// A latency point's load (load_loop.h): one synchronous call at a time, a
+// counted window of o.iters after 100 to warm up.
+class LatencyLoad : public PointEdges {
+ public:
+  static constexpr bool kSynchronous = true;
+  LatencyLoad(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o, uint64_t* cas_counter,
+              Recorder& rec)
+      : PointEdges(s, g, pt), o_(o), slots_(o.region_bytes, pt.size), cas_counter_(cas_counter), rec_(rec) {}
+  Status issue(uint64_t at_ns) {
+    FERRY_RETURN_IF_ERROR(run(i_++));
+    rec_.record(0, at_ns, now_ns());
+    return ok_status();
+  }
+  Status step(uint64_t) { return ok_status(); }
+  void on_window_open(uint64_t now) {
+    i_ = 0;  // the measured operations' slots start over
+    PointEdges::on_window_open(now);
+  }
+
+ private:
+  Status run(uint64_t i) {
+    GroupClient& c = *s_.client;
+    if (pt_.primitive == Primitive::kCas) {
+      const auto all = static_cast<uint8_t>((1u << pt_.group) - 1);
+      auto r = c.gcas(g_, 0, *cas_counter_, *cas_counter_ + 1, all, false);
       if (!r.ok()) return r.status();
       if (r->succeeded != all) return internal_error("gcas counter lost a race");
-      ++*cas_counter;
+      ++*cas_counter_;
       return ok_status();
     }
-    return one_op(c, g, pt.primitive, pt.size, i, slots, o.region_bytes, o.flush);
-  };
-  for (uint64_t i = 0; i < 100; ++i) FERRY_RETURN_IF_ERROR(run(i));  // warm-up
-  FERRY_ASSIGN_OR_RETURN(const Mark m, mark(s, g));
-  const uint64_t cap = static_cast<uint64_t>(pt.cap_seconds * 1e9);
-  uint64_t i = 0;
-  for (; i < o.iters; ++i) {
-    const uint64_t t0 = now_ns();
-    if (t0 - m.start_ns > cap) {
-      pt.capped = true;
-      break;
+    if (pt_.primitive == Primitive::kMemcpy) {
+      return c.gmemcpy(g_, slots_.at(i), o_.region_bytes / 2 + slots_.at(i), pt_.size, o_.flush);
     }
-    FERRY_RETURN_IF_ERROR(run(i));
-    pt.hist.record(now_ns() - t0);
+    return c.gwrite(g_, slots_.at(i), pt_.size, o_.flush);
   }
-  return finish(s, g, m, pt, i);
+
+  const GroupBenchOptions& o_;
+  const Slots slots_;
+  uint64_t* cas_counter_;
+  Recorder& rec_;
+  uint64_t i_ = 0;
+};
+
+// A throughput point's load: asynchronous gWRITEs, as many in flight as the
+// group's window holds (gwrite_async waits for room), a counted window of
+// o.throughput_bytes after 200 synchronous ones to warm up.
+class ThroughputLoad : public PointEdges {
+ public:
+  ThroughputLoad(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o, Recorder& rec)
+      : PointEdges(s, g, pt), o_(o), slots_(o.region_bytes, pt.size), rec_(rec) {}
+  Status warm_up() {
+    for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(s_.client->gwrite(g_, slots_.at(i), pt_.size, o_.flush));
+    return ok_status();
+  }
+  Status issue(uint64_t at_ns) {
+    // Two words of capture: std::function keeps it inline, no allocation.
+    Recorder* rec = &rec_;
+    rec_.issued();
+    return s_.client->gwrite_async(g_, slots_.at(i_++), pt_.size, o_.flush, [rec, at_ns](const hyperloop::OpResult& r) {
+      if (r.status.ok()) {
+        rec->completed(0, at_ns, now_ns());
+      } else {
+        rec->failed(r.status.to_string());
+      }
+    });
+  }
+  Status step(uint64_t) {
+    s_.client->poll();
+    return ok_status();
+  }
+
+ private:
+  const GroupBenchOptions& o_;
+  const Slots slots_;
+  Recorder& rec_;
+  uint64_t i_ = 0;
+};
+
+Status latency_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o, uint64_t* cas_counter) {
+  Recorder rec;
+  LatencyLoad load(s, g, pt, o, cas_counter, rec);
+  return load.finish(run_closed(load, rec, LoopPlan::counted(100, o.iters, pt.cap_seconds), timing_clock()), rec);
 }
 
 Status throughput_point(SystemUnderTest& s, GroupId g, Point& pt, const GroupBenchOptions& o) {
-  GroupClient& c = *s.client;
-  const Slots slots(o.region_bytes, pt.size);
-  const uint64_t target_ops = std::max<uint64_t>(1, o.throughput_bytes / pt.size);
-  struct Tally {
-    Histogram* hist;
-    Status failure;
-  } tally{&pt.hist, ok_status()};
-  for (uint64_t i = 0; i < 200; ++i) FERRY_RETURN_IF_ERROR(c.gwrite(g, slots.at(i), pt.size, o.flush));  // warm-up
-  FERRY_ASSIGN_OR_RETURN(const Mark m, mark(s, g));
-  const uint64_t cap = static_cast<uint64_t>(pt.cap_seconds * 1e9);
-  uint64_t i = 0;
-  for (; i < target_ops; ++i) {
-    const uint64_t t0 = now_ns();
-    if ((i & 63) == 0 && t0 - m.start_ns > cap) {
-      pt.capped = true;
-      break;
-    }
-    // Two words of capture: std::function keeps it inline, no allocation.
-    Tally* t = &tally;
-    FERRY_RETURN_IF_ERROR(c.gwrite_async(g, slots.at(i), pt.size, o.flush, [t, t0](const hyperloop::OpResult& r) {
-      if (!r.status.ok() && t->failure.ok()) t->failure = r.status;
-      t->hist->record(now_ns() - t0);
-    }));
-    if (!tally.failure.ok()) return tally.failure;
-  }
-  FERRY_RETURN_IF_ERROR(c.drain(g));
-  FERRY_RETURN_IF_ERROR(tally.failure);
-  return finish(s, g, m, pt, i);
+  Recorder rec;
+  ThroughputLoad load(s, g, pt, o, rec);
+  FERRY_RETURN_IF_ERROR(load.warm_up());
+  const uint64_t ops = std::max<uint64_t>(1, o.throughput_bytes / pt.size);
+  return load.finish(run_closed(load, rec, LoopPlan::counted(0, ops, pt.cap_seconds), timing_clock()), rec);
 }
 
 double us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
@@ -204,19 +252,26 @@ nlohmann::json ratio_json(const Point* base, const Point* hl, double q) {
       !percentile_reportable(hl->hist, q)) {
     return nullptr;
   }
-  return static_cast<double>(base->hist.percentile(q)) / static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(q)));
+  return static_cast<double>(base->hist.percentile(q)) /
+         static_cast<double>(std::max<uint64_t>(1, hl->hist.percentile(q)));
 }
 nlohmann::json ratios_json(const Point* base, const Point* hl) {
-  return {{"p50", ratio_json(base, hl, 0.5)}, {"p99", ratio_json(base, hl, 0.99)}, {"p999", ratio_json(base, hl, 0.999)}};
+  return {
+      {"p50", ratio_json(base, hl, 0.5)}, {"p99", ratio_json(base, hl, 0.99)}, {"p999", ratio_json(base, hl, 0.999)}};
 }
-std::string ratio_text(const nlohmann::json& r) { return r.is_null() ? "n/a" : fmt::format("{:.1f}x", r.get<double>()); }
+std::string ratio_text(const nlohmann::json& r) {
+  return r.is_null() ? "n/a" : fmt::format("{:.1f}x", r.get<double>());
+}
 
 nlohmann::json wire_json(const Point& p) {
   const double d = p.ops && p.group ? static_cast<double>(p.ops) * p.group : 1.0;
   const WireBytes& w = p.wire;
-  return {{"payload", static_cast<double>(w.payload) / d},   {"metadata", static_cast<double>(w.metadata) / d},
-          {"rearm", static_cast<double>(w.rearm) / d},       {"headers", static_cast<double>(w.headers) / d},
-          {"total", static_cast<double>(w.total()) / d},     {"packets", static_cast<double>(w.packets) / d},
+  return {{"payload", static_cast<double>(w.payload) / d},
+          {"metadata", static_cast<double>(w.metadata) / d},
+          {"rearm", static_cast<double>(w.rearm) / d},
+          {"headers", static_cast<double>(w.headers) / d},
+          {"total", static_cast<double>(w.total()) / d},
+          {"packets", static_cast<double>(w.packets) / d},
           {"loopback_packets", static_cast<double>(w.loopback_packets) / d}};
 }
 
@@ -248,8 +303,7 @@ nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const G
   // Cores' worth of replica CPU while the point ran (1.0 = one core busy).
   j["replica_cpu_cores"] = p.seconds > 0 ? static_cast<double>(p.replica_cpu_ns) / (p.seconds * 1e9) : 0.0;
   // The client thread's CPU: the client machine plus every emulated NIC.
-  j["client_and_nic_cpu_ns_per_op"] =
-      p.ops ? static_cast<double>(p.client_cpu_ns) / static_cast<double>(p.ops) : 0.0;
+  j["client_and_nic_cpu_ns_per_op"] = p.ops ? static_cast<double>(p.client_cpu_ns) / static_cast<double>(p.ops) : 0.0;
   p.guard.add_to(j);
   j["wire_bytes_per_op"] = wire_json(p);  // per replica
   if (p.experiment != "throughput") {
@@ -269,7 +323,8 @@ nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const G
 
 void print_row(std::ostream& out, const Point& p) {
   out << fmt::format(
-      "  {:<12} {:<8} {:>6} B  group {}  {:<5}  n {:>6}{}  avg {:>9.1f}  p50 {:>8}  p99 {:>8}  p99.9 {:>8}  max {:>9.1f} us  "
+      "  {:<12} {:<8} {:>6} B  group {}  {:<5}  n {:>6}{}  avg {:>9.1f}  p50 {:>8}  p99 {:>8}  p99.9 {:>8}  max "
+      "{:>9.1f} us  "
       "{:>8.0f} op/s  replica CPU {:>7.0f} ns/op  wire {:>6.0f} B/op/replica  core p99 x{:.2f}{}\n",
       p.system, hyperloop::primitive_name(p.primitive), p.size, p.group, p.load ? "load" : "quiet", p.hist.count(),
       p.capped ? "*" : " ", p.hist.mean() / 1000.0, percentile_text(p.hist, 0.5, kUs, 1),
@@ -279,8 +334,6 @@ void print_row(std::ostream& out, const Point& p) {
       p.ops && p.group ? static_cast<double>(p.wire.total()) / static_cast<double>(p.ops * p.group) : 0.0,
       p.guard.p99_ratio(), p.guard.disturbed() ? " DISTURBED" : "");
 }
-
-bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
 
@@ -319,10 +372,12 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
     if (l != "quiet" && l != "load") return invalid_argument("unknown load '" + l + "' (quiet, load)");
   }
   for (uint32_t s : o.sizes) {
-    if (s == 0 || s > o.region_bytes / 4) return invalid_argument("size " + std::to_string(s) + " does not fit the region");
+    if (s == 0 || s > o.region_bytes / 4)
+      return invalid_argument("size " + std::to_string(s) + " does not fit the region");
   }
   for (uint32_t g : o.group_sizes) {
-    if (g < 1 || g > hyperloop::kMaxReplicas) return invalid_argument("group size " + std::to_string(g) + " not in 1..7");
+    if (g < 1 || g > hyperloop::kMaxReplicas)
+      return invalid_argument("group size " + std::to_string(g) + " not in 1..7");
   }
   if (o.iters == 0) return invalid_argument("--iters must be at least 1");
   if (o.window < 1 || o.window > 32) {
@@ -348,18 +403,21 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
                   replica_cpu >= 0 ? fmt::format(" --taskset {}", replica_cpu) : std::string());
   text << "ferry bench group: HyperLoop §6.1 against Naive-RDMA (event and poll), same run\n"
        << "  " << where << "\n"
-       << fmt::format("  load: {} busy processes on CPU {} for 'load' points, started as a separate executable "
-                      "({}); replica regions: {} ({}), {} MiB; flush: {}\n",
-                      o.load_processes, replica_cpu, load_command, o.media == pm::Media::kPm ? "PM" : "DRAM",
-                      o.media == pm::Media::kPm ? "libpmem2 file, persistence modeled" : "volatile",
-                      o.region_bytes >> 20, o.flush ? "interleaved gFLUSH" : "none")
+       << fmt::format(
+              "  load: {} busy processes on CPU {} for 'load' points, started as a separate executable "
+              "({}); replica regions: {} ({}), {} MiB; flush: {}\n",
+              o.load_processes, replica_cpu, load_command, o.media == pm::Media::kPm ? "PM" : "DRAM",
+              o.media == pm::Media::kPm ? "libpmem2 file, persistence modeled" : "volatile", o.region_bytes >> 20,
+              o.flush ? "interleaved gFLUSH" : "none")
        << "  machine: " << machine_description() << "; timing clock: " << timing_clock_name() << "\n"
-       << fmt::format("  latency points: {} operations or {} s quiet / {} s loaded (* = stopped by the cap); "
-                      "percentiles need 10/(1-q) samples (p99: 1,000, p99.9: 10,000), else n/a\n",
-                      o.iters, o.max_seconds, o.max_seconds_loaded)
-       << fmt::format("  core p99 = p99 of a fixed ~1 us work item on the client/NIC core during the point over "
-                      "quiet; above {:.1f} the point is DISTURBED\n",
-                      kDisturbedP99Ratio);
+       << fmt::format(
+              "  latency points: {} operations or {} s quiet / {} s loaded (* = stopped by the cap); "
+              "percentiles need 10/(1-q) samples (p99: 1,000, p99.9: 10,000), else n/a\n",
+              o.iters, o.max_seconds, o.max_seconds_loaded)
+       << fmt::format(
+              "  core p99 = p99 of a fixed ~1 us work item on the client/NIC core during the point over "
+              "quiet; above {:.1f} the point is DISTURBED\n",
+              kDisturbedP99Ratio);
 
   // The physical floor of every tail: how often, and for how long, the
   // machine takes the client/NIC core away (quiet, before anything runs).
@@ -368,10 +426,10 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
                                       {"p50_us", stalls.gaps.percentile(0.5) * kUs},
                                       {"max_us", stalls.gaps.max() * kUs},
                                       {"stolen_fraction", stalls.stolen_fraction}};
-  text << fmt::format("  the client/NIC core loses the CPU {:.0f} times a second for {:.0f} us (median; max {:.0f} us, "
-                      "{:.1f}% of its time) -- a floor for the p99 of any operation of a few microseconds or more\n",
-                      stalls.per_second, stalls.gaps.percentile(0.5) * kUs, stalls.gaps.max() * kUs,
-                      stalls.stolen_fraction * 100);
+  text << fmt::format(
+      "  the client/NIC core loses the CPU {:.0f} times a second for {:.0f} us (median; max {:.0f} us, "
+      "{:.1f}% of its time) -- a floor for the p99 of any operation of a few microseconds or more\n",
+      stalls.per_second, stalls.gaps.percentile(0.5) * kUs, stalls.gaps.max() * kUs, stalls.stolen_fraction * 100);
 
   // Every point is measured quiet and then loaded, back to back, so that the
   // pair sees the same machine (this VM's speed drifts over minutes).
@@ -412,8 +470,8 @@ Status run_group_bench(const GroupBenchOptions& o, std::ostream& out, std::ostre
         if (loaded) {
           // Separate processes, pinned to the replica CPU; they end by
           // themselves if this process dies.
-          FERRY_ASSIGN_OR_RETURN(load, CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes),
-                                                      p.cap_seconds + 120));
+          FERRY_ASSIGN_OR_RETURN(load,
+                                 CpuLoad::start(replica_cpu, static_cast<int>(o.load_processes), p.cap_seconds + 120));
           during = time_work_item(kGuardSamples);
         }
         if (spec.experiment == "throughput") {

@@ -24,6 +24,7 @@
 #include "ferry/hyperloop/naive.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nicd/nicd.h"
+#include "load_loop.h"
 #include "report.h"
 
 namespace ferry::bench {
@@ -87,29 +88,65 @@ bool all_threads_stopped(pid_t pid) {
   return stopped && threads > 0;
 }
 
-// Synchronous gWRITEs of `size` bytes at rotating offsets, timed one by one.
-void run_point(hyperloop::GroupClient& client, hyperloop::GroupId gid, Point& p, uint64_t iters, double max_seconds) {
-  std::span<uint8_t> mem = client.client_memory(gid).value();
-  const uint64_t slots = kRegionBytes / p.size;
-  const Clock& clock = timing_clock();
-  const uint64_t start = clock.now_ns();
-  const uint64_t cap = static_cast<uint64_t>(max_seconds * 1e9);
-  for (uint64_t k = 0; k < iters; ++k) {
-    const uint64_t off = (k % slots) * p.size;
-    std::memset(mem.data() + off, static_cast<int>((k * 131 + p.size) & 0xFF), p.size);
-    const uint64_t t0 = clock.now_ns();
-    Status st = client.gwrite(gid, off, p.size);
-    const uint64_t t1 = clock.now_ns();
-    ++p.ops;
-    if (!st.ok()) {
-      if (p.failed++ == 0) p.first_error = st.to_string();
-      if (st.code() == Code::kFailedPrecondition || st.code() == Code::kTimedOut) break;  // the group is gone
-      continue;
-    }
-    p.latency.record(t1 - t0);
-    if (t1 - start > cap) break;
+// A point's load (load_loop.h): synchronous gWRITEs of `size` bytes at
+// rotating offsets, one at a time, each slot's bytes written (untimed) before
+// it starts. A failed gWRITE is counted, not measured; one that says the
+// group is gone (a replica stopped for good) ends the point.
+class GwriteLoad {
+ public:
+  static constexpr bool kSynchronous = true;
+  GwriteLoad(hyperloop::GroupClient& client, hyperloop::GroupId gid, Point& p, Recorder& rec)
+      : client_(client),
+        gid_(gid),
+        p_(p),
+        rec_(rec),
+        mem_(client.client_memory(gid).value()),
+        slots_(kRegionBytes / p.size) {
+    fill();
   }
-  p.seconds = static_cast<double>(clock.now_ns() - start) / 1e9;
+  Status issue(uint64_t at_ns) {
+    const Status st = client_.gwrite(gid_, off_, p_.size);
+    const uint64_t t1 = timing_clock().now_ns();
+    ++p_.ops;
+    if (st.ok()) {
+      rec_.record(0, at_ns, t1);
+    } else {
+      if (p_.failed++ == 0) p_.first_error = st.to_string();
+      gone_ = st.code() == Code::kFailedPrecondition || st.code() == Code::kTimedOut;
+    }
+    ++k_;
+    fill();
+    return ok_status();
+  }
+  Status step(uint64_t) { return ok_status(); }
+  bool finished() const { return gone_; }
+
+ private:
+  void fill() {
+    off_ = (k_ % slots_) * p_.size;
+    std::memset(mem_.data() + off_, static_cast<int>((k_ * 131 + p_.size) & 0xFF), p_.size);
+  }
+
+  hyperloop::GroupClient& client_;
+  hyperloop::GroupId gid_;
+  Point& p_;
+  Recorder& rec_;
+  std::span<uint8_t> mem_;
+  const uint64_t slots_;
+  uint64_t k_ = 0;
+  uint64_t off_ = 0;
+  bool gone_ = false;
+};
+
+// `iters` gWRITEs (fewer if max_seconds ran out or the group is gone).
+Status run_point(hyperloop::GroupClient& client, hyperloop::GroupId gid, Point& p, uint64_t iters, double max_seconds) {
+  Recorder rec;
+  GwriteLoad load(client, gid, p, rec);
+  FERRY_ASSIGN_OR_RETURN(const LoopOutcome out,
+                         run_closed(load, rec, LoopPlan::counted(0, iters, max_seconds), timing_clock()));
+  p.latency = rec.all();
+  p.seconds = out.seconds();
+  return ok_status();
 }
 
 bool regions_match(const std::string& dir, uint32_t replicas, std::span<const uint8_t> client) {
@@ -150,7 +187,7 @@ Result<Histogram> inproc_reference(const std::string& system, uint32_t replicas,
   FERRY_ASSIGN_OR_RETURN(hyperloop::GroupId gid, client->create_group(go));
   Point p;
   p.size = size;
-  run_point(*client, gid, p, iters, max_seconds);
+  FERRY_RETURN_IF_ERROR(run_point(*client, gid, p, iters, max_seconds));
   if (p.failed != 0) return internal_error("in-process reference: " + p.first_error);
   return p.latency;
 }
@@ -202,9 +239,11 @@ nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replica
 }  // namespace
 
 Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std::ostream& log) {
-  if (o.replicas < 1 || o.replicas > kHosts - 1) return invalid_argument("--group-sizes: 1..3 replicas with --transport udp");
+  if (o.replicas < 1 || o.replicas > kHosts - 1)
+    return invalid_argument("--group-sizes: 1..3 replicas with --transport udp");
   for (const std::string& s : o.systems) {
-    if (s != "hyperloop" && s != "naive-event" && s != "naive-poll") return invalid_argument("unknown system '" + s + "'");
+    if (s != "hyperloop" && s != "naive-event" && s != "naive-poll")
+      return invalid_argument("unknown system '" + s + "'");
   }
   for (uint32_t size : o.sizes) {
     if (size == 0 || size > kRegionBytes) return invalid_argument("size " + std::to_string(size) + " outside 1..1 MiB");
@@ -237,11 +276,11 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
     }
     std::vector<std::unique_ptr<ChildProcess>> daemons;
     for (int h = 0; h < kHosts; ++h) {
-      FERRY_ASSIGN_OR_RETURN(auto c, ChildProcess::spawn_self(
-                                         "nicd host" + std::to_string(h),
-                                         {"nicd", "--socket", dir + "/n" + std::to_string(h) + ".sock", "--bind",
-                                          "127.0.0.1:0", "--name", "host" + std::to_string(h), "--spin-us",
-                                          std::to_string(o.daemon_spin_us)}));
+      FERRY_ASSIGN_OR_RETURN(
+          auto c, ChildProcess::spawn_self(
+                      "nicd host" + std::to_string(h),
+                      {"nicd", "--socket", dir + "/n" + std::to_string(h) + ".sock", "--bind", "127.0.0.1:0", "--name",
+                       "host" + std::to_string(h), "--spin-us", std::to_string(o.daemon_spin_us)}));
       FERRY_RETURN_IF_ERROR(c->wait_for_line("event=ready", 10000).status());
       daemons.push_back(std::move(c));
     }
@@ -258,22 +297,23 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
       }
       {
         std::ofstream cfg(dir + "/chain.toml", std::ios::trunc);
-        cfg << fmt::format("[group]\nsystem = \"{}\"\nname = \"bench\"\nreplicas = {}\nregion_bytes = {}\n"
-                           "ring_ops = 128\nwindow = 16\nconnect_timeout_ms = 20000\n\n[client]\nnicd = \"{}\"\n"
-                           "listen = \"127.0.0.1:{}\"\n",
-                           system, o.replicas, kRegionBytes, dir + "/n0.sock", ports[0]);
+        cfg << fmt::format(
+            "[group]\nsystem = \"{}\"\nname = \"bench\"\nreplicas = {}\nregion_bytes = {}\n"
+            "ring_ops = 128\nwindow = 16\nconnect_timeout_ms = 20000\n\n[client]\nnicd = \"{}\"\n"
+            "listen = \"127.0.0.1:{}\"\n",
+            system, o.replicas, kRegionBytes, dir + "/n0.sock", ports[0]);
         for (uint32_t i = 0; i < o.replicas; ++i) {
-          cfg << fmt::format("\n[[replica]]\nnicd = \"{}/n{}.sock\"\nlisten = \"127.0.0.1:{}\"\nregion = \"{}/r{}.pm\"\n",
-                             dir, 1 + i, ports[1 + i], dir, i);
+          cfg << fmt::format(
+              "\n[[replica]]\nnicd = \"{}/n{}.sock\"\nlisten = \"127.0.0.1:{}\"\nregion = \"{}/r{}.pm\"\n", dir, 1 + i,
+              ports[1 + i], dir, i);
         }
         if (!cfg) return unavailable("cannot write " + dir + "/chain.toml");
       }
       std::vector<std::unique_ptr<ChildProcess>> replicas;
       for (uint32_t i = 0; i < o.replicas; ++i) {
-        FERRY_ASSIGN_OR_RETURN(auto c, ChildProcess::spawn_self(
-                                           system + " replica " + std::to_string(i),
-                                           {"hyperloop", "replica", "--config", dir + "/chain.toml", "--index",
-                                            std::to_string(i)}));
+        FERRY_ASSIGN_OR_RETURN(auto c, ChildProcess::spawn_self(system + " replica " + std::to_string(i),
+                                                                {"hyperloop", "replica", "--config",
+                                                                 dir + "/chain.toml", "--index", std::to_string(i)}));
         FERRY_RETURN_IF_ERROR(c->wait_for_line("event=listening", 10000).status());
         replicas.push_back(std::move(c));
       }
@@ -323,7 +363,7 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
           log << fmt::format("{} gwrite {} B{}: {} operations ...\n", system, size,
                              stopped ? " (replica processes stopped)" : "", o.iters)
               << std::flush;
-          run_point(*client, gid.value(), p, o.iters, o.max_seconds);
+          FERRY_RETURN_IF_ERROR(run_point(*client, gid.value(), p, o.iters, o.max_seconds));
           for (auto& r : replicas) cpu1 += r->cpu_time_ns();
           p.replica_cpu_ns = cpu1 - cpu0;
           const uint64_t written = std::min<uint64_t>(p.ops, kRegionBytes / size) * size;
@@ -366,14 +406,16 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
                        "stopped", "ops", "failed", "p50_us", "p99_us", "inproc50", "p50/inproc", "replica_ns/op",
                        "verified");
     for (const auto& j : rows) {
-      auto num = [](const nlohmann::json& v) { return v.is_null() ? std::string("n/a") : fmt::format("{:.1f}", v.get<double>()); };
-      out << fmt::format("{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12.0f} {:>10}\n",
-                         j["system"].get<std::string>(), j["size"].get<uint32_t>(),
-                         j["replicas_stopped"].get<bool>() ? "yes" : "no", j["ops"].get<uint64_t>(),
-                         j["failed"].get<uint64_t>(), num(j["p50_us"]), num(j["p99_us"]),
-                         j.contains("inproc") ? num(j["inproc"]["p50_us"]) : "-",
-                         j.contains("p50_over_inproc") ? fmt::format("{:.2f}", j["p50_over_inproc"].get<double>()) : "-",
-                         j["replica_cpu_ns_per_op"].get<double>(), j["regions_verified"].get<bool>() ? "yes" : "NO");
+      auto num = [](const nlohmann::json& v) {
+        return v.is_null() ? std::string("n/a") : fmt::format("{:.1f}", v.get<double>());
+      };
+      out << fmt::format(
+          "{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12.0f} {:>10}\n", j["system"].get<std::string>(),
+          j["size"].get<uint32_t>(), j["replicas_stopped"].get<bool>() ? "yes" : "no", j["ops"].get<uint64_t>(),
+          j["failed"].get<uint64_t>(), num(j["p50_us"]), num(j["p99_us"]),
+          j.contains("inproc") ? num(j["inproc"]["p50_us"]) : "-",
+          j.contains("p50_over_inproc") ? fmt::format("{:.2f}", j["p50_over_inproc"].get<double>()) : "-",
+          j["replica_cpu_ns_per_op"].get<double>(), j["regions_verified"].get<bool>() ? "yes" : "NO");
     }
     out << "NIC engines: four `ferry nicd` processes on loopback UDP, not pinned; replicas: separate processes; "
            "no CPU load. Latencies are the software RNIC's, not RNIC hardware's.\n";

@@ -26,6 +26,7 @@
 #include "reference.h"
 #include "report.h"
 #include "udp_pingpong.h"
+#include "verbs_load.h"
 
 namespace ferry::bench {
 namespace {
@@ -43,10 +44,12 @@ struct Point {
   double seconds = 0;
   Histogram latency;
   double engine_cpu_fraction = 0;
+  uint64_t engine_cpu_ns = 0;  // the NICs' work during the measured window
 };
 
 struct Aligned {
-  explicit Aligned(size_t n) : size(n), ptr(static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) & ~size_t{4095}))) {
+  explicit Aligned(size_t n)
+      : size(n), ptr(static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) & ~size_t{4095}))) {
     std::memset(ptr, 0, size);
   }
   ~Aligned() { std::free(ptr); }
@@ -74,6 +77,78 @@ Status repost_server_recv(const Link& l, uint64_t id) {
   return l.sqp->post_recv(RecvWr{id, std::span<const Sge>(&rs, 1)});
 }
 
+// A point's operations on `l` (verbs_load.h's Side): op's work requests,
+// each on its slot of the window; for SENDs the server application's share,
+// recycling its RECVs (off the measured path of a single op, on this thread).
+class LinkSide {
+ public:
+  LinkSide(const Link& l, const std::string& op, uint32_t size, uint32_t window, Point& p)
+      : l_(l), size_(size), window_(window), p_(p), atomic_(op == "atomic"), send_(op == "send") {
+    // Decided once: nothing compares strings inside the timed loop.
+    wr_.flags = kSendSignaled;
+    wr_.rkey = l.smr->rkey();
+    if (op == "write") wr_.opcode = WrOpcode::kRdmaWrite;
+    if (op == "read") wr_.opcode = WrOpcode::kRdmaRead;
+    if (op == "send") wr_.opcode = WrOpcode::kSend;
+    if (atomic_) {
+      wr_.opcode = WrOpcode::kAtomicFetchAndAdd;
+      wr_.compare_add = 1;
+    }
+  }
+
+  Status post(uint64_t i) {
+    const uint32_t slot = static_cast<uint32_t>(i % window_);
+    const Sge sge = l_.cmr->sge(static_cast<size_t>(slot) * l_.slot_bytes, size_);
+    wr_.wr_id = i;
+    wr_.sg_list = std::span<const Sge>(&sge, 1);
+    wr_.remote_addr = atomic_ ? l_.smr->iova() : l_.smr->iova() + static_cast<uint64_t>(slot) * l_.slot_bytes;
+    return l_.cqp->post_send(wr_);
+  }
+
+  Result<uint32_t> poll(std::span<WorkCompletion> wcs) {
+    if (send_) FERRY_RETURN_IF_ERROR(recycle_server_recvs(wcs));
+    if (l_.inline_engine != nullptr) l_.inline_engine->step();
+    auto n = l_.ccq->poll(wcs);
+    if (n.ok() && n.value() == 0 && l_.channel != nullptr) {
+      // Blocking: arm, look once more (a completion may have slipped in
+      // before the arm), then sleep until the NIC signals the channel.
+      const Status armed = l_.ccq->req_notify(false);
+      if (!armed.ok()) return Status(armed.code(), "req_notify: " + armed.to_string());
+      n = l_.ccq->poll(wcs);
+      if (n.ok() && n.value() == 0) {
+        auto ev = l_.channel->get_event(1000);
+        if (!ev.ok() && ev.status().code() != Code::kTimedOut) {
+          return Status(ev.status().code(), "get_event: " + ev.status().to_string());
+        }
+        n = l_.ccq->poll(wcs);
+      }
+    }
+    return n;
+  }
+
+  std::optional<uint64_t> ends(const WorkCompletion& wc) const { return wc.wr_id; }
+
+  void on_window_open(uint64_t) { engine_cpu_start_ = l_.engine_cpu_ns(); }
+  void on_window_close(uint64_t) { p_.engine_cpu_ns = l_.engine_cpu_ns() - engine_cpu_start_; }
+
+ private:
+  Status recycle_server_recvs(std::span<WorkCompletion> wcs) {
+    auto m = l_.scq->poll(wcs);
+    if (!m.ok()) return Status(m.status().code(), "server poll: " + m.status().to_string());
+    for (uint32_t i = 0; i < m.value(); ++i) FERRY_RETURN_IF_ERROR(repost_server_recv(l_, wcs[i].wr_id + kServerRecvs));
+    return ok_status();
+  }
+
+  const Link& l_;
+  const uint32_t size_;
+  const uint32_t window_;
+  Point& p_;
+  const bool atomic_;
+  const bool send_;
+  SendWr wr_;
+  uint64_t engine_cpu_start_ = 0;
+};
+
 // Runs `warmup + iters` operations with `window` outstanding on `l`.
 Result<Point> run_point(const Link& l, const std::string& op, uint32_t size, uint32_t window, uint64_t warmup,
                         uint64_t iters) {
@@ -82,90 +157,14 @@ Result<Point> run_point(const Link& l, const std::string& op, uint32_t size, uin
   p.size = size;
   p.outstanding = window;
   p.iters = iters;
-  SendWr wr;
-  wr.flags = kSendSignaled;
-  wr.rkey = l.smr->rkey();
-  if (op == "write") wr.opcode = WrOpcode::kRdmaWrite;
-  if (op == "read") wr.opcode = WrOpcode::kRdmaRead;
-  if (op == "send") wr.opcode = WrOpcode::kSend;
-  // Decided once: nothing compares strings inside the timed loop.
-  const bool atomic = op == "atomic";
-  const bool send = op == "send";
-  if (atomic) {
-    wr.opcode = WrOpcode::kAtomicFetchAndAdd;
-    wr.compare_add = 1;
-  }
-  const uint64_t total = warmup + iters;
-  std::vector<uint64_t> posted_at(window);
-  uint64_t posted = 0, done = 0, start_ns = 0, engine_cpu_start = 0;
-  const Clock& clock = timing_clock();
-  auto begin_measurement = [&] {
-    start_ns = clock.now_ns();
-    engine_cpu_start = l.engine_cpu_ns();
-  };
-  if (warmup == 0) begin_measurement();
-  // A NIC that stops completing (a daemon gone, a lost peer) ends the point
-  // with an error instead of a hang; checked only after many empty polls.
-  constexpr uint64_t kStuckNs = 10'000'000'000ULL;
-  uint64_t empty_polls = 0, last_progress_ns = clock.now_ns();
-  WorkCompletion wcs[32];
-  while (done < total) {
-    while (posted < total && posted - done < window) {
-      const uint32_t slot = static_cast<uint32_t>(posted % window);
-      const Sge sge = l.cmr->sge(static_cast<size_t>(slot) * l.slot_bytes, size);
-      wr.wr_id = posted;
-      wr.sg_list = std::span<const Sge>(&sge, 1);
-      wr.remote_addr = atomic ? l.smr->iova() : l.smr->iova() + static_cast<uint64_t>(slot) * l.slot_bytes;
-      posted_at[slot] = clock.now_ns();
-      const Status s = l.cqp->post_send(wr);
-      if (!s.ok()) return internal_error(fmt::format("{} {} B: post_send: {}", op, size, s.to_string()));
-      ++posted;
-    }
-    if (l.inline_engine != nullptr) l.inline_engine->step();
-    auto n = l.ccq->poll(wcs);
-    if (n.ok() && n.value() == 0 && l.channel != nullptr) {
-      // Blocking: arm, look once more (a completion may have slipped in
-      // before the arm), then sleep until the NIC signals the channel.
-      const Status armed = l.ccq->req_notify(false);
-      if (!armed.ok()) return internal_error(fmt::format("{} {} B: req_notify: {}", op, size, armed.to_string()));
-      n = l.ccq->poll(wcs);
-      if (n.ok() && n.value() == 0) {
-        auto ev = l.channel->get_event(1000);
-        if (!ev.ok() && ev.status().code() != Code::kTimedOut) {
-          return internal_error(fmt::format("{} {} B: get_event: {}", op, size, ev.status().to_string()));
-        }
-        n = l.ccq->poll(wcs);
-      }
-    }
-    if (!n.ok()) return internal_error(fmt::format("{} {} B: poll: {}", op, size, n.status().to_string()));
-    const uint64_t now = n.value() != 0 ? clock.now_ns() : 0;
-    for (uint32_t i = 0; i < n.value(); ++i) {
-      if (wcs[i].status != WcStatus::kSuccess) {
-        return internal_error(
-            fmt::format("{} {} B: benchmark op failed: {}", op, size, wc_status_name(wcs[i].status)));
-      }
-      if (done >= warmup) p.latency.record(now - posted_at[wcs[i].wr_id % window]);
-      ++done;
-      if (done == warmup) begin_measurement();
-    }
-    if (n.value() != 0) {
-      empty_polls = 0;
-      last_progress_ns = now;
-    } else if ((++empty_polls & 0xFFFF) == 0 && clock.now_ns() - last_progress_ns > kStuckNs) {
-      return timed_out(fmt::format("{} {} B: no completion for {} s ({} of {} done)", op, size, kStuckNs / 1'000'000'000,
-                                   done, total));
-    }
-    if (send) {
-      // The server application's share: recycle its RECVs (off the
-      // measured path of a single op, on this thread).
-      auto m = l.scq->poll(wcs);
-      if (!m.ok()) return internal_error(fmt::format("{} {} B: server poll: {}", op, size, m.status().to_string()));
-      for (uint32_t i = 0; i < m.value(); ++i) FERRY_RETURN_IF_ERROR(repost_server_recv(l, wcs[i].wr_id + kServerRecvs));
-    }
-  }
-  p.seconds = static_cast<double>(clock.now_ns() - start_ns) / 1e9;
-  const uint64_t engine_cpu_used_ns = l.engine_cpu_ns() - engine_cpu_start;
-  p.engine_cpu_fraction = p.seconds > 0 ? static_cast<double>(engine_cpu_used_ns) / 1e9 / p.seconds : 0;
+  LinkSide side(l, op, size, window, p);
+  Recorder rec;
+  VerbsWindow<LinkSide> target(side, window, rec, timing_clock(), fmt::format("{} {} B", op, size));
+  FERRY_ASSIGN_OR_RETURN(const LoopOutcome out,
+                         run_closed(target, rec, LoopPlan::counted(warmup, iters), timing_clock()));
+  p.latency = rec.all();
+  p.seconds = out.seconds();
+  p.engine_cpu_fraction = p.seconds > 0 ? static_cast<double>(p.engine_cpu_ns) / 1e9 / p.seconds : 0;
   return p;
 }
 
@@ -216,8 +215,11 @@ class Testbed {
     co.path_mtu = o.mtu;
     const Status s = connect_qps(*cqp_, *client_, *sqp_, *server_, co);
     FERRY_ASSERT(s.ok(), s.to_string());
-    link_ = Link{cqp_.get(), sqp_.get(), ccq_.get(), scq_.get(), cmr_.get(), smr_.get(), slot_bytes_,
-                 inline_ ? engine_.get() : nullptr, nullptr, [this] { return engine_cpu_ns(); }};
+    link_ = Link{cqp_.get(),  sqp_.get(),
+                 ccq_.get(),  scq_.get(),
+                 cmr_.get(),  smr_.get(),
+                 slot_bytes_, inline_ ? engine_.get() : nullptr,
+                 nullptr,     [this] { return engine_cpu_ns(); }};
     for (uint32_t i = 0; i < kServerRecvs; ++i) {
       const Status r = repost_server_recv(link_, i);
       FERRY_ASSERT(r.ok(), r.to_string());
@@ -274,17 +276,6 @@ void place_process(pid_t pid, int cpu) {
     for (int c = 0; c < available_cpus(); ++c) CPU_SET(c, &set);
   }
   (void)sched_setaffinity(pid, sizeof(set), &set);
-}
-
-// The 1-, 5- and 15-minute load averages: whether something else ran on
-// the machine around a point.
-std::vector<double> load_averages() {
-  double l[3] = {-1, -1, -1};
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf %lf %lf", &l[0], &l[1], &l[2]) != 3) l[0] = l[1] = l[2] = -1;
-    std::fclose(f);
-  }
-  return {l[0], l[1], l[2]};
 }
 
 // A directory for the daemons' sockets, removed with what is left in it.
@@ -362,11 +353,11 @@ class UdpTestbed {
       d.engine_cpu = usable_cpu(o.daemon_engine_cpus[i]);
       d.spin_us = o.daemon_spin_us[i];
       const std::string socket = t->dir_.path() + "/" + d.name + ".sock";
-      FERRY_ASSIGN_OR_RETURN(d.process, ChildProcess::spawn_self(
-                                            "nicd " + d.name, {"nicd", "--socket", socket, "--bind", "127.0.0.1:0",
-                                                               "--name", "bench-" + d.name, "--engine-cpu",
-                                                               std::to_string(d.engine_cpu), "--spin-us",
-                                                               std::to_string(d.spin_us), "--arena-mib", "64"}));
+      FERRY_ASSIGN_OR_RETURN(
+          d.process,
+          ChildProcess::spawn_self("nicd " + d.name, {"nicd", "--socket", socket, "--bind", "127.0.0.1:0", "--name",
+                                                      "bench-" + d.name, "--engine-cpu", std::to_string(d.engine_cpu),
+                                                      "--spin-us", std::to_string(d.spin_us), "--arena-mib", "64"}));
       FERRY_ASSIGN_OR_RETURN(d.ready_line, d.process->wait_for_line("event=ready", 10'000));
       log << "  daemon " << d.name << " (pid " << d.process->pid() << "): " << d.ready_line << "\n";
       auto dev = nicd::Device::open({.socket_path = socket, .client_name = "ferry-bench-nic-" + d.name});
@@ -376,8 +367,8 @@ class UdpTestbed {
       const auto ep = nic.udp_endpoint();
       if (!ep) return internal_error("daemon " + d.name + " reports no UDP endpoint");
       d.udp = *ep;
-      FERRY_ASSIGN_OR_RETURN(d.memory, nicd::SharedMemory::create(static_cast<size_t>(t->slot_bytes_) * kMaxWindow,
-                                                                   "ferry-bench-nic"));
+      FERRY_ASSIGN_OR_RETURN(
+          d.memory, nicd::SharedMemory::create(static_cast<size_t>(t->slot_bytes_) * kMaxWindow, "ferry-bench-nic"));
       FERRY_ASSIGN_OR_RETURN(d.pd, nic.alloc_pd());
       FERRY_ASSIGN_OR_RETURN(d.mr, nic.reg_mr(*d.pd, d.memory.data(), d.memory.size(), kAccessAll));
       CqInitAttr cq_attr;
@@ -409,8 +400,8 @@ class UdpTestbed {
     FERRY_RETURN_IF_ERROR(connect_qp(*a.qp, to_b, b.qp->qp_num(), co.b_psn, co.a_psn, co));
     FERRY_RETURN_IF_ERROR(connect_qp(*b.qp, to_a, a.qp->qp_num(), co.a_psn, co.b_psn, co));
     UdpTestbed* self = t.get();
-    t->link_ = Link{a.qp.get(), b.qp.get(), a.cq.get(), b.cq.get(), a.mr.get(), b.mr.get(), t->slot_bytes_, nullptr,
-                    a.channel.get(), [self] { return self->daemons_cpu_ns(); }};
+    t->link_ = Link{a.qp.get(), b.qp.get(),     a.cq.get(), b.cq.get(),      a.mr.get(),
+                    b.mr.get(), t->slot_bytes_, nullptr,    a.channel.get(), [self] { return self->daemons_cpu_ns(); }};
     for (uint32_t i = 0; i < kServerRecvs; ++i) FERRY_RETURN_IF_ERROR(repost_server_recv(t->link_, i));
     return t;
   }
@@ -475,12 +466,14 @@ nlohmann::json percentiles_json(const Histogram& h) {
   return j;
 }
 
-double ratio(uint64_t num, uint64_t den) { return static_cast<double>(num) / static_cast<double>(std::max<uint64_t>(den, 1)); }
+double ratio(uint64_t num, uint64_t den) {
+  return static_cast<double>(num) / static_cast<double>(std::max<uint64_t>(den, 1));
+}
 
 // The fields every row has, whatever the transport: the point, its latency
 // distribution and rate, and its cross-thread ping-pong / memcpy reference.
-nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, const Point& p, double mops,
-                        double gbps, uint64_t ref_p50, double ref_gbps) {
+nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, const Point& p, double mops, double gbps,
+                        uint64_t ref_p50, double ref_gbps) {
   nlohmann::json j;
   j["op"] = op;
   j["size"] = size;
@@ -582,9 +575,8 @@ Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostre
         if (!pp_block.ok()) return pp_block.status();
         if (!pp_poll.ok()) return pp_poll.status();
         // The in-process figure, then (its engine parked again) the point itself.
-        FERRY_ASSIGN_OR_RETURN(const Point in,
-                               run_point(inproc.link(), op, size, window, std::min<uint64_t>(inproc_iters / 10, 5000),
-                                         inproc_iters));
+        FERRY_ASSIGN_OR_RETURN(const Point in, run_point(inproc.link(), op, size, window,
+                                                         std::min<uint64_t>(inproc_iters / 10, 5000), inproc_iters));
         inproc.let_engine_sleep();
         const std::vector<double> loadavg = load_averages();
         const uint64_t cpu_a_start = udp->daemon_cpu_ns(0), cpu_b_start = udp->daemon_cpu_ns(1);
@@ -647,12 +639,9 @@ Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostre
           j["p50_over_udp_pingpong_poll"] = over_pp_poll;
           j["p50_over_inproc"] = over_inproc;
           j["mops_over_inproc"] = in_mops > 0 ? mops / in_mops : 0.0;
-          j["engine"] = {{"threads", 2},
-                         {"pinned", cpu_a >= 0 && cpu_b >= 0},
-                         {"cpu", cpu_a},
-                         {"cpus", {cpu_a, cpu_b}},
-                         {"mode", "daemons"},
-                         {"cpu_busy_fraction", p.engine_cpu_fraction}};
+          j["engine"] = {{"threads", 2},      {"pinned", cpu_a >= 0 && cpu_b >= 0},
+                         {"cpu", cpu_a},      {"cpus", {cpu_a, cpu_b}},
+                         {"mode", "daemons"}, {"cpu_busy_fraction", p.engine_cpu_fraction}};
           nlohmann::json daemons = nlohmann::json::array();
           const double busy[2] = {busy_a, busy_b};
           for (int i = 0; i < 2; ++i) {
@@ -675,7 +664,8 @@ Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostre
           out << j.dump() << std::endl;
         } else {
           out << fmt::format(
-              "{:<7}{:>7}{:>5}{:>8}{:>9}{:>9}{:>9}{:>10}{:>8.3f}{:>8.2f}{:>9}{:>9}{:>9}{:>8.2f}{:>9.2f}{:>8.2f}{:>8.2f}\n",
+              "{:<7}{:>7}{:>5}{:>8}{:>9}{:>9}{:>9}{:>10}{:>8.3f}{:>8.2f}{:>9}{:>9}{:>9}{:>8.2f}{:>9.2f}{:>8.2f}{:>8.2f}"
+              "\n",
               op, size, window, p.iters, percentile_text(p.latency, 0.5, 1, 0), percentile_text(p.latency, 0.99, 1, 0),
               percentile_text(p.latency, 0.999, 1, 0), p.latency.max(), mops, gbps, ppb.rtt.percentile(0.5),
               ppp.rtt.percentile(0.5), in.latency.percentile(0.5), over_pp, over_pp_poll, over_inproc,
@@ -687,11 +677,12 @@ Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostre
   }
   if (!o.json) {
     for (const auto& t : targets) {
-      out << fmt::format("target: {}: {} (p50 {} ns vs ping-pong {} ns = {:.2f}x; against the polling ping-pong "
-                         "{:.2f}x)\n",
-                         t["name"].get<std::string>(), t["met"].get<bool>() ? "MET" : "MISSED",
-                         t["p50_ns"].get<uint64_t>(), t["udp_pingpong_p50_ns"].get<uint64_t>(),
-                         t["measured_ratio"].get<double>(), t["ratio_to_polling_pingpong"].get<double>());
+      out << fmt::format(
+          "target: {}: {} (p50 {} ns vs ping-pong {} ns = {:.2f}x; against the polling ping-pong "
+          "{:.2f}x)\n",
+          t["name"].get<std::string>(), t["met"].get<bool>() ? "MET" : "MISSED", t["p50_ns"].get<uint64_t>(),
+          t["udp_pingpong_p50_ns"].get<uint64_t>(), t["measured_ratio"].get<double>(),
+          t["ratio_to_polling_pingpong"].get<double>());
     }
     if (targets.empty()) out << "target: not measured (it needs --ops write --sizes 64 --outstanding 1)\n";
   }
@@ -784,8 +775,8 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
           out << fmt::format(
               "{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10.3f}{:>8.2f}{:>9}{:>9.1f}{:>8.2f}{:>7.2f}{:>8.2f}\n", op,
               size, window, p.iters, percentile_text(p.latency, 0.5, 1, 0), percentile_text(p.latency, 0.99, 1, 0),
-              percentile_text(p.latency, 0.999, 1, 0),
-              p.latency.max(), mops, gbps, ref_p50, ref_gbps, p50_over_ref, gbps_over_ref, p.engine_cpu_fraction);
+              percentile_text(p.latency, 0.999, 1, 0), p.latency.max(), mops, gbps, ref_p50, ref_gbps, p50_over_ref,
+              gbps_over_ref, p.engine_cpu_fraction);
           out.flush();
         }
       }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,9 @@
 #include "ferry/nic/engine.h"
 #include "ferry/pm/domain.h"
 #include "ferry/pm/hints.h"
+#include "load_loop.h"
 #include "report.h"
+#include "verbs_load.h"
 
 namespace ferry::bench {
 namespace {
@@ -33,12 +36,12 @@ constexpr uint32_t kMaxWindow = 64;
 constexpr uint32_t kRecvSlot = 4096;
 
 struct Variant {
-  std::string name;              // "baseline", "+H3", ...
+  std::string name;  // "baseline", "+H3", ...
   std::vector<std::string> hints;
   bool pm = true;
   bool ddio = false;
-  bool aligned = false;          // H6 (align to PCIe DW / XPLine)
-  bool padded = false;           // H6/H5 (pad to the granularity)
+  bool aligned = false;  // H6 (align to PCIe DW / XPLine)
+  bool padded = false;   // H6/H5 (pad to the granularity)
   CpuWriteHints cpu{false, false};
 };
 
@@ -70,9 +73,24 @@ enum class PersistMode {
   kStrawman,  // WRITE, wait, READ, wait
 };
 
+class PmTestbed;
+
+// The measured window's own edges, for a Measurement's time and engine CPU:
+// opened once the warm-up completed and (settle) the media model's cleanup
+// ran, neither timed nor counted, so the counters hold measured operations
+// only.
+struct MeasuredSpan {
+  uint64_t start_ns = 0;
+  uint64_t engine_cpu_start = 0;
+  void open(PmTestbed& t, bool settle = true);
+  void close(PmTestbed& t, Measurement& m) const;
+};
+
 // Two hosts: a client with DRAM buffers, a server whose memory is a
 // PersistenceDomain holding the target region (PM or DRAM).
 class PmTestbed {
+  friend struct MeasuredSpan;
+
  public:
   PmTestbed(const PmBenchOptions& o, const Placement& placement, const Variant& v, const std::string& pm_path,
             uint64_t wire_delay_ns = 0)
@@ -131,49 +149,42 @@ class PmTestbed {
     return static_cast<size_t>(rng_.below(slots)) * align;
   }
 
-  // Runs `warmup + iters` operations keeping `window` in flight; `post(i)`
-  // issues operation i and `done(wc)` reports whether a completion ends one.
+  // Runs `warmup + iters` operations keeping `window` in flight (the load
+  // loop's VerbsWindow); `post(i)` issues operation i and `done(wc, &id)`
+  // reports whether a completion ends one (and which).
   template <typename Post, typename Done>
   Measurement drive(uint64_t warmup, uint64_t iters, uint32_t window, Post post, Done done) {
     Measurement r;
     r.iters = iters;
-    const uint64_t total = warmup + iters;
-    std::vector<uint64_t> posted_at(window);
-    uint64_t posted = 0, finished = 0, start_ns = 0, engine_cpu_start = 0;
-    const Clock& clock = timing_clock();
-    // Called once every warm-up operation has completed and before any
-    // measured one is posted: the model's cleanup is neither timed nor
-    // counted, and the counters hold measured operations only.
-    auto begin_measurement = [&] {
-      region_->settle_media_model();
-      region_->reset_counters();
-      engine_cpu_start = engine_->stats().thread_cpu_ns;
-      start_ns = clock.now_ns();
-    };
-    if (warmup == 0) begin_measurement();
-    WorkCompletion wcs[32];
-    while (finished < total) {
-      const uint64_t post_limit = finished < warmup ? warmup : total;
-      while (posted < post_limit && posted - finished < window) {
-        posted_at[posted % window] = clock.now_ns();
-        post(posted);
-        ++posted;
+    struct Side {
+      PmTestbed& t;
+      Post& post_op;
+      Done& done_op;
+      Measurement& r;
+      MeasuredSpan span;
+      Status post(uint64_t i) {
+        post_op(i);
+        return ok_status();
       }
-      serve_server_side();
-      auto n = ccq_->poll(wcs);
-      FERRY_ASSERT(n.ok(), n.status().to_string());
-      const uint64_t now = n.value() ? clock.now_ns() : 0;
-      for (uint32_t i = 0; i < n.value(); ++i) {
-        FERRY_ASSERT(wcs[i].status == WcStatus::kSuccess, "pm bench op failed: ", wc_status_name(wcs[i].status));
+      Result<uint32_t> poll(std::span<WorkCompletion> wcs) {
+        t.serve_server_side();
+        auto n = t.ccq_->poll(wcs);
+        FERRY_ASSERT(n.ok(), n.status().to_string());
+        return n;
+      }
+      std::optional<uint64_t> ends(const WorkCompletion& wc) {
         uint64_t id;
-        if (!done(wcs[i], &id)) continue;
-        if (finished >= warmup) r.latency.record(now - posted_at[id % window]);
-        ++finished;
-        if (finished == warmup) begin_measurement();
+        if (!done_op(wc, &id)) return std::nullopt;
+        return id;
       }
-    }
-    r.seconds = static_cast<double>(clock.now_ns() - start_ns) / 1e9;
-    r.engine_cpu_ns = engine_->stats().thread_cpu_ns - engine_cpu_start;
+      void on_window_open(uint64_t) { span.open(t); }
+      void on_window_close(uint64_t) { span.close(t, r); }
+    } side{*this, post, done, r, {}};
+    Recorder rec;
+    VerbsWindow<Side> target(side, window, rec, timing_clock(), "pm bench op");
+    auto out = run_closed(target, rec, LoopPlan::counted(warmup, iters), timing_clock());
+    FERRY_ASSERT(out.ok(), out.status().to_string());
+    r.latency = rec.all();
     region_->settle_media_model();
     r.counters = region_->counters();
     return r;
@@ -315,21 +326,41 @@ class PmTestbed {
         }
       }
     };
-    for (uint64_t i = 0; i < warmup; ++i) write(i, smr_->iova() + target(size));
-    const uint64_t engine_cpu_start = engine_->stats().thread_cpu_ns;
-    const uint64_t start_ns = clock.now_ns();
-    for (uint64_t i = warmup; i < warmup + iters; ++i) {
-      const uint64_t remote = smr_->iova() + target(size);
-      const uint64_t t0 = clock.now_ns();
-      write(i, remote);
-      m.latency.record(clock.now_ns() - t0);
-    }
-    m.seconds = static_cast<double>(clock.now_ns() - start_ns) / 1e9;
-    m.engine_cpu_ns = engine_->stats().thread_cpu_ns - engine_cpu_start;
+    // One write at a time (the loop's synchronous target); each one's
+    // target is drawn, untimed, before it starts.
+    Recorder rec;
+    PersistLoad load{*this, write, rec, m, size, 0, 0, {}};
+    load.remote = smr_->iova() + target(size);
+    auto out = run_closed(load, rec, LoopPlan::counted(warmup, iters), clock);
+    FERRY_ASSERT(out.ok(), out.status().to_string());
+    m.latency = rec.all();
     return m;
   }
 
  private:
+  // persist()'s load: one write at a time (the loop's synchronous target);
+  // each one's target is drawn, untimed, before it starts.
+  struct PersistLoad {
+    static constexpr bool kSynchronous = true;
+    PmTestbed& t;
+    std::function<void(uint64_t, uint64_t)> write_to;  // (operation, remote address)
+    Recorder& rec;
+    Measurement& m;
+    uint32_t size;
+    uint64_t i;
+    uint64_t remote;
+    MeasuredSpan span;
+    Status issue(uint64_t at_ns) {
+      write_to(i++, remote);
+      rec.record(0, at_ns, timing_clock().now_ns());
+      remote = t.smr_->iova() + t.target(size);
+      return ok_status();
+    }
+    Status step(uint64_t) { return ok_status(); }
+    void on_window_open(uint64_t) { span.open(t, /*settle=*/false); }
+    void on_window_close(uint64_t) { span.close(t, m); }
+  };
+
   void repost_server(uint64_t id) {
     const Sge rs = rmr_->sge((id % (2 * kMaxWindow)) * kRecvSlot, kRecvSlot);
     const Status s = sqp_->post_recv(RecvWr{id, std::span<const Sge>(&rs, 1)});
@@ -384,6 +415,20 @@ class PmTestbed {
   uint64_t replies_ = 0;
 };
 
+void MeasuredSpan::open(PmTestbed& t, bool settle) {
+  if (settle) {
+    t.region_->settle_media_model();
+    t.region_->reset_counters();
+  }
+  engine_cpu_start = t.engine_->stats().thread_cpu_ns;
+  start_ns = timing_clock().now_ns();
+}
+
+void MeasuredSpan::close(PmTestbed& t, Measurement& m) const {
+  m.seconds = static_cast<double>(timing_clock().now_ns() - start_ns) / 1e9;
+  m.engine_cpu_ns = t.engine_->stats().thread_cpu_ns - engine_cpu_start;
+}
+
 nlohmann::json modeled_json(const MediaCounters& c, uint64_t ops) {
   const double n = static_cast<double>(std::max<uint64_t>(ops, 1));
   const double seconds_per_op = static_cast<double>(c.media_bytes_written) / n / kMediaWriteBytesPerSecond +
@@ -421,7 +466,8 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
   std::string dir = o.pm_dir;
   if (dir.empty()) dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   if (!std::filesystem::is_directory(dir)) return not_found("pm directory " + dir + " does not exist");
-  const std::string pm_path = (std::filesystem::path(dir) / ("ferry-bench-pm-" + std::to_string(getpid()) + ".pm")).string();
+  const std::string pm_path =
+      (std::filesystem::path(dir) / ("ferry-bench-pm-" + std::to_string(getpid()) + ".pm")).string();
 
   Placement placement;
   placement.client_cpu = usable_cpu(o.client_cpu);
@@ -454,7 +500,8 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
   };
   auto table_header = [&](const std::string& title) {
     if (!o.json) {
-      out << "\n" << title << "\n"
+      out << "\n"
+          << title << "\n"
           << fmt::format("{:<11}{:<18}{:>6}{:>9}{:>9}{:>9}{:>9}  {:>7}{:>8}{:>8}{:>8}{:>11}\n", "memory", "variant",
                          "size", "Mops", "p50_ns", "p99_ns", "p999_ns", "wr_amp", "rmw/op", "rfo/op", "rd/op",
                          "media_Mops");
@@ -552,11 +599,11 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
       if (!o.json) {
         const auto& m = j["modeled"];
         out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
-                           on_pm ? "pm" : "dram", on_pm ? "locks on PM" : "+H8", 8, mops, percentile_text(r.latency, 0.5, 1, 0),
-                           percentile_text(r.latency, 0.99, 1, 0), percentile_text(r.latency, 0.999, 1, 0),
-                           m["write_amplification"].get<double>(), m["pcie_rmw_per_op"].get<double>(),
-                           m["cpu_rfo_per_op"].get<double>(), m["read_requests_per_op"].get<double>(),
-                           m["media_bound_mops"].get<double>());
+                           on_pm ? "pm" : "dram", on_pm ? "locks on PM" : "+H8", 8, mops,
+                           percentile_text(r.latency, 0.5, 1, 0), percentile_text(r.latency, 0.99, 1, 0),
+                           percentile_text(r.latency, 0.999, 1, 0), m["write_amplification"].get<double>(),
+                           m["pcie_rmw_per_op"].get<double>(), m["cpu_rfo_per_op"].get<double>(),
+                           m["read_requests_per_op"].get<double>(), m["media_bound_mops"].get<double>());
       }
     }
   }

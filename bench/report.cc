@@ -3,11 +3,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdio>
 
 #include "build_info.h"
 #include "ferry/common/cpu.h"
-#include "ferry/common/tsc.h"
 
 namespace ferry::bench {
 
@@ -54,23 +52,5 @@ void add_provenance(nlohmann::json& j) {
   if (build_dirty()) j["dirty"] = true;
   j["machine"] = machine_description();
 }
-
-double load_average() {
-  double l = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
-    std::fclose(f);
-  }
-  return l;
-}
-
-int usable_cpu(int wanted) { return (wanted >= 0 && wanted < available_cpus()) ? wanted : -1; }
-
-const Clock& timing_clock() {
-  if (Tsc::invariant()) return TscClock::instance();
-  return SteadyClock::instance();
-}
-
-const char* timing_clock_name() { return Tsc::invariant() ? "tsc" : "clock_monotonic"; }
 
 }  // namespace ferry::bench

@@ -23,34 +23,18 @@
 #include "ferry/pm/domain.h"
 #include "ferry/tailwind/format.h"
 #include "ferry/store/logkv.h"
+#include "ferry/store/logkv_wire.h"
 
 namespace ferry::store::logkv {
 namespace detail {
 
-// ---- wire (docs/tailwind.md, "LogKv requests") ----
+// ---- wire: ferry/store/logkv_wire.h ----
 
-inline constexpr uint8_t kConditional = 1;  // RequestHeader::flags: compare expected_version
-
-struct RequestHeader {
-  uint64_t table_id;
-  uint64_t expected_version;  // with kConditional; 0 = the key must not exist
-  uint8_t flags;
-  uint8_t reserved;           // 0
-  uint16_t key_bytes;
-  uint32_t value_bytes;       // PUT only; 0 otherwise
-};
-static_assert(sizeof(RequestHeader) == 24);
-
-struct ParsedRequest {
-  RequestHeader header{};
-  std::span<const uint8_t> key;
-  std::span<const uint8_t> value;
-};
-
-// The request's bytes are exactly a header, the key and the value.
-bool parse_request(std::span<const uint8_t> payload, ParsedRequest* out);
-std::vector<uint8_t> encode_request(uint64_t table_id, std::span<const uint8_t> key, std::span<const uint8_t> value,
-                                    std::optional<uint64_t> expected_version);
+using logkv::encode_request;
+using logkv::kConditional;
+using logkv::parse_request;
+using logkv::ParsedRequest;
+using logkv::RequestHeader;
 
 // ---- a server ----
 

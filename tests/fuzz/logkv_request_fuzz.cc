@@ -1,4 +1,4 @@
-// libFuzzer target: LogKv's request parser (store/logkv_internal.h), which
+// libFuzzer target: LogKv's request parser (ferry/store/logkv_wire.h), which
 // reads whatever a client sends in a PUT, GET or DELETE payload, and the
 // parsers of its control wire (a restore batch, a table map, a tablet
 // assignment), which read what the coordinator or a server sends.

@@ -1,0 +1,98 @@
+#include "store_report.h"
+
+#include <fmt/format.h>
+
+namespace ferry::bench::store_bench {
+
+void emit_point(const PointContext& c, const std::string& wl, const std::string& load_name, const PointResult& r,
+                const StoreBenchOptions& o, const Placement& placement, const std::string& load_text, std::ostream& out,
+                UpdateTails* tails) {
+  // Open loop: a system that cannot keep up queues, and its tail then grows
+  // with the length of the point.
+  const double achieved = static_cast<double>(r.total) / r.seconds;
+  const bool overloaded = c.rate > 0 && (r.capped || achieved < 0.95 * c.rate);
+  for (const auto& [op, st] : r.ops) {
+    nlohmann::json j;
+    j["experiment"] = c.experiment;
+    j["system"] = c.system;
+    j["workload"] = wl;
+    j["op"] = op;
+    j["load"] = load_name;
+    j["records"] = o.records;
+    j["samples"] = st.hist.count();
+    j["p50_us"] = percentile_json(st.hist, 0.50, 1e-3);
+    j["p95_us"] = percentile_json(st.hist, 0.95, 1e-3);
+    j["p99_us"] = percentile_json(st.hist, 0.99, 1e-3);
+    j["p999_us"] = percentile_json(st.hist, 0.999, 1e-3);
+    j["max_us"] = static_cast<double>(st.hist.max()) / 1e3;
+    j["mops"] = static_cast<double>(r.total) / r.seconds / 1e6;
+    j["replica_cpu_ns_per_op"] =
+        r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
+                     : nlohmann::json(nullptr);
+    j["capped"] = r.capped;
+    j["arrivals"] = c.rate > 0 ? "poisson" : "closed";
+    if (c.rate > 0) {
+      j["offered_ops_per_s"] = c.rate;
+      j["achieved_ops_per_s"] = achieved;
+      j["overloaded"] = overloaded;
+      j["latency_from"] = "scheduled arrival";
+    }
+    j["key_bytes"] = o.key_bytes;
+    j["value_bytes"] = o.value_bytes;
+    j["reads_from"] = c.reads_from;
+    if (op == "scan") {
+      j["reads_from"] = c.scans_from;
+      j["scan_length"] = fmt::format("uniform 1..{}", kScanLengthMax);
+      j["records_per_scan"] = static_cast<double>(r.scanned) / static_cast<double>(st.hist.count());
+    }
+    j["writes"] = op == "insert" && !c.inserts.empty() ? c.inserts : c.writes;
+    if (!c.peer.is_null()) j["peer"] = c.peer;
+    Placement p = placement;
+    p.load = load_text;
+    j["placement"] = placement_json(p);
+    j["cpu_load"] = load_text;
+    r.guard.add_to(j);
+    add_provenance(j);
+    if (wl == "A" && op == "update" && load_name == "load") {
+      if (overloaded) tails->overloaded.push_back(c.system);
+      if (percentile_reportable(st.hist, 0.99)) {
+        tails->p99_us[c.system] = static_cast<double>(st.hist.percentile(0.99)) / 1e3;
+      }
+      if (percentile_reportable(st.hist, 0.5)) {
+        tails->p50_us[c.system] = static_cast<double>(st.hist.percentile(0.5)) / 1e3;
+      }
+    }
+    if (o.json) {
+      out << j.dump() << "\n";
+    } else {
+      out << fmt::format(
+          "{:<7} {:<12} YCSB-{} {:<6} {:<5} {:<6} samples {:>6}  p50 {:>9} us  p99 {:>9} us  "
+          "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}{}\n",
+          c.experiment, c.system, wl, op, load_name,
+          c.rate > 0 ? fmt::format("{:.0f}/s", c.rate) : std::string("closed"), st.hist.count(),
+          percentile_text(st.hist, 0.5, 1e-3, 1), percentile_text(st.hist, 0.99, 1e-3, 1),
+          percentile_text(st.hist, 0.999, 1e-3, 1), static_cast<double>(st.hist.max()) / 1e3,
+          static_cast<double>(r.total) / r.seconds / 1e6,
+          r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
+                       : std::string("-"),
+          r.guard.disturbed()
+              ? fmt::format("  client core DISTURBED (work item p99 {:.1f}x quiet)", r.guard.p99_ratio())
+              : std::string());
+    }
+  }
+}
+
+void add_p99_ratios(const UpdateTails& t, const std::vector<std::string>& bases, const std::string& prefix,
+                    nlohmann::json& summary) {
+  const auto hl = t.p99_us.find("hyperloop");
+  if (hl == t.p99_us.end()) return;
+  for (const auto& base : bases) {
+    if (const auto b = t.p99_us.find(base); b != t.p99_us.end()) {
+      summary[prefix + base + "_over_hyperloop"] = b->second / hl->second;
+    } else if (const auto m = t.p50_us.find(base); m != t.p50_us.end()) {
+      summary[prefix + base + "_over_hyperloop_at_least"] = m->second / hl->second;
+    }
+  }
+}
+
+}  // namespace ferry::bench::store_bench
