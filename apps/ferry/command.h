@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,24 @@ struct MemberFlagHelp {
 };
 // Adds --config (required, an existing file) and the override flags.
 void add_member_flags(CLI::App* command, MemberFlags& flags, const MemberFlagHelp& help);
+
+// A deployed member's subcommand and the options its flags write (shared:
+// the function registered with Commands::add keeps them alive).
+template <class Options>
+struct MemberCommand {
+  CLI::App* app = nullptr;
+  std::shared_ptr<Options> options;
+};
+// Adds subcommand `name` under `parent` with the member flags bound to a
+// fresh Options' `member` (a MemberFlags).
+template <class Options>
+MemberCommand<Options> add_member_command(CLI::App* parent, std::string name, std::string description,
+                                          const MemberFlagHelp& help) {
+  MemberCommand<Options> c{parent->add_subcommand(std::move(name), std::move(description)),
+                           std::make_shared<Options>()};
+  add_member_flags(c.app, c.options->member, help);
+  return c;
+}
 
 // A benchmark's --quick: a small configuration of the options it names,
 // each taken only when the command line leaves that option alone (explicit

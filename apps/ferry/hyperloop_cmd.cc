@@ -361,41 +361,50 @@ int run_hyperloop_client(const ClientCmdOptions& opt, std::ostream& out, std::os
   return 0;
 }
 
+namespace {
+
+// What every chain member reads the same way: the chain file, its overrides
+// and --system.
+template <class Options>
+MemberCommand<Options> add_chain_member(CLI::App* hl_cmd, std::string name, std::string description, const char* listen,
+                                        const char* region) {
+  const auto member = add_member_command<Options>(
+      hl_cmd, std::move(name), std::move(description),
+      {.config = "the chain's TOML file (docs/deployment.md)", .listen = listen, .region = region});
+  member.app
+      ->add_option("--system", member.options->system,
+                   "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
+      ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
+  return member;
+}
+
+}  // namespace
+
 void add_hyperloop_commands(CLI::App& app, Commands& commands) {
   CLI::App* hl_cmd = app.add_subcommand(
       "hyperloop",
       "A HyperLoop chain as processes: replicas and a client, each attached to its host's NIC daemon "
       "(docs/deployment.md)");
   hl_cmd->require_subcommand(1);
-  // What every member reads the same way: the chain file and its overrides.
-  auto add_member_options = [](CLI::App* member, MemberFlags& flags, std::string& system, const char* listen,
-                               const char* region) {
-    MemberFlagHelp help;
-    help.config = "the chain's TOML file (docs/deployment.md)";
-    help.listen = listen;
-    help.region = region;
-    add_member_flags(member, flags, help);
-    member
-        ->add_option("--system", system, "hyperloop, or the baseline naive-event / naive-poll (overrides group.system)")
-        ->check(CLI::IsMember({"hyperloop", "naive-event", "naive-poll"}));
-  };
-  CLI::App* replica = hl_cmd->add_subcommand(
-      "replica",
+  const auto replica_cmd = add_chain_member<ReplicaCmdOptions>(
+      hl_cmd, "replica",
       "Serve as one replica of the chain described by --config: pre-post its chains, then sleep while its NIC "
-      "serves the group. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
-  auto r = std::make_shared<ReplicaCmdOptions>();
-  add_member_options(replica, r->member, r->system, "this replica's CM address (overrides the file)",
-                     "file holding the replica's region, e.g. on /dev/shm or a DAX mount (overrides the file)");
+      "serves the group. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies",
+      "this replica's CM address (overrides the file)",
+      "file holding the replica's region, e.g. on /dev/shm or a DAX mount (overrides the file)");
+  CLI::App* replica = replica_cmd.app;
+  const auto r = replica_cmd.options;
   replica->add_option("--index", r->index, "which [[replica]] of the file this process is (0: head)")->required();
   replica->add_option("--cpu", r->cpu, "naive-*: pin the thread that serves the chain (-1: no)")->capture_default_str();
   commands.add(replica, [r] { return run_hyperloop_replica(*r, std::cout, std::cerr); });
 
-  CLI::App* client = hl_cmd->add_subcommand(
-      "client",
+  const auto client_cmd = add_chain_member<ClientCmdOptions>(
+      hl_cmd, "client",
       "Connect to the chain described by --config and run --ops operations (gWRITEs and gCAS counter increments), "
-      "checking that every one was acknowledged and applied once, in order. Exit 0 only if all were");
-  auto o = std::make_shared<ClientCmdOptions>();
-  add_member_options(client, o->member, o->system, "this client's CM address (overrides the file)", nullptr);
+      "checking that every one was acknowledged and applied once, in order. Exit 0 only if all were",
+      "this client's CM address (overrides the file)", nullptr);
+  CLI::App* client = client_cmd.app;
+  const auto o = client_cmd.options;
   client->add_option("--ops", o->ops, "operations to run")->capture_default_str();
   client->add_option("--size", o->size, "bytes per gWRITE")->capture_default_str();
   client->add_option("--outstanding", o->outstanding, "operations in flight (at most the window)")

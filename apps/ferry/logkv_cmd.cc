@@ -238,37 +238,32 @@ void add_logkv_commands(CLI::App& app, Commands& commands) {
       "LogKv (the RAMCloud-like store on Tailwind) as processes: a coordinator, storage servers and clients, each "
       "attached to its host's NIC daemon, described by one TOML file (docs/tailwind.md, Deployment)");
   lk_cmd->require_subcommand(1);
-  CLI::App* coordinator = lk_cmd->add_subcommand(
-      "coordinator",
+  const auto coordinator = add_member_command<LogKvMemberOptions>(
+      lk_cmd, "coordinator",
       "Serve as the cluster's coordinator: tables and tablet map, heartbeats, and the recovery of a server that "
-      "stops answering. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies");
-  auto c = std::make_shared<LogKvMemberOptions>();
-  add_member_flags(
-      coordinator, c->member,
+      "stops answering. Stops on SIGINT/SIGTERM, or exits 1 when its NIC daemon dies",
       {.config = "the cluster's TOML file", .listen = "the coordinator's CM address (overrides the file)"});
-  commands.add(coordinator, [c] { return run_logkv_coordinator(*c, std::cout, std::cerr); });
+  commands.add(coordinator.app, [c = coordinator.options] { return run_logkv_coordinator(*c, std::cout, std::cerr); });
 
-  CLI::App* server = lk_cmd->add_subcommand(
-      "server",
+  const auto server = add_member_command<LogKvMemberOptions>(
+      lk_cmd, "server",
       "Serve as storage server --index of the cluster: primary for its tablets, backup for the others' logs. "
       "Waits for the other servers and the coordinator, then enlists. Stops on SIGINT/SIGTERM, or exits 1 when its "
-      "NIC daemon dies");
-  auto s = std::make_shared<LogKvMemberOptions>();
-  add_member_flags(server, s->member,
-                   {.config = "the cluster's TOML file",
-                    .listen = "this server's CM address (overrides the file)",
-                    .dir = "backup storage directory (overrides the file)"});
-  server->add_option("--index", s->index, "which [[server]] of the file this process is")->required();
-  commands.add(server, [s] { return run_logkv_server(*s, std::cout, std::cerr); });
+      "NIC daemon dies",
+      {.config = "the cluster's TOML file",
+       .listen = "this server's CM address (overrides the file)",
+       .dir = "backup storage directory (overrides the file)"});
+  server.app->add_option("--index", server.options->index, "which [[server]] of the file this process is")->required();
+  commands.add(server.app, [s = server.options] { return run_logkv_server(*s, std::cout, std::cerr); });
 
-  CLI::App* client = lk_cmd->add_subcommand(
-      "client",
+  const auto client_cmd = add_member_command<LogKvClientOptions>(
+      lk_cmd, "client",
       "One operation against the cluster: put KEY VALUE, get KEY, remove KEY, create-table NAME, or load/check "
       "--keys N (load writes key<first>.. with values derived from --seed and reports the PUT latency "
-      "distribution; check reads them back and exits 1 unless every value is exact)");
-  auto o = std::make_shared<LogKvClientOptions>();
-  add_member_flags(client, o->member,
-                   {.config = "the cluster's TOML file", .nicd = "the NIC daemon's socket (overrides [client] nicd)"});
+      "distribution; check reads them back and exits 1 unless every value is exact)",
+      {.config = "the cluster's TOML file", .nicd = "the NIC daemon's socket (overrides [client] nicd)"});
+  CLI::App* client = client_cmd.app;
+  const auto o = client_cmd.options;
   client->add_option("--table", o->table, "the table")->capture_default_str();
   client->add_option("op", o->op, "put, get, remove, create-table, load or check")
       ->required()

@@ -16,20 +16,20 @@ void add_store_commands(CLI::App& app, Commands& commands) {
       "reads served by any replica's CPU, and a client front end, each attached to its host's NIC daemon "
       "(docs/deployment.md, The transactional store as processes)");
   st_cmd->require_subcommand(1);
-  CLI::App* replica = st_cmd->add_subcommand(
-      "replica",
+  const auto replica_cmd = add_member_command<StoreReplicaOptions>(
+      st_cmd, "replica",
       "Serve as replica --index (or spare --spare) of the store described by --config: the data group over its "
       "region and the lock group over DRAM (their chains need no CPU once connected), and GET/SCAN from its own "
       "image under its read locks. With a [membership] table it beats in etcd and follows the chain's view: "
       "event=view/rebuilt when the chain is rebuilt around a failed member, event=copied when a spare joins "
       "(it copies its regions from its upstream neighbour first), event=removed and exit 3 when this member was "
       "removed from the chain (also at start: a removed id never serves again). Stops on SIGINT/SIGTERM (exit 0), "
-      "exits 1 when its NIC daemon dies or it cannot start, 2 for a bad configuration");
-  auto r = std::make_shared<StoreReplicaOptions>();
-  add_member_flags(replica, r->member,
-                   {.config = "the store's TOML file (docs/deployment.md)",
-                    .listen = "this replica's CM address (overrides the file)",
-                    .region = "file holding the data region, e.g. on /dev/shm or a DAX mount (overrides the file)"});
+      "exits 1 when its NIC daemon dies or it cannot start, 2 for a bad configuration",
+      {.config = "the store's TOML file (docs/deployment.md)",
+       .listen = "this replica's CM address (overrides the file)",
+       .region = "file holding the data region, e.g. on /dev/shm or a DAX mount (overrides the file)"});
+  CLI::App* replica = replica_cmd.app;
+  const auto r = replica_cmd.options;
   CLI::Option* index =
       replica->add_option("--index", r->index, "which [[replica]] of the file this process is (0: head)");
   replica
@@ -43,18 +43,18 @@ void add_store_commands(CLI::App& app, Commands& commands) {
     return run_store_replica(*r, std::cout, std::cerr);
   });
 
-  CLI::App* client = st_cmd->add_subcommand(
-      "client",
+  const auto client_cmd = add_member_command<StoreClientOptions>(
+      st_cmd, "client",
       "The store's front end: connect both groups, format a fresh store (clearing every replica's data region), "
       "put --puts keys (key000000..) and with --verify read each back from every replica and scan every replica's "
       "table, printing the put and read latency distributions. With a [membership] table it runs the chain "
       "manager on etcd: a put that fails makes it wait for the member that stopped beating (event=failed), "
       "replace it by a live [[spare]] in the next view (event=view version=N members=...), reconnect, reconcile "
       "the log through the members' read services (event=recovered, with timings) and retry the put; with no "
-      "failed member or no spare left it exits 1. Exit 0 only if every put succeeded and every read matched");
-  auto o = std::make_shared<StoreClientOptions>();
-  add_member_flags(client, o->member,
-                   {.config = "the store's TOML file", .listen = "the client's CM address (overrides the file)"});
+      "failed member or no spare left it exits 1. Exit 0 only if every put succeeded and every read matched",
+      {.config = "the store's TOML file", .listen = "the client's CM address (overrides the file)"});
+  CLI::App* client = client_cmd.app;
+  const auto o = client_cmd.options;
   client->add_option("--puts", o->puts, "keys to put (at most the table's slots)")->capture_default_str();
   client->add_option("--value-bytes", o->value_bytes, "bytes per value (at most value_max)")->capture_default_str();
   client->add_option("--seed", o->seed, "seed of the values")->capture_default_str();
