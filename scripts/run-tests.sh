@@ -19,6 +19,15 @@ export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 start=$(date +%s)
 step() { printf '\n==== %s (%ds)\n' "$*" "$(( $(date +%s) - start ))"; }
 
+# ctest runs the longest tests first only once a tree has run them: a fresh
+# tree starts from the durations recorded in tests/ctest-costs/ (a run on
+# 2 cores), so the long campaigns and the one-at-a-time CLI tests do not end
+# up last with a core idle. A tree's own record, once it has one, wins.
+seed_costs() {  # dir, recorded costs
+  local f=$1/Testing/Temporary/CTestCostData.txt
+  [[ -s $f ]] || { mkdir -p "$(dirname "$f")" && cp "$2" "$f"; }
+}
+
 configure() {  # dir, extra cmake args...
   local dir=$1; shift
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
@@ -30,6 +39,7 @@ step "release build"
 configure build
 cmake --build build -j "$JOBS"
 step "release tests"
+seed_costs build tests/ctest-costs/release.txt
 ctest --test-dir build --output-on-failure --no-tests=error -j "$JOBS" --timeout 300
 
 # The ASan+UBSan tree, built with clang, holds the sanitizer test executables
@@ -53,6 +63,7 @@ fi
 
 if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "ASan+UBSan tests"
+  seed_costs build-asan tests/ctest-costs/asan.txt
   # Every test suite (the CLI tests need the tool, which this build skips).
   # Seed campaigns run at full default size in the release step; here they
   # check memory safety, so a smaller size keeps the step within budget.
@@ -68,6 +79,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   configure build-tsan -DFERRY_SANITIZE=thread -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
   cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests hyperloop_thread_tests rpc_thread_tests membership_thread_tests cm_tests nicd_tests hyperloop_remote_tests tailwind_thread_tests store_thread_tests
   step "TSan tests"
+  seed_costs build-tsan tests/ctest-costs/tsan.txt
   # The engine-thread suite, and the multi-producer queue tests.
   FERRY_TAILWIND_SEEDS=${FERRY_TAILWIND_SEEDS:-1} FERRY_TW_CRASH_ROUNDS=${FERRY_TW_CRASH_ROUNDS:-2} \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
