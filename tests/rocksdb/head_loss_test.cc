@@ -33,6 +33,20 @@ void write_some(Cluster& c, Rng& rng, int n, const std::string& prefix, uint64_t
   }
 }
 
+// Loses the head, then reopens each replica alone (seeded by
+// `seed_base + r`): each must hold a prefix of the history with every
+// acknowledged durable write in it.
+void expect_each_replica_alone_holds_every_acknowledged_write(Cluster& c, uint64_t seed_base) {
+  c.lose_head();
+  for (uint32_t r = 0; r < 3; ++r) {
+    std::string error;
+    const PrefixCheck pc = c.sole_survivor(r, seed_base + r, &error);
+    EXPECT_TRUE(error.empty()) << "replica " << r << ": " << error;
+    EXPECT_TRUE(pc.ok) << "replica " << r << " alone, of " << c.history.writes.size() << " writes ("
+                       << c.history.durable << " acknowledged durable): " << pc.describe();
+  }
+}
+
 // Item 11. Several WAL switches (memtable flushes, with unsynced writes
 // before each: durable once Flush returns) and compactions, a stream small
 // enough to wrap many times (the head reclaims behind the appliers); then
@@ -64,14 +78,7 @@ TEST(ReplicatedRocksDbHeadLoss, EachReplicaAloneReopensWithEveryAcknowledgedWrit
               static_cast<unsigned long long>(counters.reclaimed_bytes),
               static_cast<unsigned long long>(counters.stream_full_waits));
 
-  c.lose_head();
-  for (uint32_t r = 0; r < 3; ++r) {
-    std::string error;
-    const PrefixCheck pc = c.sole_survivor(r, seed * 3 + r, &error);
-    EXPECT_TRUE(error.empty()) << "replica " << r << ": " << error;
-    EXPECT_TRUE(pc.ok) << "replica " << r << " alone, of " << c.history.writes.size() << " writes ("
-                       << c.history.durable << " acknowledged durable): " << pc.describe();
-  }
+  expect_each_replica_alone_holds_every_acknowledged_write(c, seed * 3);
 }
 
 // Item 12. RocksDB syncs an older WAL after it switched to a newer one
@@ -171,13 +178,7 @@ TEST(ReplicatedRocksDbWal, UnsyncedWritesAreOnEveryReplicaOnceAFlushReturns) {
   EXPECT_EQ(c.history.durable, 0u);
   ASSERT_TRUE(c.flush());
   EXPECT_GT(c.head->fs->counters().older_wal_bytes, 0u);
-  c.lose_head();
-  for (uint32_t r = 0; r < 3; ++r) {
-    std::string error;
-    const PrefixCheck pc = c.sole_survivor(r, seed + r, &error);
-    EXPECT_TRUE(error.empty()) << error;
-    EXPECT_TRUE(pc.ok) << "replica " << r << ": " << pc.describe();
-  }
+  expect_each_replica_alone_holds_every_acknowledged_write(c, seed);
 }
 
 // The stream never overwrites what a replica has not durably applied: with
@@ -276,13 +277,7 @@ TEST(ReplicatedRocksDbHeadCrash, AResumedHeadStreamsWhatItRecoversFromItsLocalWa
       << "the resumed head does not serve every write it took";
   // ... and every later acknowledged write comes after them on the replicas.
   ASSERT_NO_FATAL_FAILURE(write_some(c, rng, 100, "b-"));
-  c.lose_head();
-  for (uint32_t r = 0; r < 3; ++r) {
-    std::string error;
-    const PrefixCheck pc = c.sole_survivor(r, seed * 5 + r, &error);
-    EXPECT_TRUE(error.empty()) << error;
-    EXPECT_TRUE(pc.ok) << "replica " << r << ": " << pc.describe();
-  }
+  expect_each_replica_alone_holds_every_acknowledged_write(c, seed * 5);
 }
 
 // A replica's applier crashes with its disk keeping only what it synced:
@@ -303,13 +298,7 @@ TEST(ReplicatedRocksDbApplier, ACrashedApplierResumesFromItsDurableCursor) {
       ASSERT_TRUE(c.flush());
     }
   }
-  c.lose_head();
-  for (uint32_t r = 0; r < 3; ++r) {
-    std::string error;
-    const PrefixCheck pc = c.sole_survivor(r, seed * 7 + r, &error);
-    EXPECT_TRUE(error.empty()) << error;
-    EXPECT_TRUE(pc.ok) << "replica " << r << ": " << pc.describe();
-  }
+  expect_each_replica_alone_holds_every_acknowledged_write(c, seed * 7);
 }
 
 }  // namespace
