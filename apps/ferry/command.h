@@ -34,6 +34,7 @@ void add_hyperloop_commands(CLI::App& app, Commands& commands);  // hyperloop_cm
 void add_store_commands(CLI::App& app, Commands& commands);      // store_cmd.cc
 void add_logkv_commands(CLI::App& app, Commands& commands);      // logkv_cmd.cc
 void add_bench_commands(CLI::App& app, Commands& commands);      // bench_cmd.cc
+void add_sim_commands(CLI::App& app, Commands& commands);        // sim_cmd.cc
 
 // The help of a deployed member's flags (MemberFlags); a flag with no help
 // is not added.

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   ferry::apps::add_store_commands(app, commands);
   ferry::apps::add_logkv_commands(app, commands);
   ferry::apps::add_bench_commands(app, commands);
+  ferry::apps::add_sim_commands(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -63,7 +63,7 @@
 // certificate: any linearization of the whole history, restricted to the
 // subset, would linearize the subset (each kept read keeps every write of its
 // value, so its last preceding write is still there).
-#include "linearizability.h"
+#include "ferry/sim/linearizability.h"
 
 #include <algorithm>
 #include <bit>
@@ -76,7 +76,7 @@
 #include "ferry/common/assert.h"
 #include "ferry/common/rng.h"
 
-namespace ferry::testing {
+namespace ferry::sim {
 namespace {
 
 // One op of the key being checked.
@@ -944,4 +944,4 @@ LinearizabilityResult check_kv_history(std::span<const KvOp> history, uint64_t m
   return result;
 }
 
-}  // namespace ferry::testing
+}  // namespace ferry::sim
