@@ -122,6 +122,9 @@ Result<std::unique_ptr<Server>> Server::create(nic::Nic& nic, const ServerOption
   impl->engine = nic.engine();
   impl->nic = &nic;
   impl->options = options;
+  impl->clock = options.clock != nullptr ? options.clock
+                : Tsc::invariant()        ? static_cast<const Clock*>(&TscClock::instance())
+                                          : &SteadyClock::instance();
   if (!options.multi_packet) {
     // One request per RECV: the buffer is the largest request.
     impl->options.buffer_bytes = round_up(options.max_request_bytes, 64);
@@ -190,7 +193,7 @@ Status Server::start() {
     w->server = &s;
     w->strides = strides;
     w->stride_bytes = o.stride_bytes;
-    w->idle_commit_ticks = static_cast<uint64_t>(o.req_to_execute_idle_us * 1000.0 / Tsc::ns_per_tick());
+    w->idle_commit_ns = uint64_t{o.req_to_execute_idle_us} * 1000;
     const uint64_t positions = static_cast<uint64_t>(o.buffers) * strides;
     nic::CqInitAttr ca;
     ca.cqe = static_cast<uint32_t>(positions + o.buffers + kMaxSendsOutstanding);

@@ -59,8 +59,8 @@ struct Worker {
   bool any_seen = false;
   uint64_t persisted_rte = 0;  // durable: the ReqToExecute last persisted
   uint32_t unpersisted = 0;    // durable: nilext requests executed past it
-  uint64_t idle_since = 0;     // durable: TSC of the first empty poll in a row (0: not idle)
-  uint64_t idle_commit_ticks = 0;  // durable: ServerOptions::req_to_execute_idle_us in TSC ticks
+  uint64_t idle_since = 0;     // durable: the clock's time of the first empty poll in a row (0: not idle)
+  uint64_t idle_commit_ns = 0;  // durable: ServerOptions::req_to_execute_idle_us
   std::vector<PositionState> positions;       // ring over the posted buffers' positions
   std::vector<std::vector<uint16_t>> starts;  // per buffer slot: strides where a message started
   std::vector<void*> invalidate;              // durable: scratch, the checksum words a retired buffer clears
@@ -101,6 +101,7 @@ struct Server::Impl {
   nic::Engine* engine = nullptr;  // the NIC's, in process; nullptr for a daemon-attached NIC
   nic::Nic* nic = nullptr;
   ServerOptions options;
+  const Clock* clock = nullptr;  // options.clock, or the TSC's
   std::unique_ptr<nic::ProtectionDomain> pd;
   std::vector<HandlerEntry> handlers;  // by type (65536 entries once the first is registered)
   Admission admission;                 // empty functions: no admission

@@ -34,12 +34,13 @@ size_t Server::Impl::poll(Worker& w) {
     // ServerOptions::req_to_execute_group). Not at every empty poll: under
     // load the CQ is empty between most arrivals.
     if (options.durable_region != nullptr && w.exec > w.persisted_rte) {
-      const uint64_t now = Tsc::now();
+      const uint64_t now = clock->now_ns() | 1;  // never 0, which means "not idle"
       if (w.idle_since == 0) {
         w.idle_since = now;
-      } else if (now - w.idle_since >= w.idle_commit_ticks) {
+      } else if (now - w.idle_since >= w.idle_commit_ns) {
+        const uint64_t t0 = Tsc::now();
         persist_req_to_execute(w, w.exec);
-        w.counters.busy_ticks.add(Tsc::now() - now);
+        w.counters.busy_ticks.add(Tsc::now() - t0);
       }
     }
     return 0;

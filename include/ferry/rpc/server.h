@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "ferry/cm/cm.h"
+#include "ferry/common/clock.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
@@ -174,6 +175,10 @@ struct ServerOptions {
   // batch.
   uint32_t req_to_execute_group = 64;
   uint32_t req_to_execute_idle_us = 20;
+  // The time req_to_execute_idle_us is measured in (the only time the
+  // workers act on): null for the TSC; the simulator's virtual clock there,
+  // so that a run does not depend on how fast the machine is.
+  const Clock* clock = nullptr;
 };
 
 // Counters of one worker (or their sum). Monotonic.
