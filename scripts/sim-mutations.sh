@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The simulator's mutation check (docs/simulation.md, "Mutations"): each
+# patch in tests/sim/mutations/ puts a bug back into the production code --
+# a fix of the data-safety issue reverted, or a classic bug injected -- and
+# the simulator must find it. For each patch: apply it to a scratch copy of
+# the committed tree, build `ferry`, run `ferry sim <system>` over up to
+# MAX seeds and report the first seed that fails and the invariant it broke.
+#
+# Usage: scripts/sim-mutations.sh [--max N] [--build DIR] [PATCH...]
+#   --max N     seeds per mutation before it counts as not found (default 10000)
+#   --build DIR the scratch tree (default /tmp/ferry-mutations; reused, so a
+#               second run rebuilds only what the patches touch)
+#   PATCH       patch files (default: every tests/sim/mutations/*.patch)
+# The system a patch targets is the first word of its file name
+# (juneberry-..., hyperloop-store-..., tailwind-...). Prints a Markdown table.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+max=10000
+scratch=/tmp/ferry-mutations
+patches=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --max) max=$2; shift 2 ;;
+    --build) scratch=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "sim-mutations: unknown option $1" >&2; exit 2 ;;
+    *) patches+=("$1"); shift ;;
+  esac
+done
+if [[ ${#patches[@]} -eq 0 ]]; then
+  patches=("$root"/tests/sim/mutations/*.patch)
+fi
+
+# The scratch tree: the committed HEAD, exported (not a worktree, so the
+# repository's state is never touched).
+mkdir -p "$scratch/src"
+git -C "$root" archive HEAD | tar -x -C "$scratch/src"
+if [[ ! -f "$scratch/build/build.ninja" ]]; then
+  cmake -S "$scratch/src" -B "$scratch/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TESTS=OFF >/dev/null
+fi
+
+echo "| mutation | system | found at seed (of $max) | invariant reported | seconds |"
+echo "|---|---|---|---|---|"
+for patch in "${patches[@]}"; do
+  name=$(basename "$patch" .patch)
+  system=${name%%-*}
+  [[ $name == hyperloop-store-* ]] && system=hyperloop-store
+  if ! patch -d "$scratch/src" -p1 --forward --quiet <"$patch"; then
+    echo "| $name | $system | patch does not apply | - | - |"
+    continue
+  fi
+  if ! ninja -C "$scratch/build" ferry >"$scratch/build.log" 2>&1; then
+    echo "| $name | $system | does not build (see $scratch/build.log) | - | - |"
+    patch -d "$scratch/src" -p1 -R --quiet <"$patch"
+    continue
+  fi
+  start=$(date +%s)
+  out=$("$scratch/build/ferry" sim "$system" --seeds "$max" --quiet --no-shrink --stop-after 1 --tail 0 || true)
+  secs=$(($(date +%s) - start))
+  seed=$(grep -m1 '^FAIL seed=' <<<"$out" | sed 's/^FAIL seed=\([0-9]*\).*/\1/' || true)
+  broke=$(grep -m1 '^FAIL seed=' <<<"$out" | sed 's/.* broke=//' || true)
+  if [[ -n "$seed" ]]; then
+    echo "| $name | $system | $seed | $broke | $secs |"
+  else
+    echo "| $name | $system | not found | - | $secs |"
+  fi
+  patch -d "$scratch/src" -p1 -R --quiet <"$patch"
+done
