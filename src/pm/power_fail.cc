@@ -167,8 +167,52 @@ std::vector<uint8_t> PersistenceDomain::image_after_power_fail(const Region& reg
   return mine != nullptr ? std::move(*mine) : std::vector<uint8_t>{};
 }
 
+void PersistenceDomain::arm_cut(uint64_t fences) {
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  impl_->cut_countdown = fences;
+  impl_->cut.reset();
+}
+
+bool PersistenceDomain::cut_taken() const {
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  return impl_->cut != nullptr;
+}
+
+void PersistenceDomain::Impl::take_cut() {
+  cut = std::make_unique<Cut>();
+  for (const auto& s : states) {
+    if (s->media != Media::kPm) continue;
+    cut->visible.emplace_back(s->base, s->base + s->size);
+    cut->durable.push_back(s->durable);
+  }
+  cut->fifo = fifo;
+  cut->fence = fence;
+  cut->fence_bytes = fence_bytes;
+}
+
+void PersistenceDomain::Impl::restore_cut() {
+  if (cut == nullptr) return;
+  size_t i = 0;
+  for (auto& s : states) {
+    if (s->media != Media::kPm) continue;
+    if (i >= cut->visible.size()) break;  // mapped after the cut: nothing of it was there
+    std::memcpy(s->base, cut->visible[i].data(), s->size);
+    s->durable = std::move(cut->durable[i]);
+    ++i;
+  }
+  reset_volatile();
+  fifo = std::move(cut->fifo);
+  fifo_bytes = 0;
+  for (const auto& w : fifo) fifo_bytes += w.length;
+  fence = std::move(cut->fence);
+  fence_bytes = std::move(cut->fence_bytes);
+  cut.reset();
+  cut_countdown = 0;
+}
+
 PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
   std::lock_guard<SpinLock> lock(impl_->mu);
+  impl_->restore_cut();
   std::vector<Target> targets;
   for (auto& s : impl_->states) {
     targets.push_back({s.get(), s->base, s->media == Media::kPm ? s->durable.data() : nullptr, {}});
@@ -181,6 +225,7 @@ PowerFailReport PersistenceDomain::power_fail(uint64_t seed) {
 
 void PersistenceDomain::process_crash() {
   std::lock_guard<SpinLock> lock(impl_->mu);
+  impl_->restore_cut();  // a crash point: nothing after it ran
   // The machine lives on: the NIC delivers what it buffered and the caches
   // are written back eventually, so PM keeps everything visible.
   impl_->reset_volatile();

@@ -198,6 +198,7 @@ void Region::drain() {
 
 void Region::drain_locked() {
   auto& impl = *domain_->impl_;
+  impl.at_fence();
   for (const auto& f : impl.fence) {
     std::memcpy(f.region->durable.data() + f.offset, impl.fence_bytes.data() + f.at, f.length);
   }

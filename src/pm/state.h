@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,25 @@ struct PersistenceDomain::Impl {
   // Fence
   std::vector<detail::FenceSnapshot> fence;
   std::vector<uint8_t> fence_bytes;
+
+  // A crash point (arm_cut): fences left before the power goes (0: none
+  // armed), and the machine as it stood when it went.
+  struct Cut {
+    std::vector<std::vector<uint8_t>> visible;  // per PM state, in `states` order
+    std::vector<std::vector<uint8_t>> durable;
+    std::deque<detail::PendingWrite> fifo;
+    std::vector<detail::FenceSnapshot> fence;
+    std::vector<uint8_t> fence_bytes;
+  };
+  uint64_t cut_countdown = 0;
+  std::unique_ptr<Cut> cut;
+  // At a fence: counts down, and takes the cut when it reaches zero.
+  void at_fence() {
+    if (cut_countdown != 0 && --cut_countdown == 0) take_cut();
+  }
+  void take_cut();
+  // Puts the machine back as it stood at the cut (before a failure).
+  void restore_cut();
 
   detail::RegionState* find(const void* p, size_t len) const;
   // Puts a DMA write of r's [off, off+len) into the NIC buffer, draining the

@@ -414,5 +414,53 @@ TEST(PmRegion, ContentSurvivesUnmapAndRemapAfterAPowerFailure) {
   EXPECT_EQ(r->data()[0], 0x11) << "the file holds what survived";
 }
 
+// Crash points (PersistenceDomain::arm_cut): the power goes at the start of
+// the n-th fence from now. What was persisted before it survives; the fence
+// it interrupts may or may not complete; nothing stored after it survives,
+// although the code went on running (and persisted it).
+TEST_F(PmTest, ACutAtAFenceKeepsWhatWasPersistedBeforeAndNothingStoredAfter) {
+  build({});
+  int interrupted_kept = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const uint8_t a = 1, b = 2, c = 3, zero = 0;
+    pm_->store_persist(pm_->data() + 0, &zero, 1);
+    pm_->store_persist(pm_->data() + 4096, &zero, 1);
+    pm_->store_persist(pm_->data() + 8192, &zero, 1);
+    domain_->arm_cut(2);
+    pm_->store_persist(pm_->data() + 0, &a, 1);  // fence 1: before the cut
+    EXPECT_FALSE(domain_->cut_taken());
+    pm_->store_persist(pm_->data() + 4096, &b, 1);  // fence 2: the cut comes at its start
+    EXPECT_TRUE(domain_->cut_taken());
+    pm_->store_persist(pm_->data() + 8192, &c, 1);  // after the cut: never happened
+    (void)domain_->power_fail(seed);
+    EXPECT_EQ(pm_->data()[0], a) << "seed " << seed;
+    EXPECT_EQ(pm_->data()[8192], zero) << "seed " << seed;
+    EXPECT_FALSE(domain_->cut_taken());
+    interrupted_kept += pm_->data()[4096] == b;
+  }
+  EXPECT_GT(interrupted_kept, 0);  // the interrupted fence: either way
+  EXPECT_LT(interrupted_kept, 200);
+}
+
+TEST_F(PmTest, AProcessCrashAtACutKeepsWhatWasStoredBeforeItAndNothingAfter) {
+  build({});
+  const uint8_t a = 7, b = 8, zero = 0;
+  pm_->store_persist(pm_->data() + 0, &zero, 1);
+  pm_->store_persist(pm_->data() + 64, &zero, 1);
+  domain_->arm_cut(1);
+  pm_->data()[0] = a;                              // a plain store before the cut: the machine lives, PM keeps it
+  pm_->store_persist(pm_->data() + 64, &b, 1);     // the cut at this fence's start: b was stored before it
+  pm_->store_persist(pm_->data() + 128, &b, 1);    // after the cut
+  domain_->process_crash();
+  EXPECT_EQ(pm_->data()[0], a);
+  EXPECT_EQ(pm_->data()[64], b);
+  EXPECT_EQ(pm_->data()[128], zero);
+  // Disarmed: the next crash keeps everything.
+  pm_->data()[128] = b;
+  domain_->process_crash();
+  EXPECT_EQ(pm_->data()[128], b);
+}
+
+
 }  // namespace
 }  // namespace ferry::pm::testing

@@ -90,6 +90,19 @@ class PersistenceDomain final : public nic::HostMemory {
   // The process dies, the machine does not: DRAM lost, PM keeps everything.
   void process_crash();
 
+  // Crash points (the simulator, docs/simulation.md): the power goes at the
+  // start of the `fences`-th fence from now (a drain, persist or
+  // store_persist of any region of this domain). The machine as it stood at
+  // that instant is kept aside -- memory as the CPU and the NIC had left
+  // it, the NIC's buffer, the write-backs waiting for that fence -- and the
+  // next power_fail() or process_crash() starts from it, as if nothing after
+  // it had run. The code that was running goes on (it cannot be stopped
+  // mid-call), so the caller must let nothing leave the machine once
+  // cut_taken(): a reply sent after the cut would show what the failure
+  // takes back. 0 disarms (and forgets a cut taken).
+  void arm_cut(uint64_t fences);
+  bool cut_taken() const;
+
   // ---- nic::HostMemory (engine thread) ----
   void dma_write(uint32_t qpn, uint8_t* dst, const uint8_t* src, size_t len) override;
   uint64_t atomic_compare_swap(uint32_t qpn, uint64_t* addr, uint64_t compare, uint64_t swap) override;
