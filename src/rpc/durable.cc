@@ -57,8 +57,12 @@ Status Server::Impl::init_durable_area(Worker& w) {
   pm::Region& r = *options.durable_region;
   const DurableLayout layout{options.buffers, options.buffer_bytes, options.stride_bytes};
   // A failure in the middle of this must not make the old contents look
-  // like requests: first an empty scan range, then clean buffers, then the
-  // new control block.
+  // like requests, nor leave a control block recovery refuses: first an
+  // empty scan range, then clean buffers, then the area marked not
+  // initialized (one 8-byte store, atomic on PM), then the new control
+  // block, whose magic comes last. ReqToExecute and SRQTail cannot go to 0
+  // together in one store, and a failure that kept one and lost the other
+  // (8-byte words persist independently) would leave them inconsistent.
   if (w.control->magic == kDurableMagic) {
     const uint64_t end = w.control->srq_tail * layout.strides();
     r.store(&w.control->req_to_execute, &end, sizeof(end));
@@ -71,8 +75,10 @@ Status Server::Impl::init_durable_area(Worker& w) {
     r.store_nt(w.buffer_base + off, zeros.data(), std::min(zeros.size(), clear_bytes - off));
   }
   r.drain();
+  static constexpr uint64_t kNotInitialized = 0;
+  r.store_persist(&w.control->magic, &kNotInitialized, sizeof(kNotInitialized));
   DurableControl c{};
-  c.magic = kDurableMagic;
+  c.magic = kNotInitialized;
   c.version = kDurableVersion;
   c.worker = w.index;
   c.buffers = layout.buffers;
@@ -82,6 +88,7 @@ Status Server::Impl::init_durable_area(Worker& w) {
   c.srq_tail = 0;
   r.store(w.control, &c, sizeof(c));
   r.persist(w.control, sizeof(c));
+  r.store_persist(&w.control->magic, &kDurableMagic, sizeof(kDurableMagic));
   w.persisted_rte = 0;
   return ok_status();
 }

@@ -195,6 +195,40 @@ struct Tracked {
   bool done = false;
 };
 
+// Found by the simulator (ferry sim juneberry, a power failure during a
+// recovery): the recovery ends by starting the area afresh, and the power
+// may go at any fence of that. Each fence in turn: the power goes there,
+// and the next recovery must accept what is left (it refused a control
+// block whose ReqToExecute survived and whose SRQTail did not).
+TEST(DurableOrderedQueue, APowerFailureAtAnyFenceOfARecoveryLeavesAnAreaTheNextRecoveryAccepts) {
+  DurableSim sim(11, 1);
+  sim.up(false);
+  uint64_t fences = 0;
+  for (uint64_t k = 1; k < 500; ++k) {
+    sim.down();
+    (void)sim.domain().power_fail(k);
+    sim.domain().arm_cut(k);
+    ASSERT_NO_FATAL_FAILURE(sim.up(true));
+    const bool cut = sim.domain().cut_taken();
+    sim.down();
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      // The failure at fence k, drawn eight ways (which pending words
+      // survive), each recovered from.
+      (void)sim.domain().power_fail(k * 8 + seed);
+      ASSERT_NO_FATAL_FAILURE(sim.up(true)) << "power failure at fence " << k << " of a recovery, seed " << seed;
+      sim.down();
+      if (!cut || seed == 7) break;
+      sim.domain().arm_cut(k);
+      ASSERT_NO_FATAL_FAILURE(sim.up(true));
+      sim.down();
+    }
+    sim.up(true);
+    if (!cut) break;
+    fences = k;
+  }
+  EXPECT_GT(fences, 4u) << "a recovery has several fences";
+}
+
 TEST(DurableOrderedQueue, NilextPutsCommitOnThePersistentAckAndAppendsOnTheReply) {
   DurableSim sim(1, 1);
   sim.up(false);
