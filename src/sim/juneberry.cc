@@ -115,11 +115,14 @@ class DyingClient {
   bool ok_ = false;
 };
 
-// A fault armed to strike later: at a step, or after the n-th get reply.
+// A fault armed to strike later: at a step, after the n-th get reply, or
+// at a fence of the server's CPU (a crash point: pm::PersistenceDomain::
+// arm_cut), in the middle of whatever the worker is doing.
 struct Armed {
   enum Kind : uint8_t { kNone, kPower, kCrash } kind = kNone;
   uint64_t at_step = 0;
-  uint64_t after_replies = 0;  // 0: at_step
+  uint64_t after_replies = 0;  // 0: at_step or at_fence
+  bool at_fence = false;
 };
 
 class JuneBerrySim {
@@ -146,7 +149,7 @@ class JuneBerrySim {
     so_.mode = rpc::Mode::kOrderedQueue;
     so_.workers = 2;
     so_.buffers = 2 + static_cast<uint32_t>(rng.below(3));
-    so_.max_request_bytes = 256;
+    so_.max_request_bytes = 512;
     so_.threaded = false;
     lagging_ = rng.below(2) == 0;
     if (lagging_) {
@@ -163,13 +166,19 @@ class JuneBerrySim {
     // a few milliseconds of virtual time (4.096 us * 2^8 ~ 1 ms).
     connect_.timeout = 8;
     connect_.retry_cnt = static_cast<uint8_t>(2 + rng.below(6));
+    // Half the seeds use the smallest path MTU, so that larger requests are
+    // several packets and the NIC completes them out of buffer order
+    // (a short request that lands behind a long one completes first).
+    connect_.path_mtu = rng.below(2) == 0 ? 256 : 4096;
+    value_pad_ = small_store_ ? 160 : std::array<uint32_t, 2>{160, 440}[rng.below(2)];
     dir_ = (std::filesystem::temp_directory_path() /
             ("ferry-sim-juneberry-" + std::to_string(getpid()) + "-" + std::to_string(options.seed)))
                .string();
     world_.event("juneberry: keys=" + std::to_string(keys_) + " buffers=" + std::to_string(so_.buffers) + "x" +
                  std::to_string(so_.buffer_bytes) + " group=" + std::to_string(so_.req_to_execute_group) +
                  " platform=" + platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") +
-                 " retry_cnt=" + std::to_string(connect_.retry_cnt) + " store=" + std::to_string(store_bytes_ >> 10) +
+                 " retry_cnt=" + std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) +
+                 " values<" + std::to_string(value_pad_ + 20) + " store=" + std::to_string(store_bytes_ >> 10) +
                  " KiB");
   }
   ~JuneBerrySim() {
@@ -365,8 +374,12 @@ class JuneBerrySim {
     } else if (what < 5) {
       busy |= client_->session(static_cast<uint32_t>(rng.below(kSessions))).poll() != 0;
     }
+    // A cut taken while the worker ran: strike before the engine steps
+    // again, so nothing the worker did after it leaves the host.
     if (armed_.kind != Armed::kNone &&
-        (armed_.after_replies != 0 ? get_replies_ >= armed_.after_replies : steps_ >= armed_.at_step)) {
+        (armed_.at_fence ? domain_->cut_taken()
+         : armed_.after_replies != 0 ? get_replies_ >= armed_.after_replies
+                                     : steps_ >= armed_.at_step)) {
       return strike_host(r);
     }
     advance(busy);
@@ -432,11 +445,13 @@ class JuneBerrySim {
       const bool crash = !power && world_.strike(FaultKind::kProcessCrash);
       if (power || crash) {
         armed_.kind = power ? Armed::kPower : Armed::kCrash;
-        if (world_.fault_below(2) == 0) {
+        const uint64_t when = world_.fault_below(3);
+        if (when == 0) {
           armed_.after_replies = get_replies_ + 1 + world_.fault_below(20);
-        } else {
-          armed_.after_replies = 0;
+        } else if (when == 1) {
           armed_.at_step = steps_ + 1 + world_.fault_below(400);
+        } else {
+          arm_fence(armed_.kind);
         }
       }
     }
@@ -456,26 +471,46 @@ class JuneBerrySim {
     }
   }
 
-  // The armed power failure or process crash strikes: everything in flight
-  // stays pending forever; the server recovers from PM.
-  bool strike_host(RunResult* r) {
-    const bool power = armed_.kind == Armed::kPower;
+  void arm_fence(Armed::Kind kind) {
     armed_ = {};
-    count_packet_faults();
-    if (power) {
-      const pm::PowerFailReport report = domain_->power_fail(world_.fault_below(UINT64_MAX));
-      world_.event("POWER FAILURE of the server host: " + std::to_string(report.nic_write_torn) + " torn DMA writes");
-    } else {
-      domain_->process_crash();
-      world_.event("server process CRASH (DRAM lost, PM kept)");
+    armed_.kind = kind;
+    armed_.at_fence = true;
+    const uint64_t fences = 1 + world_.fault_below(300);
+    domain_->arm_cut(fences);
+    world_.event(std::string(kind == Armed::kPower ? "power failure" : "process crash") + " armed at fence " +
+                 std::to_string(fences) + " from now");
+  }
+
+  // The armed power failure or process crash strikes: everything in flight
+  // stays pending forever; the server recovers from PM. One time in four
+  // the power goes again while it recovers (at one of its fences).
+  bool strike_host(RunResult* r) {
+    for (int again = 0;; ++again) {
+      const bool power = armed_.kind == Armed::kPower;
+      const bool cut = armed_.at_fence && domain_->cut_taken();
+      armed_ = {};
+      count_packet_faults();
+      const std::string where = cut ? " at a crash point (a fence of its CPU)" : "";
+      if (power) {
+        const pm::PowerFailReport report = domain_->power_fail(world_.fault_below(UINT64_MAX));
+        world_.event("POWER FAILURE of the server host" + where + ": " + std::to_string(report.nic_write_torn) +
+                     " torn DMA writes");
+      } else {
+        domain_->process_crash();
+        world_.event("server process CRASH (DRAM lost, PM kept)" + where);
+      }
+      domain_->arm_cut(0);
+      down_all();
+      partition_until_ = 0;  // the hosts restart; the network is fine
+      if (again < 2 && world_.fault_below(4) == 0) arm_fence(power ? Armed::kPower : Armed::kCrash);
+      if (Status st = up(/*recover=*/true); !st.ok()) {
+        fail(r, "recovers", "the server did not recover: " + st.to_string());
+        return false;
+      }
+      recovered_ += server_->counters().recovered;
+      if (!(armed_.at_fence && domain_->cut_taken())) break;
+      world_.event("the power went again during recovery");
     }
-    down_all();
-    partition_until_ = 0;  // the hosts restart; the network is fine
-    if (Status st = up(/*recover=*/true); !st.ok()) {
-      fail(r, "recovers", "the server did not recover: " + st.to_string());
-      return false;
-    }
-    recovered_ += server_->counters().recovered;
     return true;
   }
 
@@ -500,7 +535,7 @@ class JuneBerrySim {
     const uint64_t v = ++next_value_;
     const size_t i = record(KvOp::put(s, k, v, tick(), std::nullopt));
     fifo_[{client_generation_ * kSessions + s, k}].push_back(i);
-    const std::string value = value_text(v, static_cast<uint32_t>(world_.rng().below(160)));
+    const std::string value = value_text(v, static_cast<uint32_t>(world_.rng().below(value_pad_)));
     world_.event("s" + std::to_string(s) + " put" + (nilext ? "" : "(blocking)") + " k" + std::to_string(k) + "=" +
                  std::to_string(v));
     const Status st = kv_[s]->pm_put_async(key_name(k), value, nilext, [this, i, nilext](const rpc::CallResult& r) {
@@ -582,7 +617,7 @@ class JuneBerrySim {
       }
     } else {
       const uint64_t v = ++next_value_;
-      if (dying_.back()->send(store::kPmPut, key_name(k), value_text(v, static_cast<uint32_t>(world_.fault_below(160))),
+      if (dying_.back()->send(store::kPmPut, key_name(k), value_text(v, static_cast<uint32_t>(world_.fault_below(value_pad_))),
                               id)) {
         record(KvOp::put(kDyingClient, k, v, tick(), std::nullopt));
         world_.event("dying client: put k" + std::to_string(k) + "=" + std::to_string(v) + ", then dies");
@@ -597,6 +632,8 @@ class JuneBerrySim {
   void quiesce(RunResult* r) {
     partition_until_ = 0;
     slow_until_ = 0;
+    armed_ = {};
+    domain_->arm_cut(0);
     engine_->fabric().set_faults({});
     world_.event("faults stop; every session reads every key written");
     drain(20'000);
@@ -706,6 +743,7 @@ class JuneBerrySim {
   uint64_t ops_ = 0;
   uint64_t keys_ = 2;
   bool small_store_ = false;
+  uint32_t value_pad_ = 160;  // a value's padding is drawn below this
   size_t store_bytes_ = 256 << 10;
   std::unique_ptr<workload::ZipfianGenerator> zipf_;
   pm::PlatformConfig platform_;
