@@ -105,6 +105,7 @@ WorkerCounters& WorkerCounters::operator+=(const WorkerCounters& o) {
   recovered += o.recovered;
   recovery_skipped += o.recovery_skipped;
   admission_refusals += o.admission_refusals;
+  stall_probes += o.stall_probes;
   busy_ns += o.busy_ns;
   return *this;
 }
@@ -416,6 +417,7 @@ WorkerCounters Server::counters(uint32_t w) const {
   c.recovered = k.recovered;
   c.recovery_skipped = k.recovery_skipped;
   c.admission_refusals = k.admission_refusals;
+  c.stall_probes = k.stall_probes;
   c.busy_ns = static_cast<uint64_t>(static_cast<double>(k.busy_ticks.get()) * Tsc::ns_per_tick());
   return c;
 }

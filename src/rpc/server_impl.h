@@ -35,7 +35,7 @@ struct PositionState {
 
 struct WorkerCounterSet {
   Counter requests, nilext, replies, acks, errors, dropped, recv_errors, fillers, reposts, out_of_order, recovered,
-      recovery_skipped, admission_refusals, busy_ticks;
+      recovery_skipped, admission_refusals, stall_probes, busy_ticks;
 };
 
 struct Worker {
@@ -61,6 +61,7 @@ struct Worker {
   uint32_t unpersisted = 0;    // durable: nilext requests executed past it
   uint64_t idle_since = 0;     // durable: the clock's time of the first empty poll in a row (0: not idle)
   uint64_t idle_commit_ns = 0;  // durable: ServerOptions::req_to_execute_idle_us
+  uint64_t stall_since = 0;     // the clock's time the next position was first seen waiting behind later ones
   std::vector<PositionState> positions;       // ring over the posted buffers' positions
   std::vector<std::vector<uint16_t>> starts;  // per buffer slot: strides where a message started
   std::vector<void*> invalidate;              // durable: scratch, the checksum words a retired buffer clears
@@ -118,6 +119,9 @@ struct Server::Impl {
   void record(Worker& w, const nic::WorkCompletion& wc);
   void on_send_done(Worker& w, const nic::WorkCompletion& wc);
   void execute_in_order(Worker& w);
+  // Probes every connection when the next position has waited too long
+  // behind later ones (ServerOptions::stall_probe_us).
+  void check_stall(Worker& w);
   void handle(Worker& w, uint64_t position, const PositionState& p);
   void retire_buffer(Worker& w, uint64_t sequence);
   // Posts buffers up to `buffers` ahead of execution, in sequence order,

@@ -13,6 +13,7 @@ namespace ferry::rpc {
 namespace {
 
 constexpr uint64_t kResponseWrFlag = 1ull << 63;  // send wr_id: a response slot to free (else inline)
+constexpr uint64_t kProbeWrFlag = 1ull << 62;     // send wr_id: a stall probe (check_stall)
 constexpr uint32_t kMaxInline = 192;
 constexpr uint32_t kMaxSendsOutstanding = 1024;
 
@@ -29,6 +30,7 @@ size_t Server::Impl::poll(Worker& w) {
   if (w.posted < w.exec / w.strides + options.buffers) (void)post_buffers(w);
   nic::WorkCompletion wcs[32];
   auto n = w.cq->poll(std::span<nic::WorkCompletion>(wcs, 32));
+  check_stall(w);
   if (!n.ok() || n.value() == 0) {
     // Idle for a while: the group commit of ReqToExecute need not wait (see
     // ServerOptions::req_to_execute_group). Not at every empty poll: under
@@ -89,6 +91,35 @@ void Server::Impl::record(Worker& w, const nic::WorkCompletion& wc) {
   if (!w.any_seen || position > w.highest_seen) w.highest_seen = position;
   w.any_seen = true;
   if (!wc.mp_filler) w.starts[sequence % options.buffers].push_back(wc.stride_index);
+}
+
+void Server::Impl::check_stall(Worker& w) {
+  const bool stalled = options.stall_probe_us != 0 && w.any_seen && w.highest_seen > w.exec &&
+                       w.positions[w.exec % w.positions.size()].state == PositionState::kEmpty;
+  if (!stalled) {
+    w.stall_since = 0;
+    return;
+  }
+  const uint64_t now = clock->now_ns() | 1;  // never 0, which means "not stalled"
+  if (w.stall_since == 0) {
+    w.stall_since = now;
+    return;
+  }
+  if (now - w.stall_since < uint64_t{options.stall_probe_us} * 1000) return;
+  w.stall_since = now;  // probe again a period later if it lasts
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    for (const auto& [qpn, c] : w.shared_conns) w.conns[qpn] = c;
+  }
+  nic::SendWr wr;
+  wr.opcode = nic::WrOpcode::kRdmaWrite;  // zero-length: no memory, no rkey needed
+  wr.flags = nic::kSendSignaled;
+  wr.wr_id = kProbeWrFlag;
+  for (const auto& [qpn, c] : w.conns) {
+    if (c->qp->state() != nic::QpState::kRts || w.sends_outstanding >= kMaxSendsOutstanding) continue;
+    if (c->qp->post_send(wr).ok()) ++w.sends_outstanding;
+  }
+  w.counters.stall_probes.inc();
 }
 
 void Server::Impl::on_send_done(Worker& w, const nic::WorkCompletion& wc) {

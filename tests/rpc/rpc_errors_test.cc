@@ -119,6 +119,71 @@ TEST_F(RpcErrorsTest, AReplyLargerThanMaxResponseBytesIsAnErrorNotAnOverflow) {
 
 class RnrTest : public RpcSim {};
 
+// Found by the simulator (ferry sim juneberry: a client crash while a
+// partition held its SEND back). The NIC gives a multi-packet message its
+// strides when the first packet arrives; a client that dies before the
+// rest never completes it, and the worker, executing in buffer order,
+// would wait on those strides for good while every later request --
+// other clients' -- queues behind. The stall probe finds the dead client
+// (its zero-length WRITE is never ACKed), its QP goes to the error state,
+// the NIC flushes the partial message and the worker moves past it.
+class StallTest : public RpcSim {
+ protected:
+  void start(uint32_t stall_probe_us) {
+    ServerOptions so;
+    so.mode = Mode::kOrderedQueue;
+    so.workers = 1;
+    so.max_request_bytes = 2048;
+    so.buffer_bytes = 4096;
+    so.buffers = 4;
+    so.clock = &clock_;
+    so.stall_probe_us = stall_probe_us;
+    build(so);
+  }
+  // A dead client's 1.5 KB SEND of which only the first 256 B packet arrived.
+  void dead_client_mid_send() {
+    auto dead = std::make_unique<RawPeer>(*client_nic_, *server_, 0, /*path_mtu=*/256);
+    const uint32_t qpn = dead->qpn();
+    int packets = 0;
+    engine_->fabric().set_tap([qpn, &packets](const nic::Packet& p) { return p.src_qpn == qpn && ++packets > 1; });
+    dead->send(dead->build(kPut, kRequestNilext, "dead", std::string(1500, 'x')));
+    for (int i = 0; i < 50; ++i) engine_->step();
+    dead.reset();  // the process dies: its QP is gone
+    engine_->fabric().set_tap({});
+  }
+  // Runs everything, moving the clock on in 100 us steps, for `ms` of fake time.
+  bool run_for(uint64_t ms, const std::function<bool()>& cond) {
+    for (uint64_t t = 0; t < ms * 10; ++t) {
+      clock_.advance_ns(100'000);
+      while (engine_->step()) poll_all();
+      poll_all();
+      if (cond()) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(StallTest, AClientThatDiesInTheMiddleOfAMultiPacketSendDoesNotStallTheWorker) {
+  start(/*stall_probe_us=*/10'000);
+  dead_client_mid_send();
+  auto put = call(0, kPut, "live", "v", /*nilext=*/false);
+  EXPECT_TRUE(run_for(2000, [&] { return put->done; })) << "the worker still waits on the dead client's strides";
+  EXPECT_TRUE(put->status.ok()) << put->status.to_string();
+  EXPECT_GE(server_->counters().stall_probes, 1u);
+  // The live client's connection is still fine: the probe only ACKed there.
+  auto get = call(0, kGet, "live", "", false);
+  ASSERT_TRUE(drive([&] { return get->done; }));
+  EXPECT_EQ(get->payload, "v");
+}
+
+TEST_F(StallTest, WithoutTheProbeTheWorkerWaitsForever) {
+  start(/*stall_probe_us=*/0);
+  dead_client_mid_send();
+  auto put = call(0, kPut, "live", "v", /*nilext=*/false);
+  EXPECT_FALSE(run_for(500, [&] { return put->done; }));
+  EXPECT_EQ(server_->counters().stall_probes, 0u);
+}
+
 TEST_F(RnrTest, AFullSrqHoldsSendersBackUntilTheWorkerCatchesUp) {
   ServerOptions so;
   so.workers = 1;

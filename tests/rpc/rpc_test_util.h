@@ -114,7 +114,7 @@ inline std::string text(std::span<const uint8_t> b) { return std::string(reinter
 // request with no READ behind it: a durable client that died after its SEND).
 class RawPeer {
  public:
-  RawPeer(nic::Nic& nic, Server& server, uint32_t worker) {
+  RawPeer(nic::Nic& nic, Server& server, uint32_t worker, uint32_t path_mtu = 4096) {
     pd_ = nic.alloc_pd().value();
     cq_ = nic.create_cq({}).value();
     mem_.assign(64 << 10, 0);
@@ -124,6 +124,7 @@ class RawPeer {
     qp_ = nic.create_qp(*pd_, a).value();
     nic::ConnectOptions o;
     o.timeout = 8;
+    o.path_mtu = path_mtu;
     EXPECT_TRUE(server.connect(worker, *qp_, nic, o).ok());
     for (uint32_t i = 0; i < 8; ++i) {
       const nic::Sge sge = mr_->sge(32768 + i * 4096, 4096);
@@ -140,6 +141,7 @@ class RawPeer {
                         static_cast<uint32_t>(payload.size()));
   }
   uint8_t* bytes() { return mem_.data(); }
+  uint32_t qpn() const { return qp_->qp_num(); }
   void send(uint32_t len) {
     const nic::Sge sge = mr_->sge(0, len);
     nic::SendWr wr;

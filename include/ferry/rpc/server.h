@@ -175,9 +175,19 @@ struct ServerOptions {
   // batch.
   uint32_t req_to_execute_group = 64;
   uint32_t req_to_execute_idle_us = 20;
-  // The time req_to_execute_idle_us is measured in (the only time the
-  // workers act on): null for the TSC; the simulator's virtual clock there,
-  // so that a run does not depend on how fast the machine is.
+  // A client that dies in the middle of a multi-packet SEND leaves the
+  // strides the NIC gave its first packet unfilled, and execution in buffer
+  // order would wait on them for good (the responder has no timer). When
+  // the next position has waited this long while later ones completed, the
+  // worker probes each of its connections with a zero-length RDMA WRITE:
+  // a dead client's retries run out, its QP goes to the error state, and
+  // the NIC completes the partial message with a flush error, which the
+  // worker skips. Live clients only ACK it. 0: never probe.
+  uint32_t stall_probe_us = 100'000;
+  // The time req_to_execute_idle_us and stall_probe_us are measured in
+  // (the only time the workers act on): null for the TSC; the simulator's
+  // virtual clock there, so that a run does not depend on how fast the
+  // machine is.
   const Clock* clock = nullptr;
 };
 
@@ -196,6 +206,7 @@ struct WorkerCounters {
   uint64_t recovered = 0;       // nilext requests re-executed by recovery
   uint64_t recovery_skipped = 0;  // valid non-nilext requests recovery skipped
   uint64_t admission_refusals = 0;  // times posting stopped because Admission::reserve said not now
+  uint64_t stall_probes = 0;        // times the worker probed its connections (ServerOptions::stall_probe_us)
   uint64_t busy_ns = 0;         // time spent handling completions (not polling empty CQs)
   WorkerCounters& operator+=(const WorkerCounters& o);
 };
