@@ -68,7 +68,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   # Seed campaigns run at full default size in the release step; here they
   # check memory safety, so a smaller size keeps the step within budget.
   FERRY_RPC_POWER_SEEDS=${FERRY_RPC_POWER_SEEDS:-100} \
-  FERRY_OQ_HISTORY_SEEDS=${FERRY_OQ_HISTORY_SEEDS:-100} \
+  FERRY_SIM_SEEDS=${FERRY_SIM_SEEDS:-60} \
   FERRY_ROCKSDB_SEEDS=${FERRY_ROCKSDB_SEEDS:-3} \
   FERRY_TXN_KV_SEEDS=${FERRY_TXN_KV_SEEDS:-10} \
   FERRY_TAILWIND_SEEDS=${FERRY_TAILWIND_SEEDS:-1} FERRY_TW_CRASH_ROUNDS=${FERRY_TW_CRASH_ROUNDS:-2} \
