@@ -64,7 +64,8 @@ int run_sim(const sim::System& system, const SimFlags& flags) {
       start = end + 1;
     }
   }
-  if (flags.trace) base.trace = [](std::string_view line) { std::printf("    %.*s\n", static_cast<int>(line.size()), line.data()); };
+  if (flags.trace)
+    base.trace = [](std::string_view line) { std::printf("    %.*s\n", static_cast<int>(line.size()), line.data()); };
   const uint64_t count = flags.seeds == 0 ? 1 : flags.seeds;
   std::printf("ferry sim %s: %llu seed%s from %llu, faults %s%s, %s\n", system.name.c_str(),
               static_cast<unsigned long long>(count), count == 1 ? "" : "s",
@@ -122,8 +123,9 @@ int run_sim(const sim::System& system, const SimFlags& flags) {
 
 void add_sim_commands(CLI::App& app, Commands& commands) {
   CLI::App* sim_app = app.add_subcommand(
-      "sim", "deterministic simulation: a system's cluster in one thread on a virtual clock, under seeded faults, "
-             "every history checked (docs/simulation.md)");
+      "sim",
+      "deterministic simulation: a system's cluster in one thread on a virtual clock, under seeded faults, "
+      "every history checked (docs/simulation.md)");
   sim_app->require_subcommand(1);
   std::string fault_names;
   for (size_t k = 0; k < sim::kFaultKinds; ++k) {

@@ -34,6 +34,8 @@
 // executed in the order it sent them, every get's bytes written by some put,
 // every worker's PmKv consistent, and every session able to read every key
 // once the faults stop (liveness).
+#include <unistd.h>
+
 #include <array>
 #include <filesystem>
 #include <map>
@@ -42,8 +44,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "ferry/nic/engine.h"
 #include "ferry/pm/domain.h"
@@ -95,10 +95,9 @@ class DyingClient {
   }
   bool send(KvRequestType type, std::string_view key, std::string_view value, uint64_t id) {
     if (!ok_) return false;
-    const size_t n =
-        store::encode_kv(std::span<uint8_t>(mem_.data() + rpc::kRequestHeaderBytes, 2048), key, value);
-    const uint32_t size = rpc::seal_request(std::span<uint8_t>(mem_.data(), mem_.size()), type,
-                                            rpc::kRequestNilext, id, 0, static_cast<uint32_t>(n));
+    const size_t n = store::encode_kv(std::span<uint8_t>(mem_.data() + rpc::kRequestHeaderBytes, 2048), key, value);
+    const uint32_t size = rpc::seal_request(std::span<uint8_t>(mem_.data(), mem_.size()), type, rpc::kRequestNilext, id,
+                                            0, static_cast<uint32_t>(n));
     const nic::Sge sge = mr_->sge(0, size);
     nic::SendWr wr;
     wr.opcode = nic::WrOpcode::kSend;
@@ -162,6 +161,7 @@ class JuneBerrySim {
       so_.req_to_execute_idle_us = std::array<uint32_t, 3>{0, 20, 1'000'000'000}[rng.below(3)];
     }
     so_.clock = &world_.clock();
+    so_.stall_probe_us = std::array<uint32_t, 3>{2'000, 20'000, 100'000}[rng.below(3)];
     // Short transport timeouts, so that a partition exhausts the retries in
     // a few milliseconds of virtual time (4.096 us * 2^8 ~ 1 ms).
     connect_.timeout = 8;
@@ -176,10 +176,10 @@ class JuneBerrySim {
                .string();
     world_.event("juneberry: keys=" + std::to_string(keys_) + " buffers=" + std::to_string(so_.buffers) + "x" +
                  std::to_string(so_.buffer_bytes) + " group=" + std::to_string(so_.req_to_execute_group) +
-                 " platform=" + platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") +
-                 " retry_cnt=" + std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) +
-                 " values<" + std::to_string(value_pad_ + 20) + " store=" + std::to_string(store_bytes_ >> 10) +
-                 " KiB");
+                 " stall_probe=" + std::to_string(so_.stall_probe_us / 1000) + "ms platform=" +
+                 platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") + " retry_cnt=" +
+                 std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) + " values<" +
+                 std::to_string(value_pad_ + 20) + " store=" + std::to_string(store_bytes_ >> 10) + " KiB");
   }
   ~JuneBerrySim() {
     down_all();
@@ -198,13 +198,21 @@ class JuneBerrySim {
     while (issued_ < ops_ && result.invariant.empty()) {
       const uint64_t before = issued_;
       if (!step(&result)) break;
-      if (issued_ != before) last_issue_step_ = steps_;
+      if (issued_ != before) {
+        last_issue_step_ = steps_;
+        last_issue_ns_ = world_.now();
+      }
       if (steps_ - last_issue_step_ > kStallSteps) {
         // Every session waits on calls that cannot finish: a full store
         // (the NIC answers RNR until admission finds room) is that by
-        // design; anything else is a hang.
+        // design; anything else must clear up (retries run out, the stall
+        // probe finds a dead client) well within kStallNs.
         if (store_full()) break;
-        fail(&result, "live", "no session could issue an operation in " + std::to_string(kStallSteps) + " steps");
+        if (world_.now() - last_issue_ns_ > kStallNs) {
+          fail(&result, "live",
+               "no session could issue an operation for " + std::to_string(kStallNs / 1'000'000) +
+                   " ms of virtual time");
+        }
       }
     }
     if (result.invariant.empty()) quiesce(&result);
@@ -214,6 +222,7 @@ class JuneBerrySim {
 
   static constexpr uint64_t kDefaultOps = 150;
   static constexpr uint64_t kStallSteps = 60'000;
+  static constexpr uint64_t kStallNs = 2'000'000'000;
 
  private:
   static std::string platform_name(const pm::PlatformConfig& p) {
@@ -376,10 +385,9 @@ class JuneBerrySim {
     }
     // A cut taken while the worker ran: strike before the engine steps
     // again, so nothing the worker did after it leaves the host.
-    if (armed_.kind != Armed::kNone &&
-        (armed_.at_fence ? domain_->cut_taken()
-         : armed_.after_replies != 0 ? get_replies_ >= armed_.after_replies
-                                     : steps_ >= armed_.at_step)) {
+    if (armed_.kind != Armed::kNone && (armed_.at_fence             ? domain_->cut_taken()
+                                        : armed_.after_replies != 0 ? get_replies_ >= armed_.after_replies
+                                                                    : steps_ >= armed_.at_step)) {
       return strike_host(r);
     }
     advance(busy);
@@ -437,7 +445,10 @@ class JuneBerrySim {
       cut_to_server_ = way != 1;
       cut_to_client_ = way != 0;
       partition_until_ = world_.now() + 1 + world_.fault_below(20'000'000);
-      world_.event(std::string("partition: ") + (way == 0 ? "client->server" : way == 1 ? "server->client" : "both ways") +
+      world_.event(std::string("partition: ") +
+                   (way == 0   ? "client->server"
+                    : way == 1 ? "server->client"
+                               : "both ways") +
                    " until " + std::to_string(partition_until_ / 1000) + " us");
     }
     if (armed_.kind == Armed::kNone) {
@@ -539,8 +550,9 @@ class JuneBerrySim {
     world_.event("s" + std::to_string(s) + " put" + (nilext ? "" : "(blocking)") + " k" + std::to_string(k) + "=" +
                  std::to_string(v));
     const Status st = kv_[s]->pm_put_async(key_name(k), value, nilext, [this, i, nilext](const rpc::CallResult& r) {
-      const bool committed = r.status.ok() && (nilext ? r.commit == rpc::Commit::kPersistentAck
-                                                      : r.commit == rpc::Commit::kReply && r.app_status == store::kPmOk);
+      const bool committed =
+          r.status.ok() && (nilext ? r.commit == rpc::Commit::kPersistentAck
+                                   : r.commit == rpc::Commit::kReply && r.app_status == store::kPmOk);
       world_.event("put " + std::to_string(*history_[i].value) + (committed ? " committed" : " failed"));
       if (committed) history_[i].complete_ns = tick();
     });
@@ -557,14 +569,12 @@ class JuneBerrySim {
     const size_t i = record(KvOp::remove(s, k, tick(), std::nullopt));
     fifo_[{client_generation_ * kSessions + s, k}].push_back(i);
     world_.event("s" + std::to_string(s) + " remove k" + std::to_string(k));
-    const Status st = kv_[s]->request_async(store::kPmRemove, key_name(k), {}, 0, 0, 0,
-                                            [this, i](const rpc::CallResult& r) {
-                                              const bool committed =
-                                                  r.status.ok() && r.commit == rpc::Commit::kPersistentAck;
-                                              world_.event("remove op" + std::to_string(i) +
-                                                           (committed ? " committed" : " failed"));
-                                              if (committed) history_[i].complete_ns = tick();
-                                            });
+    const Status st =
+        kv_[s]->request_async(store::kPmRemove, key_name(k), {}, 0, 0, 0, [this, i](const rpc::CallResult& r) {
+          const bool committed = r.status.ok() && r.commit == rpc::Commit::kPersistentAck;
+          world_.event("remove op" + std::to_string(i) + (committed ? " committed" : " failed"));
+          if (committed) history_[i].complete_ns = tick();
+        });
     if (!st.ok()) {
       world_.event("  not sent: " + st.to_string());
       history_.pop_back();
@@ -617,8 +627,8 @@ class JuneBerrySim {
       }
     } else {
       const uint64_t v = ++next_value_;
-      if (dying_.back()->send(store::kPmPut, key_name(k), value_text(v, static_cast<uint32_t>(world_.fault_below(value_pad_))),
-                              id)) {
+      if (dying_.back()->send(store::kPmPut, key_name(k),
+                              value_text(v, static_cast<uint32_t>(world_.fault_below(value_pad_))), id)) {
         record(KvOp::put(kDyingClient, k, v, tick(), std::nullopt));
         world_.event("dying client: put k" + std::to_string(k) + "=" + std::to_string(v) + ", then dies");
       }
@@ -724,11 +734,12 @@ class JuneBerrySim {
           if (!newer.complete_ns) continue;
           const uint64_t both = std::max(*older.complete_ns, *newer.complete_ns);
           for (const KvOp& read : history_) {
-            if (read.kind != KvOp::kGet || read.key != older.key || !read.complete_ns || read.invoke_ns <= both) continue;
+            if (read.kind != KvOp::kGet || read.key != older.key || !read.complete_ns || read.invoke_ns <= both)
+              continue;
             if (read.value == older.value) {
               return fail(r, "buffer-order",
-                          "session " + std::to_string(older.client) + " wrote key" + std::to_string(older.key) +
-                              " = " + std::to_string(*older.value) + " then " +
+                          "session " + std::to_string(older.client) + " wrote key" + std::to_string(older.key) + " = " +
+                              std::to_string(*older.value) + " then " +
                               (newer.kind == KvOp::kPut ? std::to_string(*newer.value) : std::string("removed it")) +
                               ", both committed; a later " + describe(read) + " saw the older value");
             }
@@ -765,7 +776,8 @@ class JuneBerrySim {
   std::vector<std::unique_ptr<DyingClient>> dying_;
   uint64_t client_generation_ = 0;
 
-  uint64_t steps_ = 0, issued_ = 0, last_issue_step_ = 0, last_tick_ = 0, next_value_ = 0, get_replies_ = 0, recovered_ = 0;
+  uint64_t steps_ = 0, issued_ = 0, last_issue_step_ = 0, last_issue_ns_ = 0, last_tick_ = 0, next_value_ = 0,
+           get_replies_ = 0, recovered_ = 0;
   uint64_t lost_ = 0, duplicated_ = 0, delayed_ = 0;
   Armed armed_;
   uint64_t partition_until_ = 0;
@@ -784,11 +796,9 @@ class JuneBerrySim {
 System juneberry_system() {
   System s;
   s.name = "juneberry";
-  s.description =
-      "JUNE BERRY-D: a durable Ordered Queue server with PmKv, client sessions sharing hot keys across QPs";
-  s.faults = {FaultKind::kPacketLoss, FaultKind::kPacketDuplicate, FaultKind::kPacketDelay,
-              FaultKind::kPartition,  FaultKind::kProcessCrash,    FaultKind::kPowerFailure,
-              FaultKind::kSlowHost,   FaultKind::kClientCrash};
+  s.description = "JUNE BERRY-D: a durable Ordered Queue server with PmKv, client sessions sharing hot keys across QPs";
+  s.faults = {FaultKind::kPacketLoss,   FaultKind::kPacketDuplicate, FaultKind::kPacketDelay, FaultKind::kPartition,
+              FaultKind::kProcessCrash, FaultKind::kPowerFailure,    FaultKind::kSlowHost,    FaultKind::kClientCrash};
   s.default_ops = JuneBerrySim::kDefaultOps;
   s.run = [](const RunOptions& o) { return JuneBerrySim(o).run(); };
   return s;

@@ -84,8 +84,8 @@ Result<FaultRates> FaultRates::parse(std::string_view spec) {
     char* tail = nullptr;
     const double r = std::strtod(text.c_str(), &tail);
     if (text.empty() || tail == nullptr || *tail != '\0' || !(r >= 0 && r <= 1)) {
-      return invalid_argument("--faults: rate of '" + std::string(name) + "' must be a number in [0, 1], not '" +
-                              text + "'");
+      return invalid_argument("--faults: rate of '" + std::string(name) + "' must be a number in [0, 1], not '" + text +
+                              "'");
     }
     f.rate[kind] = r;
   }
@@ -112,8 +112,7 @@ std::string RunResult::summary() const {
   return std::string(ok ? "ok" : "FAIL") + " seed=" + std::to_string(seed) + " ops=" + std::to_string(ops) +
          " acked=" + std::to_string(acknowledged) + " pending=" + std::to_string(pending) +
          " reads=" + std::to_string(reads) + " faults[" + (faults_text.empty() ? "none" : faults_text) + "]" +
-         " events=" + std::to_string(events) + " digest=" + digest_text +
-         (ok ? "" : " broke=" + invariant);
+         " events=" + std::to_string(events) + " digest=" + digest_text + (ok ? "" : " broke=" + invariant);
 }
 
 World::World(const RunOptions& options)

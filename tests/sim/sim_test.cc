@@ -2,12 +2,13 @@
 // swarm choice, the event digest, skipping faults, the shrinker; and the
 // JUNE BERRY system's seeds: the same seed gives the same run, a campaign
 // runs clean with every fault kind striking, and a bug put back is found.
+#include "ferry/sim/sim.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
-#include "ferry/sim/sim.h"
 #include "ferry/sim/systems.h"
 #include "test_seed.h"
 

@@ -41,16 +41,16 @@ namespace ferry::sim {
 // The faults a simulation injects. Which kinds a system supports is its
 // own (systems.h says); a rate of a kind it does not support is ignored.
 enum class FaultKind : uint8_t {
-  kPacketLoss,      // a packet is lost on the wire
-  kPacketDuplicate, // a packet is delivered twice
-  kPacketDelay,     // a packet is held back (and so reordered)
-  kPartition,       // a link is cut, one way or both, until a heal
-  kProcessCrash,    // a server process dies (DRAM lost, PM kept) and restarts from PM
-  kPowerFailure,    // a host loses power (PM keeps what the power-failure model decides)
-  kSlowHost,        // a host's cores run rarely for a while
-  kClientCrash,     // a client dies with calls in flight; a new one resumes
-  kMemberReplace,   // a member is replaced while writes are in flight
-  kMembershipDown,  // the membership store is unavailable for a while
+  kPacketLoss,       // a packet is lost on the wire
+  kPacketDuplicate,  // a packet is delivered twice
+  kPacketDelay,      // a packet is held back (and so reordered)
+  kPartition,        // a link is cut, one way or both, until a heal
+  kProcessCrash,     // a server process dies (DRAM lost, PM kept) and restarts from PM
+  kPowerFailure,     // a host loses power (PM keeps what the power-failure model decides)
+  kSlowHost,         // a host's cores run rarely for a while
+  kClientCrash,      // a client dies with calls in flight; a new one resumes
+  kMemberReplace,    // a member is replaced while writes are in flight
+  kMembershipDown,   // the membership store is unavailable for a while
 };
 inline constexpr size_t kFaultKinds = 10;
 std::string_view fault_name(FaultKind kind);  // "loss", "dup", "delay", "partition", "crash", ...
@@ -98,15 +98,15 @@ struct RunResult {
   std::string options;    // the run's options as the seed expanded them
   uint64_t digest = 0;    // of every event, in order
   uint64_t events = 0;
-  std::vector<std::string> tail;  // the last trace_tail events
-  uint64_t ops = 0;               // workload operations issued
-  uint64_t acknowledged = 0;      // writes whose commit a client saw
-  uint64_t pending = 0;           // operations whose outcome no client learnt
-  uint64_t reads = 0;             // reads answered
+  std::vector<std::string> tail;               // the last trace_tail events
+  uint64_t ops = 0;                            // workload operations issued
+  uint64_t acknowledged = 0;                   // writes whose commit a client saw
+  uint64_t pending = 0;                        // operations whose outcome no client learnt
+  uint64_t reads = 0;                          // reads answered
   std::array<uint64_t, kFaultKinds> faults{};  // injected, per kind (packet kinds: packets)
-  uint64_t faults_injected = 0;   // non-packet faults fired (indices 0..n-1)
-  uint64_t sim_ns = 0;            // virtual time the run took
-  std::string summary() const;    // one line: verdict, ops, faults, digest
+  uint64_t faults_injected = 0;                // non-packet faults fired (indices 0..n-1)
+  uint64_t sim_ns = 0;                         // virtual time the run took
+  std::string summary() const;                 // one line: verdict, ops, faults, digest
 };
 
 // One run's world.
@@ -116,7 +116,7 @@ class World {
 
   FakeClock& clock() { return clock_; }
   uint64_t now() const { return clock_.now_ns(); }
-  Rng& rng() { return rng_; }  // the workload's and the scheduler's draws
+  Rng& rng() { return rng_; }                         // the workload's and the scheduler's draws
   const FaultRates& rates() const { return rates_; }  // after swarm scaling
   const RunOptions& options() const { return options_; }
 
