@@ -124,8 +124,8 @@ Result<std::unique_ptr<Server>> Server::create(nic::Nic& nic, const ServerOption
   impl->nic = &nic;
   impl->options = options;
   impl->clock = options.clock != nullptr ? options.clock
-                : Tsc::invariant()        ? static_cast<const Clock*>(&TscClock::instance())
-                                          : &SteadyClock::instance();
+                : Tsc::invariant()       ? static_cast<const Clock*>(&TscClock::instance())
+                                         : &SteadyClock::instance();
   if (!options.multi_packet) {
     // One request per RECV: the buffer is the largest request.
     impl->options.buffer_bytes = round_up(options.max_request_bytes, 64);

@@ -448,9 +448,9 @@ TEST_F(PmTest, AProcessCrashAtACutKeepsWhatWasStoredBeforeItAndNothingAfter) {
   pm_->store_persist(pm_->data() + 0, &zero, 1);
   pm_->store_persist(pm_->data() + 64, &zero, 1);
   domain_->arm_cut(1);
-  pm_->data()[0] = a;                              // a plain store before the cut: the machine lives, PM keeps it
-  pm_->store_persist(pm_->data() + 64, &b, 1);     // the cut at this fence's start: b was stored before it
-  pm_->store_persist(pm_->data() + 128, &b, 1);    // after the cut
+  pm_->data()[0] = a;                            // a plain store before the cut: the machine lives, PM keeps it
+  pm_->store_persist(pm_->data() + 64, &b, 1);   // the cut at this fence's start: b was stored before it
+  pm_->store_persist(pm_->data() + 128, &b, 1);  // after the cut
   domain_->process_crash();
   EXPECT_EQ(pm_->data()[0], a);
   EXPECT_EQ(pm_->data()[64], b);
@@ -460,7 +460,6 @@ TEST_F(PmTest, AProcessCrashAtACutKeepsWhatWasStoredBeforeItAndNothingAfter) {
   domain_->process_crash();
   EXPECT_EQ(pm_->data()[128], b);
 }
-
 
 }  // namespace
 }  // namespace ferry::pm::testing
