@@ -4,7 +4,8 @@
 // of one manual engine on the World's clock -- driven by four clients' puts,
 // removes, read-modify-writes and multi-key transactions on six hot keys,
 // with reads from every replica (its CPU, under its read locks) and from the
-// front end. The production code is stepped as it is: the simulator only
+// front end, between operations and -- on replicas -- between any two engine
+// steps of an operation or a recovery. The production code is stepped as it is: the simulator only
 // chooses what happens and when, and injects faults from the client's poll
 // hook (between engine steps of a synchronous call) and the fabric's tap.
 //
@@ -85,7 +86,7 @@ using hyperloop::TxnOptions;
 
 constexpr uint32_t kReplicas = 3;
 constexpr uint32_t kKeys = 6;            // hot keys, on 4 lock stripes
-constexpr uint32_t kClients = 4;         // history client ids 0..3
+constexpr uint32_t kClients = 4;         // history client ids 0..3; 4: the final put
 constexpr uint32_t kReplicaReader = 10;  // + r: replica r's reads
 constexpr uint32_t kFrontEndReader = 20;
 constexpr size_t kRegionBytes = 64 << 10;
@@ -101,6 +102,9 @@ constexpr uint64_t kDelayMaxNs = 50'000;
 // in (a put is some hundreds of polls: locks, Append, the copies, the head
 // advance, unlocks), so it may land in a later operation.
 constexpr uint64_t kFireWithinPolls = 1500;
+// A replica read between two engine steps, once in this many polls (an
+// operation is some hundreds).
+constexpr uint64_t kHookReadOdds = 100;
 
 TxnKvOptions kv_options() {
   TxnKvOptions o;
@@ -146,7 +150,7 @@ class Run {
       world_.count(FaultKind::kPacketDelay, c.delayed_fault.get());
     }
     result_.ok = result_.invariant.empty();
-    world_.event(result_.ok ? "verdict: ok" : "verdict: " + result_.invariant + ": " + result_.detail);
+    world_.event(result_.ok ? "verdict: ok" : "verdict: " + result_.invariant);
     world_.finish(&result_);
     teardown();
     return result_;
@@ -160,7 +164,8 @@ class Run {
     if (!ok()) return;
     result_.invariant = invariant;
     result_.detail = detail;
-    world_.event("VIOLATION " + invariant + ": " + detail);
+    // The event gets the first line; the result keeps the whole detail.
+    world_.event("VIOLATION " + invariant + ": " + detail.substr(0, detail.find('\n')));
   }
 
   // ---- the cluster ----
@@ -204,6 +209,7 @@ class Run {
     kv_ = std::move(kv).value();
     for (uint64_t k = 0; k < kKeys; ++k) acked_[k] = std::nullopt;
     client_->set_poll_hook([this] { poll_hook(); });
+    hook_reads_ = true;
     world_.event("cluster up: front end, 3 replicas (PM data group, DRAM lock group), faults " +
                  world_.rates().to_string());
     return true;
@@ -285,6 +291,12 @@ class Run {
   // Runs between engine steps while a synchronous call waits.
   void poll_hook() {
     ++polls_;
+    // A reader on some replica, between two engine steps of the front end's
+    // operation or recovery: what another client may see mid-protocol.
+    if (hook_reads_ && world_.rng().below(kHookReadOdds) == 0) {
+      const auto r = static_cast<uint32_t>(world_.rng().below(kReplicas));
+      read_replica(r, world_.rng().below(kKeys), "mid-operation ");
+    }
     if (recovering_) return;
     if (cut_armed_ && polls_ >= cut_at_poll_) start_partition();
     if (armed_ == Armed::kNone || polls_ < fire_at_poll_) return;
@@ -300,6 +312,7 @@ class Run {
         break;
       case Armed::kPower:
         world_.event("power fails on replicas " + replica_set(powered_off_));
+        down_ |= powered_off_;
         for (uint32_t r = 0; r < kReplicas; ++r) {
           if ((powered_off_ >> r & 1) == 0) continue;
           client_->replica(data_, r)->domain->power_fail(power_seed_ + 2 * r);
@@ -310,6 +323,7 @@ class Run {
         break;
       case Armed::kReplace:
         world_.event("replica " + std::to_string(victim_) + " dies" + (victim_ == 0 ? " (the head)" : ""));
+        down_ |= static_cast<uint8_t>(1u << victim_);
         (void)client_->kill_replica(data_, victim_);
         (void)client_->kill_replica(locks_, victim_);
         break;
@@ -492,44 +506,49 @@ class Run {
 
   uint64_t tick() { return ++now_tick_; }
 
-  // Reads `k` on every replica that lets a reader in (every stripe read-
-  // locked without waiting: a reader never waits on a single-threaded
-  // engine) and from the front end.
+  // Reads `k` on every replica that serves and from the front end.
   void read_everywhere(uint64_t k) {
-    for (uint32_t r = 0; r < kReplicas; ++r) {
-      auto view = client_->replica(locks_, r);
-      if (!view.ok()) {
-        fail("recovers", "replica " + std::to_string(r) + "'s lock region: " + view.status().to_string());
-        return;
-      }
-      ReplicaLocks locks(view->region->data(), kLockRegionBytes);
-      uint32_t held = 0;
-      while (held < ko_.locks && locks.try_rd_lock(held)) ++held;
-      if (held == ko_.locks) {
-        const uint64_t t0 = tick();
-        TxnKvReplicaReader reader(replica_db(r), locks, ko_);
-        auto got = reader.get(key_name(k));
-        if (!got.ok() && got.status().code() != Code::kNotFound) {
-          fail("replicas-identical",
-               "replica " + std::to_string(r) + " cannot read " + key_name(k) + ": " + got.status().to_string());
-        } else {
-          history_.push_back(KvOp::get(kReplicaReader + r, k, value_of(got), t0, tick()));
-          ++result_.reads;
-          world_.event("read replica " + std::to_string(r) + " " + key_name(k) + " -> " + show(value_of(got)));
-        }
-      } else {
-        world_.event("read replica " + std::to_string(r) + " " + key_name(k) + " refused (locks held)");
-      }
-      for (uint32_t l = 0; l < held; ++l) locks.rd_unlock(l);
-      if (!ok()) return;
-    }
-    if (kv_ != nullptr) {
+    for (uint32_t r = 0; r < kReplicas && ok(); ++r) read_replica(r, k, "");
+    if (ok() && kv_ != nullptr) {
       const uint64_t t0 = tick();
       const auto v = value_of(kv_->get(key_name(k)));
       history_.push_back(KvOp::get(kFrontEndReader, k, v, t0, tick()));
       ++result_.reads;
       world_.event("read front end " + key_name(k) + " -> " + show(v));
     }
+  }
+
+  // Reads `k` on replica r if it serves (not powered off or dead) and lets
+  // a reader in: every stripe read-locked without waiting (a reader never
+  // waits on a single-threaded engine; a writer could not go on).
+  void read_replica(uint32_t r, uint64_t k, const char* when) {
+    const std::string who = std::string("read ") + when + "replica " + std::to_string(r) + " " + key_name(k);
+    if ((down_ >> r & 1) != 0) return;
+    auto view = client_->replica(locks_, r);
+    if (!view.ok()) {
+      fail("recovers", "replica " + std::to_string(r) + "'s lock region: " + view.status().to_string());
+      return;
+    }
+    ReplicaLocks locks(view->region->data(), kLockRegionBytes);
+    uint32_t held = 0;
+    while (held < ko_.locks && locks.try_rd_lock(held)) ++held;
+    if (held == ko_.locks) {
+      const uint64_t t0 = tick();
+      TxnKvReplicaReader reader(replica_db(r), locks, ko_);
+      auto got = reader.get(key_name(k));
+      if (!got.ok() && got.status().code() != Code::kNotFound) {
+        // A read the store promises never to answer: a slot torn or
+        // damaged under the read locks.
+        fail("linearizable", who + " failed: " + got.status().to_string());
+      } else {
+        history_.push_back(KvOp::get(kReplicaReader + r, k, value_of(got), t0, tick()));
+        ++result_.reads;
+        world_.event(who + " -> " + show(value_of(got)));
+      }
+    } else {
+      world_.event(who + " refused (locks held)");
+    }
+    for (uint32_t l = 0; l < held; ++l) locks.rd_unlock(l);
   }
 
   // Replica r's database, as its own CPU sees it (no front end needed).
@@ -566,10 +585,14 @@ class Run {
     const uint32_t lock_words = hyperloop::txn_kv_lock_words(ko_);
     if (fault == Armed::kReplace) {
       world_.event("recovery: replica " + std::to_string(victim_) + " replaced, the log reconciled");
+      // The chain is rebuilt under the readers' feet: no reads inside it.
+      hook_reads_ = false;
       auto a = client_->replace_replica(data_, victim_);
       if (!a.ok()) return (void)recovery_failed("replace_replica (data)", a.status());
       auto b = client_->replace_replica(locks_, victim_);
       if (!b.ok()) return (void)recovery_failed("replace_replica (locks)", b.status());
+      down_ = 0;  // the survivors and the new tail, renumbered
+      hook_reads_ = true;
       hyperloop::TxnRecovery report;
       auto t = TxnClient::recover(*client_, data_, locks_, txn_options(true), lock_words, &report);
       if (!t.ok()) return (void)recovery_failed("TxnClient::recover", t.status());
@@ -588,6 +611,7 @@ class Run {
           data.region->persist(data.region->data(), data.region->size());
           ReplicaView locks = client_->replica(locks_, r).value();
           ReplicaLocks(locks.region->data(), kLockRegionBytes).hold_until_recovered(lock_words);
+          down_ &= static_cast<uint8_t>(~(1u << r));  // it serves again (its locks say when)
           world_.event("recovery: replica " + std::to_string(r) + " restarts, replays " +
                        std::to_string(replay->records) + " records (head " + std::to_string(replay->head_before) +
                        " -> " + std::to_string(replay->head_after) + "), holds its locks");
@@ -596,10 +620,12 @@ class Run {
         if (!ok()) return;
       }
       world_.event("recovery: the chain is rebuilt over the same members; a new front end resumes");
+      hook_reads_ = false;
       Status s = client_->restart_group(data_);
       if (!s.ok()) return (void)recovery_failed("restart_group (data)", s);
       s = client_->restart_group(locks_);
       if (!s.ok()) return (void)recovery_failed("restart_group (locks)", s);
+      hook_reads_ = true;
       auto t = TxnClient::initialize(*client_, data_, locks_, txn_options(true));
       if (!t.ok()) return (void)recovery_failed("TxnClient::initialize (resume)", t.status());
       txn_ = std::move(t).value();
@@ -677,12 +703,51 @@ class Run {
     armed_ = Armed::kNone;
     cut_armed_ = false;
     heal_if_due(true);
+    // Once every fault has healed the store must take a write, after at
+    // most one recovery: a fault may have broken a data path under an
+    // operation that still succeeded (an unlock that did not get through),
+    // which only the next write finds.
+    for (int attempt = 0; ok(); ++attempt) {
+      if (final_put()) break;
+      if (attempt == 1) {
+        fail("available", "the store takes no write after every fault healed and a recovery");
+        return;
+      }
+      recover();
+    }
+    if (!ok()) return;
     client_->set_poll_hook({});
     world_.event("workload done; final checks");
     check_state("at the end");
     if (ok()) check_durable("at the end");
     for (uint64_t k = 0; k < kKeys && ok(); ++k) read_everywhere(k);
     result_.sim_ns = world_.now();
+  }
+
+  // A put of k0 after the workload; true if acknowledged.
+  bool final_put() {
+    const uint64_t k = 0, v = next_value_++;
+    const uint64_t t0 = tick();
+    ++result_.ops;
+    world_.event("final put " + key_name(k) + "=" + std::to_string(v));
+    const Status st = kv_->put(key_name(k), value_bytes(v));
+    const uint64_t t1 = tick();
+    if (st.ok()) {
+      acked_[k] = v;
+      history_.push_back(KvOp::put(kClients, k, v, t0, t1));
+      ++result_.acknowledged;
+      world_.event("final put ok");
+      return true;
+    }
+    ++result_.pending;
+    history_.push_back(KvOp::put(kClients, k, v, t0, std::nullopt));
+    world_.event("final put failed: " + st.to_string() + " (pending)");
+    if (fired_ == Armed::kNone && !cut_seen_) {
+      fail("no-spurious-error", "the final put failed with no fault: " + st.to_string());
+      return false;
+    }
+    in_flight_ = {{k, v}};
+    return false;
   }
 
   void check_history() {
@@ -707,6 +772,8 @@ class Run {
   // The armed fault and the one that fired (recovery's case).
   Armed armed_ = Armed::kNone, fired_ = Armed::kNone;
   bool needs_recovery_ = false, recovering_ = false, client_crash_ = false;
+  bool hook_reads_ = false;  // whether the poll hook may read replicas now
+  uint8_t down_ = 0;         // replicas that do not serve: powered off or dead
   uint64_t polls_ = 0, fire_at_poll_ = 0;
   uint8_t powered_off_ = 0;
   uint64_t power_seed_ = 0;
