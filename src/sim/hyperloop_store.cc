@@ -28,8 +28,15 @@
 //                     words are gone; each replays its log at restart and
 //                     holds its locks until the front end reconciled.
 //   replace           a replica (the head half the time) dies at a random
-//                     engine step and is replaced (replace_replica on both
-//                     groups, TxnClient::recover, TxnKv::open).
+//                     engine step; the chain manager (ChainManager over the
+//                     in-process membership store, on the World's clock)
+//                     declares it failed after 3 missed beats of the live
+//                     members' heartbeats and commits the next view; the data
+//                     path follows it (replace_replica on both groups,
+//                     TxnClient::recover, TxnKv::open).
+//   membership-down   the membership store refuses every call for 1 ms .. 3 s
+//                     when a replacement begins (drawn per replacement): the
+//                     manager's replace retries until it is back.
 //   client-crash      one front end serves every client, so a client crash
 //                     is modelled at an operation boundary: the client whose
 //                     operation just completed dies before it learns the
@@ -38,9 +45,10 @@
 //                     operations -- no lock should be held, nothing in
 //                     flight; the new front end must find the store as the
 //                     last acknowledged write left it.
-// Not simulated: the ChainManager and the membership store (replacement is
-// decided by the simulator, not by missed beats), slow hosts, replicas in
-// other processes (the across-process read and recovery services).
+// Not simulated: slow hosts; replicas in other processes (the across-process
+// read and recovery services, StoreMember, reconnect_group); a removed member
+// that goes on serving reads (a dead replica here serves nothing; the
+// manager's refusal of its heartbeats is checked instead).
 //
 // Invariants, checked after every recovery and at the end of every seed:
 //   replicas-identical  every replica's database equals the front end's mirror
@@ -51,6 +59,11 @@
 //                       from every replica and from the front end)
 //   no-spurious-error   an operation fails only when a fault struck
 //   recovers            every recovery step succeeds
+//   available           once every fault healed, the store takes a write
+//                       (after at most one recovery)
+//   membership          the manager declares exactly the dead member failed,
+//                       and its view is the chain the data path rebuilds
+//   no-stale-member     a removed member's heartbeats are refused
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -60,9 +73,11 @@
 #include <string>
 #include <vector>
 
+#include "ferry/hyperloop/chain_manager.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/txn.h"
 #include "ferry/hyperloop/txn_kv.h"
+#include "ferry/membership/in_process_store.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nic/fabric.h"
 #include "ferry/nic/verbs.h"
@@ -105,6 +120,9 @@ constexpr uint64_t kFireWithinPolls = 1500;
 // A replica read between two engine steps, once in this many polls (an
 // operation is some hundreds).
 constexpr uint64_t kHookReadOdds = 100;
+// The membership store's outage is drawn per replacement (the only time the
+// chain manager writes it), at the per-operation rate times this.
+constexpr double kMembershipDownPerReplacement = 20.0;
 
 TxnKvOptions kv_options() {
   TxnKvOptions o;
@@ -131,6 +149,71 @@ std::optional<uint64_t> value_of(const Result<std::vector<uint8_t>>& r) {
 }
 
 std::string show(const std::optional<uint64_t>& v) { return v ? std::to_string(*v) : "absent"; }
+
+constexpr uint32_t kHeartbeatMs = 100;
+constexpr uint32_t kMissedBeats = 3;
+
+// The membership store as the chain manager sees it: the in-process store
+// (etcd's semantics), unavailable to every call until `down_until_ns` by the
+// World's clock -- an etcd outage or a partition from it.
+class OutageStore final : public membership::MembershipStore {
+ public:
+  explicit OutageStore(const Clock* clock) : clock_(clock), store_(options(clock)) {}
+  void down_until(uint64_t t) { down_until_ns_ = t; }
+  uint64_t down_until_ns() const { return down_until_ns_; }
+
+  Result<membership::Revision> put(const std::string& key, const std::string& value,
+                                   membership::LeaseId lease) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.put(key, value, lease);
+  }
+  Result<membership::RangeResult> get(const membership::KeySpan& span) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.get(span);
+  }
+  Result<membership::DeleteResult> erase(const membership::KeySpan& span) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.erase(span);
+  }
+  Result<membership::TxnResult> compare_and_swap(const std::string& compare_key,
+                                                 membership::Revision expected_mod_revision,
+                                                 const membership::Mutation& effect) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.compare_and_swap(compare_key, expected_mod_revision, effect);
+  }
+  Result<membership::Lease> grant_lease(int64_t ttl_seconds) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.grant_lease(ttl_seconds);
+  }
+  Result<int64_t> keep_alive(membership::LeaseId lease) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.keep_alive(lease);
+  }
+  Status revoke_lease(membership::LeaseId lease) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.revoke_lease(lease);
+  }
+  Result<std::unique_ptr<membership::Watch>> watch(const membership::KeySpan& span, membership::Revision start_revision,
+                                                   membership::WatchCallback callback) override {
+    FERRY_RETURN_IF_ERROR(up());
+    return store_.watch(span, start_revision, std::move(callback));
+  }
+
+ private:
+  static membership::InProcessStoreOptions options(const Clock* clock) {
+    membership::InProcessStoreOptions o;
+    o.clock = clock;
+    o.expiry_poll_ms = 0;  // no leases here; nothing for its thread to do on its own
+    return o;
+  }
+  Status up() const {
+    if (clock_->now_ns() < down_until_ns_) return unavailable("membership store: unavailable (simulated outage)");
+    return ok_status();
+  }
+  const Clock* clock_;
+  membership::InProcessStore store_;
+  uint64_t down_until_ns_ = 0;
+};
 
 // A fault armed to fire at a poll of the client (between engine steps).
 enum class Armed : uint8_t { kNone, kCrash, kPower, kReplace };
@@ -208,6 +291,14 @@ class Run {
     if (!kv.ok()) return recovery_failed("create the store", kv.status());
     kv_ = std::move(kv).value();
     for (uint64_t k = 0; k < kKeys; ++k) acked_[k] = std::nullopt;
+    store_ = std::make_unique<OutageStore>(&world_.clock());
+    hyperloop::ChainManagerOptions mo;
+    mo.heartbeat_ms = kHeartbeatMs;
+    mo.missed_beats = kMissedBeats;
+    members_ = {"m0", "m1", "m2"};
+    auto manager = hyperloop::ChainManager::open(store_.get(), &world_.clock(), members_, mo);
+    if (!manager.ok()) return recovery_failed("open the chain manager", manager.status());
+    manager_ = std::move(manager).value();
     client_->set_poll_hook([this] { poll_hook(); });
     hook_reads_ = true;
     world_.event("cluster up: front end, 3 replicas (PM data group, DRAM lock group), faults " +
@@ -216,6 +307,8 @@ class Run {
   }
 
   void teardown() {
+    manager_.reset();
+    store_.reset();
     if (client_ != nullptr) client_->set_poll_hook({});
     if (engine_ != nullptr) engine_->fabric().set_tap({});
     kv_.reset();
@@ -243,6 +336,7 @@ class Run {
   void workload(uint64_t ops) {
     for (uint64_t i = 0; i < ops && ok(); ++i) {
       heal_if_due();
+      beat();
       strike_faults();
       one_operation(i);
       if (!ok()) break;
@@ -585,6 +679,7 @@ class Run {
     const uint32_t lock_words = hyperloop::txn_kv_lock_words(ko_);
     if (fault == Armed::kReplace) {
       world_.event("recovery: replica " + std::to_string(victim_) + " replaced, the log reconciled");
+      if (!detect_and_replace()) return;
       // The chain is rebuilt under the readers' feet: no reads inside it.
       hook_reads_ = false;
       auto a = client_->replace_replica(data_, victim_);
@@ -658,6 +753,79 @@ class Run {
     check_durable("after the recovery");
     for (uint64_t k = 0; k < kKeys && ok(); ++k) read_everywhere(k);
     recovering_ = false;
+  }
+
+  // Every live member beats (the members' control-path daemons; a dead or
+  // powered-off one is silent).
+  void beat() {
+    const uint64_t version = manager_->view().version;
+    for (uint32_t r = 0; r < kReplicas; ++r) {
+      if ((down_ >> r & 1) != 0) continue;
+      const Status st = manager_->heartbeat(members_[r], version);
+      if (!st.ok())
+        fail("membership", "member " + members_[r] + " (replica " + std::to_string(r) + ") refused: " + st.to_string());
+    }
+  }
+
+  // The chain manager finds the dead replica by its missed beats and
+  // commits the next view (the member out, a new one at the tail), retrying
+  // while the membership store is down; the data path follows the view.
+  bool detect_and_replace() {
+    if (world_.strike(FaultKind::kMembershipDown, kMembershipDownPerReplacement)) {
+      const uint64_t ms = 1 + world_.fault_below(3000);
+      store_->down_until(world_.now() + ms * 1'000'000);
+      world_.event("the membership store is down for " + std::to_string(ms) + " ms");
+    }
+    const std::string dead = members_[victim_];
+    const uint64_t start = world_.now();
+    for (uint32_t period = 0;; ++period) {
+      const auto failed = manager_->failed_members();
+      if (std::find(failed.begin(), failed.end(), dead) != failed.end()) break;
+      if (!failed.empty()) {
+        fail("membership", "the manager declared " + failed.front() + " failed, a live member; " + dead + " died");
+        return false;
+      }
+      if (period > 2 * kMissedBeats) {
+        fail("membership", dead + " was not declared failed after " + std::to_string(period) + " heartbeat periods");
+        return false;
+      }
+      world_.clock().advance_ns(uint64_t{kHeartbeatMs} * 1'000'000);
+      beat();
+    }
+    world_.event("chain manager: " + dead + " missed " + std::to_string(kMissedBeats) + " beats (" +
+                 std::to_string((world_.now() - start) / 1'000'000) + " ms after recovery began)");
+    const std::string joining = "m" + std::to_string(next_member_++);
+    const uint64_t old_version = manager_->view().version;
+    for (uint32_t attempt = 0;; ++attempt) {
+      auto view = manager_->replace(dead, joining);
+      if (view.ok()) break;
+      if (view.status().code() != Code::kUnavailable || attempt > 100) {
+        fail("recovers", "the chain manager's replace: " + view.status().to_string());
+        return false;
+      }
+      if (attempt == 0) world_.event("chain manager: replace refused (" + view.status().to_string() + "); retrying");
+      world_.clock().advance_ns(uint64_t{kHeartbeatMs} * 1'000'000);
+      beat();
+    }
+    members_.erase(members_.begin() + victim_);
+    members_.push_back(joining);
+    const auto view = manager_->view();
+    std::string order;
+    for (const auto& m : view.members) order += (order.empty() ? "" : ",") + m.id;
+    world_.event("chain manager: view " + std::to_string(view.version) + " = " + order);
+    std::vector<std::string> ids;
+    for (const auto& m : view.members) ids.push_back(m.id);
+    if (ids != members_) {
+      fail("membership", "the view " + order + " is not the chain the data path rebuilds");
+      return false;
+    }
+    // The removed member is told it must not serve, whatever view it names.
+    if (manager_->heartbeat(dead, old_version).code() != Code::kFailedPrecondition ||
+        manager_->heartbeat(dead, view.version).code() != Code::kFailedPrecondition) {
+      fail("no-stale-member", "removed member " + dead + " is still accepted by the chain manager");
+      return false;
+    }
+    return true;
   }
 
   // Replicas identical to the mirror, no lock taken.
@@ -764,6 +932,10 @@ class Run {
   GroupId data_ = 0, locks_ = 0;
   std::unique_ptr<TxnClient> txn_;
   std::unique_ptr<TxnKv> kv_;
+  std::unique_ptr<OutageStore> store_;
+  std::unique_ptr<hyperloop::ChainManager> manager_;
+  std::vector<std::string> members_;  // member ids in chain order (replica 0 first)
+  uint64_t next_member_ = 3;
   std::map<uint64_t, std::optional<uint64_t>> acked_;  // per key: the state the store acknowledged
   std::vector<std::pair<uint64_t, std::optional<uint64_t>>> in_flight_;
   std::vector<KvOp> history_;
@@ -796,7 +968,7 @@ System hyperloop_store_system() {
       "replacement, partitions and packet faults";
   s.faults = {FaultKind::kPacketLoss,    FaultKind::kPacketDuplicate, FaultKind::kPacketDelay,
               FaultKind::kPartition,     FaultKind::kProcessCrash,    FaultKind::kPowerFailure,
-              FaultKind::kMemberReplace, FaultKind::kClientCrash};
+              FaultKind::kMemberReplace, FaultKind::kClientCrash,     FaultKind::kMembershipDown};
   s.default_ops = 150;
   s.run = [default_ops = s.default_ops](const RunOptions& options) {
     Run run(options);
