@@ -291,6 +291,7 @@ class Run {
     if (!kv.ok()) return recovery_failed("create the store", kv.status());
     kv_ = std::move(kv).value();
     for (uint64_t k = 0; k < kKeys; ++k) acked_[k] = std::nullopt;
+    expect_state({});
     store_ = std::make_unique<OutageStore>(&world_.clock());
     hyperloop::ChainManagerOptions mo;
     mo.heartbeat_ms = kHeartbeatMs;
@@ -346,6 +347,8 @@ class Run {
       }
       if (needs_recovery_) recover();
       if (ok() && world_.rng().below(2) == 0) read_everywhere(world_.rng().below(kKeys));
+      if (ok() && world_.rng().below(4) == 0)
+        snapshot_replica(static_cast<uint32_t>(world_.rng().below(kReplicas)), "");
     }
   }
 
@@ -389,7 +392,11 @@ class Run {
     // operation or recovery: what another client may see mid-protocol.
     if (hook_reads_ && world_.rng().below(kHookReadOdds) == 0) {
       const auto r = static_cast<uint32_t>(world_.rng().below(kReplicas));
-      read_replica(r, world_.rng().below(kKeys), "mid-operation ");
+      if (world_.rng().below(4) == 0) {
+        snapshot_replica(r, "mid-operation ");
+      } else {
+        read_replica(r, world_.rng().below(kKeys), "mid-operation ");
+      }
     }
     if (recovering_) return;
     if (cut_armed_ && polls_ >= cut_at_poll_) start_partition();
@@ -498,6 +505,7 @@ class Run {
       case 1: {
         const uint64_t v = next_value_++;
         world_.event(prefix + "put " + key_name(k) + "=" + std::to_string(v));
+        expect_state({{k, v}});
         st = kv_->put(key_name(k), value_bytes(v));
         effects.emplace_back(k, v);
         ops.push_back(KvOp::put(client, k, v, t0, std::nullopt));
@@ -505,6 +513,7 @@ class Run {
       }
       case 2: {
         world_.event(prefix + "remove " + key_name(k));
+        expect_state({{k, std::nullopt}});
         st = kv_->remove(key_name(k));
         if (st.code() == Code::kNotFound) {
           ops.push_back(KvOp::get(client, k, std::nullopt, t0, std::nullopt));  // observed absent
@@ -519,6 +528,7 @@ class Run {
         const uint64_t v = next_value_++;
         bool called = false;
         world_.event(prefix + "read-modify-write " + key_name(k) + " := " + std::to_string(v));
+        expect_state({{k, v}});
         st = kv_->read_modify_write(key_name(k), [&](std::optional<std::span<const uint8_t>> cur) {
           called = true;
           if (cur) {
@@ -568,6 +578,7 @@ class Run {
                                           : TxnKvOp{TxnKvOp::kPut, names[i], values[i]});
         }
         world_.event(prefix + "transaction" + text);
+        expect_state(effects);
         st = kv_->transaction(txn);
       }
     }
@@ -638,6 +649,60 @@ class Run {
         history_.push_back(KvOp::get(kReplicaReader + r, k, value_of(got), t0, tick()));
         ++result_.reads;
         world_.event(who + " -> " + show(value_of(got)));
+      }
+    } else {
+      world_.event(who + " refused (locks held)");
+    }
+    for (uint32_t l = 0; l < held; ++l) locks.rd_unlock(l);
+  }
+
+  // The store's state if the write about to be issued applies: the
+  // acknowledged state (which includes every earlier write that applied)
+  // with its effects. The one front end applies writes in issue order, so
+  // every image a replica may show between whole records is one of these.
+  void expect_state(const std::vector<std::pair<uint64_t, std::optional<uint64_t>>>& effects) {
+    Snapshot next;
+    for (uint64_t k = 0; k < kKeys; ++k) next[k] = acked_[k];
+    for (const auto& [k, v] : effects) next[k] = v;
+    states_.push_back(next);
+  }
+
+  static std::string show_state(const std::array<std::optional<uint64_t>, kKeys>& state) {
+    std::string text;
+    for (uint64_t k = 0; k < kKeys; ++k) text += (k == 0 ? "" : " ") + key_name(k) + "=" + show(state[k]);
+    return text;
+  }
+
+  // Every key on replica r at one instant: every stripe read-locked (so no
+  // record is half-applied there), then each key read. The image must be
+  // one the writes produced in order -- a transaction's keys change
+  // together -- which the per-key history check cannot see.
+  void snapshot_replica(uint32_t r, const char* when) {
+    if ((down_ >> r & 1) != 0) return;
+    const std::string who = std::string("snapshot ") + when + "replica " + std::to_string(r);
+    ReplicaLocks locks(client_->replica(locks_, r)->region->data(), kLockRegionBytes);
+    uint32_t held = 0;
+    while (held < ko_.locks && locks.try_rd_lock(held)) ++held;
+    if (held == ko_.locks) {
+      const uint64_t t0 = tick();
+      TxnKvReplicaReader reader(replica_db(r), locks, ko_);
+      Snapshot seen;
+      bool readable = true;
+      for (uint64_t k = 0; k < kKeys && readable; ++k) {
+        auto got = reader.get(key_name(k));
+        readable = got.ok() || got.status().code() == Code::kNotFound;
+        if (!readable) fail("linearizable", who + " cannot read " + key_name(k) + ": " + got.status().to_string());
+        seen[k] = value_of(got);
+      }
+      if (readable) {
+        const uint64_t t1 = tick();
+        for (uint64_t k = 0; k < kKeys; ++k) history_.push_back(KvOp::get(kReplicaReader + r, k, seen[k], t0, t1));
+        result_.reads += kKeys;
+        world_.event(who + ": " + show_state(seen));
+        if (std::find(states_.rbegin(), states_.rend(), seen) == states_.rend()) {
+          fail("atomic", who + " shows " + show_state(seen) +
+                             ", a state no prefix of the writes produced (last: " + show_state(states_.back()) + ")");
+        }
       }
     } else {
       world_.event(who + " refused (locks held)");
@@ -898,6 +963,7 @@ class Run {
     const uint64_t t0 = tick();
     ++result_.ops;
     world_.event("final put " + key_name(k) + "=" + std::to_string(v));
+    expect_state({{k, v}});
     const Status st = kv_->put(key_name(k), value_bytes(v));
     const uint64_t t1 = tick();
     if (st.ok()) {
@@ -939,6 +1005,8 @@ class Run {
   std::map<uint64_t, std::optional<uint64_t>> acked_;  // per key: the state the store acknowledged
   std::vector<std::pair<uint64_t, std::optional<uint64_t>>> in_flight_;
   std::vector<KvOp> history_;
+  using Snapshot = std::array<std::optional<uint64_t>, kKeys>;
+  std::vector<Snapshot> states_;  // expect_state's, in issue order
   uint64_t now_tick_ = 0;  // the history's logical time: every call and return its own instant
   uint64_t next_value_ = 1;
   // The armed fault and the one that fired (recovery's case).
