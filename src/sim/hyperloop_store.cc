@@ -3,9 +3,10 @@
 // HyperLoop chain -- a PM data group and a DRAM lock group, every host a NIC
 // of one manual engine on the World's clock -- driven by four clients' puts,
 // removes, read-modify-writes and multi-key transactions on six hot keys,
-// with reads from every replica (its CPU, under its read locks) and from the
-// front end, between operations and -- on replicas -- between any two engine
-// steps of an operation or a recovery. The production code is stepped as it is: the simulator only
+// with reads from every replica (its CPU, under its read locks: one key, or
+// a snapshot of every key) and from the front end, between operations and
+// -- on replicas -- between any two engine steps of an operation or a
+// recovery. The production code is stepped as it is: the simulator only
 // chooses what happens and when, and injects faults from the client's poll
 // hook (between engine steps of a synchronous call) and the fabric's tap.
 //
@@ -54,7 +55,9 @@
 //   replicas-identical  every replica's database equals the front end's mirror
 //   locks-free          no lock word stays taken on any replica
 //   durable             every acknowledged write is readable from the front end
-//   atomic              the operation in flight at a fault applied whole or not at all
+//   atomic              the operation in flight at a fault applied whole or not
+//                       at all; every replica snapshot is the state after some
+//                       prefix of the writes in issue order
 //   linearizable        the whole history (writes acknowledged or pending, reads
 //                       from every replica and from the front end)
 //   no-spurious-error   an operation fails only when a fault struck
