@@ -356,8 +356,21 @@ Status TxnKv::apply(std::span<const TxnKvOp> ops) {
   }
   for (size_t i = 0; i < slots.size(); ++i) writes.push_back({kHeaderBytes + planned[i] * sb, slots[i]});
   index.append_writes(&writes);  // the same record: the slots and the index change together
-  FERRY_RETURN_IF_ERROR(txn_.append(writes).status());
-  FERRY_RETURN_IF_ERROR(txn_.execute_all());  // a padding record may come first
+  // From the append on, a failure leaves the record in doubt: on some
+  // replicas' logs or not, applied on some and not on others. Its locks
+  // stay held (WriteLocks) so that no replica serves a read from an image
+  // the others do not share; the front end that resumes takes them over
+  // and runs the log again (TxnKv::open).
+  const Status appended = txn_.append(writes).status();
+  if (!appended.ok()) {
+    in_doubt_ = appended.code() != Code::kInvalidArgument && appended.code() != Code::kResourceExhausted;
+    return appended;
+  }
+  const Status executed = txn_.execute_all();  // a padding record may come first
+  if (!executed.ok()) {
+    in_doubt_ = true;
+    return executed;
+  }
   ++counters_.records;
   return ok_status();
 }
@@ -365,10 +378,11 @@ Status TxnKv::apply(std::span<const TxnKvOp> ops) {
 namespace {
 
 // Takes the write locks of `keys` in ascending order; releases them on
-// destruction (in reverse).
+// destruction (in reverse) unless `keep` is set by then: a record in doubt
+// (TxnKv::apply).
 class WriteLocks {
  public:
-  WriteLocks(TxnClient& txn, const std::set<uint32_t>& locks) : txn_(txn) {
+  WriteLocks(TxnClient& txn, const std::set<uint32_t>& locks, const bool& keep) : txn_(txn), keep_(keep) {
     for (uint32_t l : locks) {
       status_ = txn_.wr_lock(l);
       if (!status_.ok()) return;
@@ -376,6 +390,7 @@ class WriteLocks {
     }
   }
   ~WriteLocks() {
+    if (keep_) return;
     for (auto it = held_.rbegin(); it != held_.rend(); ++it) (void)txn_.wr_unlock(*it);
   }
   // One more lock, above every lock held (the ascending order holds).
@@ -389,9 +404,16 @@ class WriteLocks {
 
  private:
   TxnClient& txn_;
+  const bool& keep_;
   std::vector<uint32_t> held_;
   Status status_;
 };
+
+Status refuse_in_doubt() {
+  return failed_precondition(
+      "txn kv: an earlier write failed with its record in doubt and its locks held; resume the front end "
+      "(TxnClient::initialize with resume, TxnKv::open)");
+}
 
 Status validate_ops(std::span<const TxnKvOp> ops, const TxnKvOptions& o) {
   if (ops.empty()) return invalid_argument("txn kv: an empty transaction");
@@ -411,11 +433,12 @@ Status validate_ops(std::span<const TxnKvOp> ops, const TxnKvOptions& o) {
 }  // namespace
 
 Status TxnKv::put(std::string_view key, std::span<const uint8_t> value) {
+  if (in_doubt_) return refuse_in_doubt();
   const TxnKvOp op{TxnKvOp::kPut, key, value};
   FERRY_RETURN_IF_ERROR(validate_ops({&op, 1}, options_));
   std::set<uint32_t> ids = {lock_of(key)};
   if (changes_index({&op, 1})) ids.insert(index_lock(options_));
-  WriteLocks locks(txn_, ids);
+  WriteLocks locks(txn_, ids, in_doubt_);
   FERRY_RETURN_IF_ERROR(locks.status());
   FERRY_RETURN_IF_ERROR(apply({&op, 1}));
   ++counters_.puts;
@@ -423,9 +446,10 @@ Status TxnKv::put(std::string_view key, std::span<const uint8_t> value) {
 }
 
 Status TxnKv::remove(std::string_view key) {
+  if (in_doubt_) return refuse_in_doubt();
   const TxnKvOp op{TxnKvOp::kRemove, key, {}};
   FERRY_RETURN_IF_ERROR(validate_ops({&op, 1}, options_));
-  WriteLocks locks(txn_, {lock_of(key), index_lock(options_)});
+  WriteLocks locks(txn_, {lock_of(key), index_lock(options_)}, in_doubt_);
   FERRY_RETURN_IF_ERROR(locks.status());
   FERRY_RETURN_IF_ERROR(apply({&op, 1}));
   ++counters_.removes;
@@ -445,9 +469,10 @@ Result<std::vector<uint8_t>> TxnKv::get(std::string_view key) const {
 Status TxnKv::read_modify_write(
     std::string_view key,
     const std::function<std::optional<std::vector<uint8_t>>(std::optional<std::span<const uint8_t>>)>& fn) {
+  if (in_doubt_) return refuse_in_doubt();
   const TxnKvOp probe{TxnKvOp::kPut, key, {}};
   FERRY_RETURN_IF_ERROR(validate_ops({&probe, 1}, options_));
-  WriteLocks locks(txn_, {lock_of(key)});
+  WriteLocks locks(txn_, {lock_of(key)}, in_doubt_);
   FERRY_RETURN_IF_ERROR(locks.status());
   auto current = get(key);
   std::optional<std::span<const uint8_t>> view;
@@ -463,11 +488,12 @@ Status TxnKv::read_modify_write(
 }
 
 Status TxnKv::transaction(std::span<const TxnKvOp> ops) {
+  if (in_doubt_) return refuse_in_doubt();
   FERRY_RETURN_IF_ERROR(validate_ops(ops, options_));
   std::set<uint32_t> ids;
   for (const TxnKvOp& op : ops) ids.insert(lock_of(op.key));
   if (changes_index(ops)) ids.insert(index_lock(options_));
-  WriteLocks locks(txn_, ids);
+  WriteLocks locks(txn_, ids, in_doubt_);
   FERRY_RETURN_IF_ERROR(locks.status());
   FERRY_RETURN_IF_ERROR(apply(ops));
   ++counters_.transactions;

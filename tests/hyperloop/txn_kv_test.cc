@@ -492,6 +492,65 @@ TEST(TxnKvOpen, TakesTheDeadFrontEndsLocksOverAndNoReaderSeesItsTransactionHalfA
   }
 }
 
+// Found by the simulator (`ferry sim hyperloop-store --seed 41 --ops 19`): the
+// link from replica 1 to replica 2 is cut while a put's record executes; RC
+// gives up on it, the put fails, the link heals. Replicas 0 and 1 hold the
+// new value, replica 2 the old one. The front end used to release the
+// put's write lock on the way out (its unlock gCAS got through once the
+// link healed; here only the data group's link is cut, so the lock group
+// takes it at once): readers on replica 1 then on replica 2 saw the new
+// value and then the old one. The locks of a record in doubt stay held until a
+// resumed front end ran it again.
+TEST(TxnKvInDoubt, AWriteThatFailsAfterItsAppendKeepsItsLocksSoNoReplicaServesWhatTheOthersLack) {
+  KvFixture f;
+  const std::string v1 = "version-1", v2 = "version-2";
+  ASSERT_TRUE(f.kv->put("k", bytes(v1)).ok());
+  const uint32_t src = f.client->replica_rings(f.data, 1)->nic->address();
+  const uint32_t dst = f.client->replica_rings(f.data, 2)->nic->address();
+  uint64_t heal_at = 0;
+  f.client->set_message_hook([&](Primitive p, std::span<uint8_t>) {
+    if (p != Primitive::kMemcpy || heal_at != 0) return;
+    heal_at = f.clock.now_ns() + 1'000'000'000;  // longer than RC's retries (~0.5 s)
+    f.engine->fabric().set_tap([&, src, dst](const nic::Packet& pkt) {
+      return f.clock.now_ns() < heal_at && pkt.src_nic == src && pkt.dst_nic == dst;
+    });
+  });
+  const Status st = f.kv->put("k", bytes(v2));
+  f.client->set_message_hook({});
+  f.engine->fabric().set_tap({});
+  ASSERT_FALSE(st.ok()) << "the put should have failed with its copy to replica 2 cut off";
+  ASSERT_TRUE(image_holds(f, 1, v2) && !image_holds(f, 2, v2)) << "the record should be applied on 1, not on 2";
+  // No replica lets a reader in on the key's stripe: the record is in doubt.
+  for (uint32_t r = 0; r < 3; ++r) {
+    ReplicaLocks lk = f.TxnChain::reader(r);
+    const uint32_t stripe = f.kv->lock_of("k");
+    const bool entered = lk.try_rd_lock(stripe);
+    if (entered) lk.rd_unlock(stripe);
+    EXPECT_FALSE(entered) << "replica " << r << " serves reads of a record in doubt";
+  }
+  EXPECT_EQ(f.kv->put("other", bytes(v1)).code(), Code::kFailedPrecondition);
+  // A resumed front end takes the locks over and runs the record again.
+  f.kv.reset();
+  f.txn.reset();
+  ASSERT_TRUE(f.client->restart_group(f.data).ok());
+  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
+  TxnOptions to;
+  to.log_bytes = f.options.log_bytes;
+  to.db_bytes = f.options.db_bytes;
+  to.lock_timeout_ns = f.options.lock_timeout_ns;
+  to.resume = true;
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+  auto kv = TxnKv::open(*f.txn, f.kv_options);
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  f.kv = std::move(kv).value();
+  expect_everywhere(f, {{"k", v2}}, {"k"});
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (uint32_t l = 0; l < txn_kv_lock_words(f.kv_options); ++l) EXPECT_EQ(f.TxnChain::reader(r).word(l), 0u);
+  }
+}
+
 // A damaged slot (a replica's image after a crash) is not a torn read: the
 // reader looks again with no writer active and says kDataLoss instead of
 // retrying forever.

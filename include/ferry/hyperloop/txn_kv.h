@@ -105,7 +105,12 @@ class TxnKv {
 
   // Each write is one record, applied on every replica under the key's
   // write lock before it returns. kInvalidArgument for a key or value over
-  // the limits; kResourceExhausted when the table is full.
+  // the limits; kResourceExhausted when the table is full. An error of the
+  // chain once the record may be on some replica's log (kUnavailable,
+  // kTimedOut, ...) leaves it in doubt: its locks stay held, so that no
+  // replica serves what the others may not hold, and every later write is
+  // kFailedPrecondition until a resumed front end opens the store (TxnKv::open
+  // takes the locks over and runs the record again).
   Status put(std::string_view key, std::span<const uint8_t> value);
   // kNotFound if absent.
   Status remove(std::string_view key);
@@ -142,6 +147,10 @@ class TxnKv {
   TxnClient& txn_;
   TxnKvOptions options_;
   TxnKvCounters counters_;
+  // A write failed after its record was appended (or while appending): its
+  // locks stay held and every later write is refused until a resumed front
+  // end opens the store again.
+  bool in_doubt_ = false;
 };
 
 // Reads on one replica: under that replica's read lock, from its image.
