@@ -12,7 +12,7 @@
 #               second run rebuilds only what the patches touch)
 #   PATCH       patch files (default: every tests/sim/mutations/*.patch)
 # The system a patch targets is the first word of its file name
-# (juneberry-..., hyperloop-store-..., tailwind-...). Prints a Markdown table.
+# (juneberry-..., tailwind-...; hyperloop-... is hyperloop-store). Prints a Markdown table.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +45,7 @@ echo "|---|---|---|---|---|"
 for patch in "${patches[@]}"; do
   name=$(basename "$patch" .patch)
   system=${name%%-*}
-  [[ $name == hyperloop-store-* ]] && system=hyperloop-store
+  [[ $name == hyperloop-* ]] && system=hyperloop-store
   if ! patch -d "$scratch/src" -p1 --forward --quiet <"$patch"; then
     echo "| $name | $system | patch does not apply | - | - |"
     continue
@@ -56,12 +56,18 @@ for patch in "${patches[@]}"; do
     continue
   fi
   start=$(date +%s)
-  out=$("$scratch/build/ferry" sim "$system" --seeds "$max" --quiet --no-shrink --stop-after 1 --tail 0 || true)
+  status=0
+  out=$("$scratch/build/ferry" sim "$system" --seeds "$max" --quiet --no-shrink --stop-after 1 --tail 0 2>&1) || status=$?
   secs=$(($(date +%s) - start))
   seed=$(grep -m1 '^FAIL seed=' <<<"$out" | sed 's/^FAIL seed=\([0-9]*\).*/\1/' || true)
   broke=$(grep -m1 '^FAIL seed=' <<<"$out" | sed 's/.* broke=//' || true)
   if [[ -n "$seed" ]]; then
     echo "| $name | $system | $seed | $broke | $secs |"
+  elif [[ $status -ne 0 ]]; then
+    # The mutant died (an assertion, a crash): found, in the 100 seeds after
+    # the last progress line.
+    done_seeds=$(grep -o '^\.\.\. [0-9]* seeds' <<<"$out" | tail -1 | grep -o '[0-9]*' || echo 0)
+    echo "| $name | $system | $((done_seeds + 1))-$((done_seeds + 100)) (the process died, exit $status: $(tail -1 <<<"$out" | cut -c1-80)) | crash | $secs |"
   else
     echo "| $name | $system | not found | - | $secs |"
   fi

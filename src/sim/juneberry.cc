@@ -166,6 +166,12 @@ class JuneBerrySim {
     // a few milliseconds of virtual time (4.096 us * 2^8 ~ 1 ms).
     connect_.timeout = 8;
     connect_.retry_cnt = static_cast<uint8_t>(2 + rng.below(6));
+    // How often the scheduler runs a worker and a session, relative to each
+    // other: servers that keep up, clients that poll rarely (a worker then
+    // executes a request before its client's READ has drained it), and the
+    // other way round.
+    worker_weight_ = 1 + rng.below(4);
+    session_weight_ = 1 + rng.below(4);
     // Half the seeds use the smallest path MTU, so that larger requests are
     // several packets and the NIC completes them out of buffer order
     // (a short request that lands behind a long one completes first).
@@ -176,6 +182,7 @@ class JuneBerrySim {
                .string();
     world_.event("juneberry: keys=" + std::to_string(keys_) + " buffers=" + std::to_string(so_.buffers) + "x" +
                  std::to_string(so_.buffer_bytes) + " group=" + std::to_string(so_.req_to_execute_group) +
+                 " weights=" + std::to_string(worker_weight_) + ":" + std::to_string(session_weight_) +
                  " stall_probe=" + std::to_string(so_.stall_probe_us / 1000) + "ms platform=" +
                  platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") + " retry_cnt=" +
                  std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) + " values<" +
@@ -222,6 +229,8 @@ class JuneBerrySim {
 
   static constexpr uint64_t kDefaultOps = 150;
   static constexpr uint64_t kStallSteps = 60'000;
+  static constexpr double kHostFailureScale = 3.0;
+  static constexpr double kDyingClientScale = 5.0;
   static constexpr uint64_t kStallNs = 2'000'000'000;
 
  private:
@@ -374,13 +383,15 @@ class JuneBerrySim {
     if (rng.below(3) == 0) issue(r);
     if (!r->invariant.empty()) return false;
     bool busy = engine_->step();
-    const uint64_t what = rng.below(6);
-    if (what < 2) {
-      const uint32_t w = static_cast<uint32_t>(what);
+    // Which core runs after the engine: a worker or a session, by the
+    // seed's weights (or nobody this step).
+    const uint64_t what = rng.below(worker_weight_ + session_weight_ + 1);
+    if (what < worker_weight_) {
+      const uint32_t w = static_cast<uint32_t>(rng.below(so_.workers));
       if (w != slow_worker_ || world_.now() >= slow_until_ || rng.below(16) == 0) {
         busy |= server_->poll_worker(w) != 0;
       }
-    } else if (what < 5) {
+    } else if (what < worker_weight_ + session_weight_) {
       busy |= client_->session(static_cast<uint32_t>(rng.below(kSessions))).poll() != 0;
     }
     // A cut taken while the worker ran: strike before the engine steps
@@ -452,8 +463,10 @@ class JuneBerrySim {
                    " until " + std::to_string(partition_until_ / 1000) + " us");
     }
     if (armed_.kind == Armed::kNone) {
-      const bool power = world_.strike(FaultKind::kPowerFailure);
-      const bool crash = !power && world_.strike(FaultKind::kProcessCrash);
+      // Three times the rate: a JUNE BERRY operation is short, and what the
+      // simulator is for here is the moment a host fails.
+      const bool power = world_.strike(FaultKind::kPowerFailure, kHostFailureScale);
+      const bool crash = !power && world_.strike(FaultKind::kProcessCrash, kHostFailureScale);
       if (power || crash) {
         armed_.kind = power ? Armed::kPower : Armed::kCrash;
         const uint64_t when = world_.fault_below(3);
@@ -472,13 +485,13 @@ class JuneBerrySim {
       world_.event("worker " + std::to_string(slow_worker_) + " slow until " + std::to_string(slow_until_ / 1000) +
                    " us");
     }
+    // A client that dies right after its SEND is cheap and is what leaves
+    // executed requests in the NIC's buffer, undrained by any READ, for a
+    // power failure to take: five times the rate.
+    if (world_.strike(FaultKind::kClientCrash, kDyingClientScale) && dying_.size() < 32) issue_dying(next_key());
     if (world_.strike(FaultKind::kClientCrash)) {
-      if (world_.fault_below(2) == 0 && dying_.size() < 8) {
-        issue_dying(next_key());
-      } else {
-        world_.event("client " + std::to_string(client_generation_) + " dies with its calls in flight");
-        if (Status c = new_client(); !c.ok()) fail(r, "live", "a client could not reconnect: " + c.to_string());
-      }
+      world_.event("client " + std::to_string(client_generation_) + " dies with its calls in flight");
+      if (Status c = new_client(); !c.ok()) fail(r, "live", "a client could not reconnect: " + c.to_string());
     }
   }
 
@@ -754,7 +767,8 @@ class JuneBerrySim {
   uint64_t ops_ = 0;
   uint64_t keys_ = 2;
   bool small_store_ = false;
-  uint32_t value_pad_ = 160;  // a value's padding is drawn below this
+  uint32_t value_pad_ = 160;                         // a value's padding is drawn below this
+  uint64_t worker_weight_ = 2, session_weight_ = 3;  // the scheduler's (per seed)
   size_t store_bytes_ = 256 << 10;
   std::unique_ptr<workload::ZipfianGenerator> zipf_;
   pm::PlatformConfig platform_;
