@@ -50,6 +50,7 @@
 #include "ferry/rpc/client.h"
 #include "ferry/rpc/format.h"
 #include "ferry/rpc/server.h"
+#include "dying_client.h"
 #include "ferry/sim/linearizability.h"
 #include "ferry/sim/systems.h"
 #include "ferry/store/kv_service.h"
@@ -60,7 +61,6 @@ namespace ferry::sim {
 namespace {
 
 using store::KvClient;
-using store::KvRequestType;
 
 constexpr uint32_t kSessions = 3;
 constexpr uint32_t kDyingClient = kSessions;  // history client id of clients that die after a SEND
@@ -79,40 +79,6 @@ std::optional<uint64_t> value_number(std::string_view text) {
   }
   return std::strtoull(std::string(text.substr(0, dot)).c_str(), nullptr, 10);
 }
-
-// A client that dies right after its SEND: a raw QP, no READ behind it.
-class DyingClient {
- public:
-  DyingClient(nic::Nic& nic, rpc::Server& server, uint32_t worker, const nic::ConnectOptions& connect) {
-    pd_ = nic.alloc_pd().value();
-    cq_ = nic.create_cq({}).value();
-    mem_.assign(4096, 0);
-    mr_ = nic.reg_mr(*pd_, mem_.data(), mem_.size(), nic::kAccessLocalWrite).value();
-    nic::QpInitAttr a;
-    a.send_cq = a.recv_cq = cq_.get();
-    qp_ = nic.create_qp(*pd_, a).value();
-    ok_ = server.connect(worker, *qp_, nic, connect).ok();
-  }
-  bool send(KvRequestType type, std::string_view key, std::string_view value, uint64_t id) {
-    if (!ok_) return false;
-    const size_t n = store::encode_kv(std::span<uint8_t>(mem_.data() + rpc::kRequestHeaderBytes, 2048), key, value);
-    const uint32_t size = rpc::seal_request(std::span<uint8_t>(mem_.data(), mem_.size()), type, rpc::kRequestNilext, id,
-                                            0, static_cast<uint32_t>(n));
-    const nic::Sge sge = mr_->sge(0, size);
-    nic::SendWr wr;
-    wr.opcode = nic::WrOpcode::kSend;
-    wr.sg_list = std::span<const nic::Sge>(&sge, 1);
-    return qp_->post_send(wr).ok();
-  }
-
- private:
-  std::unique_ptr<nic::ProtectionDomain> pd_;
-  std::unique_ptr<nic::CompletionQueue> cq_;
-  std::vector<uint8_t> mem_;
-  std::unique_ptr<nic::MemoryRegion> mr_;
-  std::unique_ptr<nic::QueuePair> qp_;
-  bool ok_ = false;
-};
 
 // A fault armed to strike later: at a step, after the n-th get reply, or
 // at a fence of the server's CPU (a crash point: pm::PersistenceDomain::
