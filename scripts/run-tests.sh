@@ -70,7 +70,6 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   FERRY_RPC_POWER_SEEDS=${FERRY_RPC_POWER_SEEDS:-100} \
   FERRY_SIM_SEEDS=${FERRY_SIM_SEEDS:-60} \
   FERRY_ROCKSDB_SEEDS=${FERRY_ROCKSDB_SEEDS:-3} \
-  FERRY_TXN_KV_SEEDS=${FERRY_TXN_KV_SEEDS:-10} \
   FERRY_TAILWIND_SEEDS=${FERRY_TAILWIND_SEEDS:-1} FERRY_TW_CRASH_ROUNDS=${FERRY_TW_CRASH_ROUNDS:-2} \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$JOBS" --timeout 600 -LE cli
