@@ -132,10 +132,11 @@ int run_logkv_client(const LogKvClientOptions& opt, std::ostream& out, std::ostr
   auto device = attach_nicd(nicd, "logkv-client");
   if (!device.ok()) return fail(device.status());
   // A call whose server crashed is retried (map refreshed) until the
-  // coordinator has moved the tablet: 64 attempts back off to about 3 s,
-  // beyond a crash's detection (heartbeat_ms * missed_beats) and recovery.
+  // coordinator has moved the tablet: for --retry-ms, beyond a crash's
+  // detection (heartbeat_ms * missed_beats) and its recovery, which takes
+  // seconds on a loaded machine.
   lk::ClientOptions co;
-  co.max_attempts = 64;
+  co.retry_for_ms = opt.retry_ms;
   auto client = lk::Client::connect(device.value()->nic(), d, co);
   if (!client.ok()) return fail(client.status());
   lk::Client& c = *client.value();
@@ -277,6 +278,10 @@ void add_logkv_commands(CLI::App& app, Commands& commands) {
       ->capture_default_str();
   client->add_option("--seed", o->seed, "load/check: seed of the values")->capture_default_str();
   client->add_option("--wait-ms", o->wait_ms, "wait this long for the table to exist")->capture_default_str();
+  client
+      ->add_option("--retry-ms", o->retry_ms,
+                   "retry a call whose server is down (or whose tablet moved) for this long before giving up")
+      ->capture_default_str();
   client->add_flag("--json", o->json, "load/check: print the summary as one JSON object");
   commands.add(client, [o] {
     if ((o->op == "put" && (o->key.empty() || o->value.empty())) ||

@@ -32,6 +32,7 @@ struct LogKvClientOptions {
   uint32_t value_bytes = 100;  // load/check
   uint64_t seed = 1;           // load/check: the values
   uint32_t wait_ms = 30000;    // wait this long for the table (the cluster starting)
+  uint32_t retry_ms = 30000;   // retry a call this long while its server is down (a recovery)
   bool json = false;
 };
 

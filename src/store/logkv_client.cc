@@ -54,7 +54,10 @@ struct Client::Impl {
     Status last = unavailable("logkv: no attempt made");
     bool refresh = refresh_next[session] != 0;
     refresh_next[session] = 0;
-    for (uint32_t attempt = 0; attempt < options.max_attempts; ++attempt) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto retry_until = start + std::chrono::milliseconds(options.retry_for_ms);
+    uint32_t attempt = 0;
+    for (; attempt < options.max_attempts || std::chrono::steady_clock::now() < retry_until; ++attempt) {
       if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(attempt * attempt, 50)));
       FERRY_ASSIGN_OR_RETURN(const uint32_t server, owner(session, table_id, hash, refresh));
       refresh = true;
@@ -79,8 +82,9 @@ struct Client::Impl {
       }
       return reply;
     }
-    return Status(last.code(), "logkv: gave up after " + std::to_string(options.max_attempts) +
-                                   " attempts: " + last.message());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    return Status(last.code(), "logkv: gave up after " + std::to_string(attempt) + " attempts in " +
+                                   std::to_string(ms.count()) + " ms: " + last.message());
   }
 };
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/common/rng.h"
@@ -317,6 +318,58 @@ TEST_P(LogKvTest, ACrashedServersTabletsAreRebuiltFromItsBackups) {
   // second crash would leave too few backups, and says so.
   const Status second = cluster->crash_server(0);
   EXPECT_EQ(second.code(), Code::kUnavailable) << second.to_string();
+}
+
+// A client keeps retrying a call whose tablet's server crashed for
+// retry_for_ms, however many attempts that takes, so it outlasts a recovery
+// that a fixed number of attempts would not (a loaded machine recovers
+// slowly); without it the call gives up after max_attempts and says so.
+TEST_P(LogKvTest, ACallRetriesForRetryForMsUntilItsTabletIsRecovered) {
+  auto opts = small_cluster(GetParam());
+  opts.servers = 4;
+  auto cluster = Cluster::create(opts).value();
+  auto table = cluster->create_table("t").value();
+  auto writer = Client::create(*cluster).value();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 24; ++i) {
+    keys.push_back("key" + std::to_string(i));
+    ASSERT_TRUE(writer->put(0, table, as_bytes(keys.back()), as_bytes("v" + std::to_string(i))).ok());
+  }
+  const uint32_t victim = 1;
+  ASSERT_TRUE(cluster->crash_server(victim).ok());
+
+  ClientOptions impatient;
+  impatient.max_attempts = 2;
+  impatient.timeout_ns = 100'000'000;
+  auto quick = Client::create(*cluster, impatient).value();
+  uint32_t gave_up = 0;
+  for (const auto& key : keys) {
+    auto got = quick->get(0, table, as_bytes(key));
+    if (got.ok()) continue;
+    ++gave_up;
+    EXPECT_EQ(got.status().code(), Code::kUnavailable) << got.status().to_string();
+    EXPECT_NE(got.status().message().find("gave up after 2 attempts"), std::string::npos) << got.status().to_string();
+  }
+  ASSERT_GT(gave_up, 0u) << "no key lives on the crashed server";
+
+  ClientOptions patient = impatient;
+  patient.retry_for_ms = 60'000;
+  auto client = Client::create(*cluster, patient).value();
+  std::thread recoverer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    auto rec = cluster->recover_server(victim);
+    EXPECT_TRUE(rec.ok()) << rec.status().to_string();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = client->get(0, table, as_bytes(keys[i]));
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().to_string();
+    EXPECT_EQ(as_string(got->value), "v" + std::to_string(i));
+  }
+  // The first key on the victim waited for the recovery, well past what
+  // two attempts take.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  recoverer.join();
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, LogKvTest,

@@ -262,6 +262,12 @@ struct ClientOptions {
   uint32_t sessions = 1;  // one per client thread
   uint64_t timeout_ns = 2'000'000'000ULL;  // per call, then the map is refreshed and the call retried
   uint32_t max_attempts = 8;
+  // When not 0, a call also keeps retrying (backing off 50 ms) until this
+  // long has passed since its first attempt, however many attempts that
+  // takes: a tablet whose server crashed moves only when the coordinator
+  // has detected the crash and recovered the log, which takes longer on a
+  // loaded machine than any fixed number of attempts covers.
+  uint32_t retry_for_ms = 0;
   // A PUT or DELETE whose call failed after it was sent (no reply: the
   // server may have executed it) is sent again to the tablet's owner, so
   // it may apply twice (its version tells). false: it fails kUnavailable,
