@@ -231,7 +231,11 @@ TEST(UdpThreadedTest, AFloodLargerThanTheSocketBuffersCompletesWithinTheQueueBou
   constexpr int kWindow = 4;
   const int per_qp = 100;  // 12.5 MiB under the sanitizers too: always many times the buffers
   ConnectOptions o;
-  o.timeout = 10;  // ~4 ms: a lost tail packet is noticed soon
+  // ~17 ms: a lost tail packet is noticed soon, yet 7 retries outlast a
+  // receiver's engine that a loaded machine (the TSan tree beside other
+  // suites) leaves unscheduled for tens of ms; at ~4 ms the retries ran out
+  // once in a make test (52 timeouts, RETRY_EXC_ERR).
+  o.timeout = 12;
   QueuePair* qas[kQps];
   for (int q = 0; q < kQps; ++q) {
     qas[q] = &add_qp(*a, 16);
