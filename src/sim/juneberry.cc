@@ -86,7 +86,8 @@ std::optional<uint64_t> value_number(std::string_view text) {
 struct Armed {
   enum Kind : uint8_t { kNone, kPower, kCrash } kind = kNone;
   uint64_t at_step = 0;
-  uint64_t after_replies = 0;  // 0: at_step or at_fence
+  uint64_t after_replies = 0;  // 0: at_step, after_commits or at_fence
+  uint64_t after_commits = 0;  // strikes as a client learns its write committed
   bool at_fence = false;
 };
 
@@ -364,6 +365,7 @@ class JuneBerrySim {
     // again, so nothing the worker did after it leaves the host.
     if (armed_.kind != Armed::kNone && (armed_.at_fence             ? domain_->cut_taken()
                                         : armed_.after_replies != 0 ? get_replies_ >= armed_.after_replies
+                                        : armed_.after_commits != 0 ? commits_ >= armed_.after_commits
                                                                     : steps_ >= armed_.at_step)) {
       return strike_host(r);
     }
@@ -435,9 +437,15 @@ class JuneBerrySim {
       const bool crash = !power && world_.strike(FaultKind::kProcessCrash, kHostFailureScale);
       if (power || crash) {
         armed_.kind = power ? Armed::kPower : Armed::kCrash;
-        const uint64_t when = world_.fault_below(3);
+        // When: after a get's reply; at a step; the instant a client learns
+        // that a write committed (what a committed write must survive,
+        // whatever the worker has or has not done with it yet); or at a
+        // crash point.
+        const uint64_t when = world_.fault_below(4);
         if (when == 0) {
           armed_.after_replies = get_replies_ + 1 + world_.fault_below(20);
+        } else if (when == 3) {
+          armed_.after_commits = commits_ + 1 + world_.fault_below(20);
         } else if (when == 1) {
           armed_.at_step = steps_ + 1 + world_.fault_below(400);
         } else {
@@ -533,7 +541,10 @@ class JuneBerrySim {
           r.status.ok() && (nilext ? r.commit == rpc::Commit::kPersistentAck
                                    : r.commit == rpc::Commit::kReply && r.app_status == store::kPmOk);
       world_.event("put " + std::to_string(*history_[i].value) + (committed ? " committed" : " failed"));
-      if (committed) history_[i].complete_ns = tick();
+      if (committed) {
+        history_[i].complete_ns = tick();
+        ++commits_;
+      }
     });
     if (!st.ok()) {
       world_.event("  not sent: " + st.to_string());
@@ -552,7 +563,10 @@ class JuneBerrySim {
         kv_[s]->request_async(store::kPmRemove, key_name(k), {}, 0, 0, 0, [this, i](const rpc::CallResult& r) {
           const bool committed = r.status.ok() && r.commit == rpc::Commit::kPersistentAck;
           world_.event("remove op" + std::to_string(i) + (committed ? " committed" : " failed"));
-          if (committed) history_[i].complete_ns = tick();
+          if (committed) {
+            history_[i].complete_ns = tick();
+            ++commits_;
+          }
         });
     if (!st.ok()) {
       world_.event("  not sent: " + st.to_string());
@@ -757,7 +771,7 @@ class JuneBerrySim {
   uint64_t client_generation_ = 0;
 
   uint64_t steps_ = 0, issued_ = 0, last_issue_step_ = 0, last_issue_ns_ = 0, last_tick_ = 0, next_value_ = 0,
-           get_replies_ = 0, recovered_ = 0;
+           get_replies_ = 0, commits_ = 0, recovered_ = 0;
   uint64_t lost_ = 0, duplicated_ = 0, delayed_ = 0;
   Armed armed_;
   uint64_t partition_until_ = 0;
