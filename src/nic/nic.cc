@@ -84,6 +84,7 @@ NicCore::NicCore(Engine* engine, Fabric* fabric, const NicOptions& options)
   pd_refs_.push_back(0);  // PD handle 0 is never used
   address_ = fabric_->attach(this);
   watch_ns_ = engine_->options().doorbell_watch_ns;
+  tx_burst_ = std::max<uint32_t>(1, engine_->options().tx_burst);
   if (options_.name.empty()) options_.name = "nic" + std::to_string(address_);
 }
 

@@ -143,7 +143,17 @@ class JuneBerrySim {
     // several packets and the NIC completes them out of buffer order
     // (a short request that lands behind a long one completes first).
     connect_.path_mtu = rng.below(2) == 0 ? 256 : 4096;
-    value_pad_ = small_store_ ? 160 : std::array<uint32_t, 2>{160, 440}[rng.below(2)];
+    // Half the seeds interleave the client NIC's QPs packet by packet on the
+    // wire: only then does a short request posted after a long one (another
+    // session's) complete first; whole messages per turn never reorder.
+    tx_burst_ = rng.below(2) == 0 ? 1 : 16;
+    // Values up to 1, 2 or 4 packets at MTU 256: a long request on the wire
+    // for a short one to overtake.
+    value_pad_ = small_store_ ? 160 : std::array<uint32_t, 3>{160, 440, 900}[rng.below(3)];
+    if (value_pad_ > 440) {
+      so_.max_request_bytes = 1024;
+      so_.buffer_bytes = std::max<uint32_t>(so_.buffer_bytes, 2048);
+    }
     dir_ = (std::filesystem::temp_directory_path() /
             ("ferry-sim-juneberry-" + std::to_string(getpid()) + "-" + std::to_string(options.seed)))
                .string();
@@ -152,7 +162,8 @@ class JuneBerrySim {
                  " weights=" + std::to_string(worker_weight_) + ":" + std::to_string(session_weight_) +
                  " stall_probe=" + std::to_string(so_.stall_probe_us / 1000) + "ms platform=" +
                  platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") + " retry_cnt=" +
-                 std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) + " values<" +
+                 std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) +
+                 " tx_burst=" + std::to_string(tx_burst_) + " values<" +
                  std::to_string(value_pad_ + 20) + " store=" + std::to_string(store_bytes_ >> 10) + " KiB");
   }
   ~JuneBerrySim() {
@@ -276,6 +287,7 @@ class JuneBerrySim {
     eo.faults.duplicate = world_.rates()[FaultKind::kPacketDuplicate];
     eo.faults.delay = world_.rates()[FaultKind::kPacketDelay];
     eo.faults.delay_max_ns = 50'000;
+    eo.tx_burst = tx_burst_;
     engine_ = std::make_unique<nic::Engine>(eo);
     nic::NicOptions sno;
     sno.name = "server";
@@ -747,6 +759,7 @@ class JuneBerrySim {
   uint64_t ops_ = 0;
   uint64_t keys_ = 2;
   bool small_store_ = false;
+  uint32_t tx_burst_ = 16;
   uint32_t value_pad_ = 160;                         // a value's padding is drawn below this
   uint64_t worker_weight_ = 2, session_weight_ = 3;  // the scheduler's (per seed)
   size_t store_bytes_ = 256 << 10;

@@ -51,6 +51,11 @@ struct EngineOptions {
   size_t fabric_queue_packets = 8192;  // per-NIC inbound queue
   size_t fabric_buffers = 2048;        // 4 KiB payload buffers in the pool
   size_t rx_budget = 64;               // packets a NIC handles per engine pass
+  // Packets a QP sends per turn of its NIC's round-robin transmit
+  // scheduler. 1 interleaves every QP's messages packet by packet on the
+  // wire (what a NIC's per-packet arbitration does under load), so a short
+  // message posted after a long one on another QP can complete first.
+  uint32_t tx_burst = 16;
   FaultModel faults;
   // A modeled one-way wire delay for every packet (0: none, the emulator's
   // own speed). For showing network-round-trip effects; never a default.
