@@ -88,6 +88,9 @@ struct Armed {
   uint64_t at_step = 0;
   uint64_t after_replies = 0;  // 0: at_step, after_commits or at_fence
   uint64_t after_commits = 0;  // strikes as a client learns its write committed
+  // ... preferably one its worker has not executed yet (committed by the
+  // NIC's ACK, still only in the buffer): waits up to 50 more commits for one.
+  bool unexecuted = false;
   bool at_fence = false;
 };
 
@@ -377,7 +380,7 @@ class JuneBerrySim {
     // again, so nothing the worker did after it leaves the host.
     if (armed_.kind != Armed::kNone && (armed_.at_fence             ? domain_->cut_taken()
                                         : armed_.after_replies != 0 ? get_replies_ >= armed_.after_replies
-                                        : armed_.after_commits != 0 ? commits_ >= armed_.after_commits
+                                        : armed_.after_commits != 0 ? commit_strikes()
                                                                     : steps_ >= armed_.at_step)) {
       return strike_host(r);
     }
@@ -458,6 +461,7 @@ class JuneBerrySim {
           armed_.after_replies = get_replies_ + 1 + world_.fault_below(20);
         } else if (when == 3) {
           armed_.after_commits = commits_ + 1 + world_.fault_below(20);
+          armed_.unexecuted = world_.fault_below(2) == 0;
         } else if (when == 1) {
           armed_.at_step = steps_ + 1 + world_.fault_below(400);
         } else {
@@ -524,6 +528,21 @@ class JuneBerrySim {
     return true;
   }
 
+  bool commit_strikes() const {
+    if (commits_ < armed_.after_commits) return false;
+    return !armed_.unexecuted || last_commit_unexecuted_ || commits_ >= armed_.after_commits + 50;
+  }
+
+  // Whether a put's value is in its worker's store (a later put to the key
+  // may have replaced it: then it was executed too, and this says no, which
+  // only makes a failure strike there).
+  bool executed(const KvOp& put) {
+    const std::string key = key_name(put.key);
+    const auto w = static_cast<uint32_t>(store::key_route(key) % so_.workers);
+    auto got = svc_->partition(w).get(key);
+    return got.ok() && value_number(*got) == put.value;
+  }
+
   // ---- operations ----
 
   uint64_t next_key() { return small_store_ ? world_.rng().below(keys_) : zipf_->next(world_.rng()); }
@@ -556,6 +575,7 @@ class JuneBerrySim {
       if (committed) {
         history_[i].complete_ns = tick();
         ++commits_;
+        last_commit_unexecuted_ = !executed(history_[i]);
       }
     });
     if (!st.ok()) {
@@ -578,6 +598,7 @@ class JuneBerrySim {
           if (committed) {
             history_[i].complete_ns = tick();
             ++commits_;
+            last_commit_unexecuted_ = false;  // not looked at for a remove
           }
         });
     if (!st.ok()) {
@@ -786,6 +807,7 @@ class JuneBerrySim {
   uint64_t steps_ = 0, issued_ = 0, last_issue_step_ = 0, last_issue_ns_ = 0, last_tick_ = 0, next_value_ = 0,
            get_replies_ = 0, commits_ = 0, recovered_ = 0;
   uint64_t lost_ = 0, duplicated_ = 0, delayed_ = 0;
+  bool last_commit_unexecuted_ = false;
   Armed armed_;
   uint64_t partition_until_ = 0;
   bool cut_to_server_ = false, cut_to_client_ = false;
