@@ -34,8 +34,19 @@ fi
 
 # The scratch tree: the committed HEAD, exported (not a worktree, so the
 # repository's state is never touched).
-mkdir -p "$scratch/src"
-git -C "$root" archive HEAD | tar -x -C "$scratch/src"
+# Extracted apart, then copied over only where the content differs, so that
+# a file changed since the last build gets a new mtime and is rebuilt (tar
+# would give it the commit's time, older than a stale object built from a
+# patched copy).
+rm -rf "$scratch/head"
+mkdir -p "$scratch/src" "$scratch/head"
+git -C "$root" archive HEAD | tar -x -C "$scratch/head"
+(cd "$scratch/head" && find . -type f -print0) | while IFS= read -r -d '' f; do
+  if ! cmp -s "$scratch/head/$f" "$scratch/src/$f"; then
+    mkdir -p "$(dirname "$scratch/src/$f")"
+    cp "$scratch/head/$f" "$scratch/src/$f"
+  fi
+done
 if [[ ! -f "$scratch/build/build.ninja" ]]; then
   cmake -S "$scratch/src" -B "$scratch/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TESTS=OFF >/dev/null
 fi
