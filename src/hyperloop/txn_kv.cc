@@ -378,11 +378,15 @@ Status TxnKv::apply(std::span<const TxnKvOp> ops) {
 namespace {
 
 // Takes the write locks of `keys` in ascending order; releases them on
-// destruction (in reverse) unless `keep` is set by then: a record in doubt
-// (TxnKv::apply).
+// destruction (in reverse) unless `in_doubt` is set by then: a record in
+// doubt (TxnKv::apply). An unlock that fails (its gCAS did not get through
+// to every replica) sets it: the lock may stay held on some replica, which
+// then refuses the stripe's reads until a resumed front end takes every
+// lock over and releases it -- the store is in doubt, as after a failed
+// write, and says so (TxnKv::in_doubt).
 class WriteLocks {
  public:
-  WriteLocks(TxnClient& txn, const std::set<uint32_t>& locks, const bool& keep) : txn_(txn), keep_(keep) {
+  WriteLocks(TxnClient& txn, const std::set<uint32_t>& locks, bool& in_doubt) : txn_(txn), in_doubt_(in_doubt) {
     for (uint32_t l : locks) {
       status_ = txn_.wr_lock(l);
       if (!status_.ok()) return;
@@ -390,8 +394,10 @@ class WriteLocks {
     }
   }
   ~WriteLocks() {
-    if (keep_) return;
-    for (auto it = held_.rbegin(); it != held_.rend(); ++it) (void)txn_.wr_unlock(*it);
+    if (in_doubt_) return;
+    for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
+      if (!txn_.wr_unlock(*it).ok()) in_doubt_ = true;  // the rest are still released where they can be
+    }
   }
   // One more lock, above every lock held (the ascending order holds).
   Status add(uint32_t lock) {
@@ -404,7 +410,7 @@ class WriteLocks {
 
  private:
   TxnClient& txn_;
-  const bool& keep_;
+  bool& in_doubt_;
   std::vector<uint32_t> held_;
   Status status_;
 };

@@ -435,6 +435,14 @@ void Run::one_operation(uint64_t index) {
     needs_recovery_ = true;
     in_flight_ = effects;
   }
+  if (done && kv_->in_doubt()) {
+    // Applied, but an unlock did not get through (TxnKv::in_doubt): a
+    // front end resumes at once, as a deployment's would.
+    world_.event("  the store is in doubt (an unlock did not get through): a front end resumes");
+    needs_recovery_ = true;
+  } else if (done) {
+    check_unlocked(prefix);
+  }
   if (cut_) cut_seen_ = true;
   history_.insert(history_.end(), ops.begin(), ops.end());
 }
@@ -447,6 +455,25 @@ void Run::read_everywhere(uint64_t k) {
     history_.push_back(KvOp::get(kFrontEndReader, k, v, t0, tick()));
     ++result_.reads;
     world_.event("read front end " + key_name(k) + " -> " + show(v));
+  }
+}
+
+// After a write that returned and left the store not in doubt, no serving
+// replica has a lock word held by a writer (this front end is the only
+// one): else readers there wait for an unlock nobody will send.
+void Run::check_unlocked(const std::string& prefix) {
+  const uint32_t words = hyperloop::txn_kv_lock_words(ko_);
+  for (uint32_t r = 0; r < kReplicas && ok(); ++r) {
+    if ((down_ >> r & 1) != 0) continue;
+    auto view = client_->replica(locks_, r);
+    if (!view.ok()) continue;
+    ReplicaLocks locks(view->region->data(), kLockRegionBytes);
+    for (uint32_t l = 0; l < words; ++l) {
+      if ((locks.word(l) & ReplicaLocks::kWriter) == 0) continue;
+      fail("locks-released", prefix + "returned with the store not in doubt, yet replica " + std::to_string(r) +
+                                 " still has lock " + std::to_string(l) + " held by a writer: its readers wait forever");
+      return;
+    }
   }
 }
 

@@ -217,8 +217,9 @@ void Run::finale() {
   heal_if_due(true);
   // Once every fault has healed the store must take a write, after at
   // most one recovery: a fault may have broken a data path under an
-  // operation that still succeeded (an unlock that did not get through),
-  // which only the next write finds.
+  // operation that still succeeded, which only the next write finds (an
+  // unlock that did not get through no longer is one: the store says it is
+  // in doubt at once, and the run resumes a front end then).
   for (int attempt = 0; ok(); ++attempt) {
     if (final_put()) break;
     if (attempt == 1) {

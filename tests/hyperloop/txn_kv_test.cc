@@ -551,6 +551,67 @@ TEST(TxnKvInDoubt, AWriteThatFailsAfterItsAppendKeepsItsLocksSoNoReplicaServesWh
   }
 }
 
+// Found by the simulator (docs/simulation.md, seed 118): a put is applied
+// everywhere and acknowledged, but its unlock gCAS does not get through to
+// every replica (the lock group's link 1 -> 2 is cut while it runs). The
+// unlock's error used to be ignored: replica 2 then refused every read of
+// the stripe until some later write failed and a front end resumed --
+// forever, if none came. A failed unlock now puts the store in doubt, as a
+// failed write does: it says so at once, refuses writes, and a resumed
+// front end takes every lock over and releases it.
+TEST(TxnKvInDoubt, AnUnlockThatDoesNotGetThroughPutsTheStoreInDoubtSoItIsResumed) {
+  KvFixture f;
+  const std::string v1 = "version-1", v2 = "version-2";
+  ASSERT_TRUE(f.kv->put("k", bytes(v1)).ok());
+  ASSERT_FALSE(f.kv->in_doubt());
+  const uint32_t src = f.client->replica_rings(f.locks, 1)->nic->address();
+  const uint32_t dst = f.client->replica_rings(f.locks, 2)->nic->address();
+  uint64_t heal_at = 0;
+  int cas = 0;
+  f.client->set_message_hook([&](Primitive p, std::span<uint8_t>) {
+    if (p != Primitive::kCas || ++cas != 2) return;  // the first gCAS locks, the second unlocks
+    heal_at = f.clock.now_ns() + 1'000'000'000;     // longer than RC's retries (~0.5 s)
+    f.engine->fabric().set_tap([&, src, dst](const nic::Packet& pkt) {
+      return f.clock.now_ns() < heal_at && pkt.src_nic == src && pkt.dst_nic == dst;
+    });
+  });
+  const Status st = f.kv->put("k", bytes(v2));
+  f.client->set_message_hook({});
+  f.engine->fabric().set_tap({});
+  ASSERT_GE(cas, 2) << "the put's unlock was never sent";
+  ASSERT_TRUE(st.ok()) << "the write was applied everywhere before its unlock: " << st.to_string();
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_TRUE(image_holds(f, r, v2)) << "replica " << r;
+  const uint32_t stripe = f.kv->lock_of("k");
+  ASSERT_NE(f.TxnChain::reader(2).word(stripe), 0u) << "the unlock reached replica 2 after all";
+  {
+    ReplicaLocks lk = f.TxnChain::reader(2);
+    EXPECT_FALSE(lk.try_rd_lock(stripe)) << "replica 2 lets readers in on a stripe its writer still holds";
+  }
+  EXPECT_TRUE(f.kv->in_doubt()) << "a failed unlock went unnoticed";
+  EXPECT_EQ(f.kv->put("other", bytes(v1)).code(), Code::kFailedPrecondition);
+  // The resumed front end releases the stuck lock: every replica serves reads.
+  f.kv.reset();
+  f.txn.reset();
+  ASSERT_TRUE(f.client->restart_group(f.data).ok());
+  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
+  TxnOptions to;
+  to.log_bytes = f.options.log_bytes;
+  to.db_bytes = f.options.db_bytes;
+  to.lock_timeout_ns = f.options.lock_timeout_ns;
+  to.resume = true;
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+  auto kv = TxnKv::open(*f.txn, f.kv_options);
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  f.kv = std::move(kv).value();
+  EXPECT_FALSE(f.kv->in_doubt());
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (uint32_t l = 0; l < txn_kv_lock_words(f.kv_options); ++l) EXPECT_EQ(f.TxnChain::reader(r).word(l), 0u);
+  }
+  expect_everywhere(f, {{"k", v2}}, {"k"});
+}
+
 // A damaged slot (a replica's image after a crash) is not a torn read: the
 // reader looks again with no writer active and says kDataLoss instead of
 // retrying forever.

@@ -110,7 +110,11 @@ class TxnKv {
   // kTimedOut, ...) leaves it in doubt: its locks stay held, so that no
   // replica serves what the others may not hold, and every later write is
   // kFailedPrecondition until a resumed front end opens the store (TxnKv::open
-  // takes the locks over and runs the record again).
+  // takes the locks over and runs the record again). So does an unlock that
+  // does not get through to every replica after the write was applied (the
+  // write succeeded; its stripe stays locked on some replica until the
+  // resumed front end takes the locks over and releases them): in_doubt()
+  // says when to resume.
   Status put(std::string_view key, std::span<const uint8_t> value);
   // kNotFound if absent.
   Status remove(std::string_view key);
@@ -132,6 +136,10 @@ class TxnKv {
 
   const TxnKvCounters& counters() const { return counters_; }
   const TxnKvOptions& options() const { return options_; }
+  // A write left the store in doubt (see put): every later write is
+  // kFailedPrecondition, and some replica may refuse reads, until a resumed
+  // front end opens the store again. Resume as soon as this is true.
+  bool in_doubt() const { return in_doubt_; }
   uint32_t lock_of(std::string_view key) const;
 
  private:
