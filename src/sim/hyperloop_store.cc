@@ -471,7 +471,8 @@ void Run::check_unlocked(const std::string& prefix) {
     for (uint32_t l = 0; l < words; ++l) {
       if ((locks.word(l) & ReplicaLocks::kWriter) == 0) continue;
       fail("locks-released", prefix + "returned with the store not in doubt, yet replica " + std::to_string(r) +
-                                 " still has lock " + std::to_string(l) + " held by a writer: its readers wait forever");
+                                 " still has lock " + std::to_string(l) +
+                                 " held by a writer: its readers wait forever");
       return;
     }
   }

@@ -164,10 +164,10 @@ class JuneBerrySim {
                  std::to_string(so_.buffer_bytes) + " group=" + std::to_string(so_.req_to_execute_group) +
                  " weights=" + std::to_string(worker_weight_) + ":" + std::to_string(session_weight_) +
                  " stall_probe=" + std::to_string(so_.stall_probe_us / 1000) + "ms platform=" +
-                 platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") + " retry_cnt=" +
-                 std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) +
-                 " tx_burst=" + std::to_string(tx_burst_) + " values<" +
-                 std::to_string(value_pad_ + 20) + " store=" + std::to_string(store_bytes_ >> 10) + " KiB");
+                 platform_name(platform_) + (try_unsafe_platform_ ? " (tries ddio without eadr)" : "") +
+                 " retry_cnt=" + std::to_string(connect_.retry_cnt) + " mtu=" + std::to_string(connect_.path_mtu) +
+                 " tx_burst=" + std::to_string(tx_burst_) + " values<" + std::to_string(value_pad_ + 20) +
+                 " store=" + std::to_string(store_bytes_ >> 10) + " KiB");
   }
   ~JuneBerrySim() {
     down_all();

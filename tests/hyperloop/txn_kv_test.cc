@@ -570,7 +570,7 @@ TEST(TxnKvInDoubt, AnUnlockThatDoesNotGetThroughPutsTheStoreInDoubtSoItIsResumed
   int cas = 0;
   f.client->set_message_hook([&](Primitive p, std::span<uint8_t>) {
     if (p != Primitive::kCas || ++cas != 2) return;  // the first gCAS locks, the second unlocks
-    heal_at = f.clock.now_ns() + 1'000'000'000;     // longer than RC's retries (~0.5 s)
+    heal_at = f.clock.now_ns() + 1'000'000'000;      // longer than RC's retries (~0.5 s)
     f.engine->fabric().set_tap([&, src, dst](const nic::Packet& pkt) {
       return f.clock.now_ns() < heal_at && pkt.src_nic == src && pkt.dst_nic == dst;
     });
