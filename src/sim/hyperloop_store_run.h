@@ -208,10 +208,12 @@ class Run {
   // Reads `k` on every replica that serves and from the front end.
   void read_everywhere(uint64_t k);
 
+  // After a write that returned, the store not in doubt: no serving replica
+  // keeps a writer's lock (locks-released).
+  void check_unlocked(const std::string& prefix);
   // Reads `k` on replica r if it serves (not powered off or dead) and lets
   // a reader in: every stripe read-locked without waiting (a reader never
   // waits on a single-threaded engine; a writer could not go on).
-  void check_unlocked(const std::string& prefix);
   void read_replica(uint32_t r, uint64_t k, const char* when);
 
   // The store's state if the write about to be issued applies: the
