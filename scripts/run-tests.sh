@@ -76,7 +76,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
 
   step "TSan build (threads)"
   configure build-tsan -DFERRY_SANITIZE=thread -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
-  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests hyperloop_thread_tests rpc_thread_tests membership_thread_tests cm_tests nicd_tests hyperloop_remote_tests tailwind_thread_tests store_thread_tests
+  cmake --build build-tsan -j "$JOBS" --target nic_thread_tests pm_thread_tests common_tests common_thread_tests hyperloop_thread_tests rpc_thread_tests membership_thread_tests cm_tests nicd_tests hyperloop_remote_tests tailwind_thread_tests store_thread_tests
   step "TSan tests"
   seed_costs build-tsan tests/ctest-costs/tsan.txt
   # The engine-thread suite, and the multi-producer queue tests.
