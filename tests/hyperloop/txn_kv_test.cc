@@ -492,6 +492,27 @@ TEST(TxnKvOpen, TakesTheDeadFrontEndsLocksOverAndNoReaderSeesItsTransactionHalfA
   }
 }
 
+// The front end dies (its process, not the replicas) and a new one resumes:
+// the chains restart, the log is reconciled, TxnKv::open takes every lock
+// over, runs what the log holds and unlocks.
+void resume_front_end(KvFixture& f) {
+  f.kv.reset();
+  f.txn.reset();
+  ASSERT_TRUE(f.client->restart_group(f.data).ok());
+  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
+  TxnOptions to;
+  to.log_bytes = f.options.log_bytes;
+  to.db_bytes = f.options.db_bytes;
+  to.lock_timeout_ns = f.options.lock_timeout_ns;
+  to.resume = true;
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+  auto kv = TxnKv::open(*f.txn, f.kv_options);
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  f.kv = std::move(kv).value();
+}
+
 // Found by the simulator (`ferry sim hyperloop-store --seed 41 --ops 19`): the
 // link from replica 1 to replica 2 is cut while a put's record executes; RC
 // gives up on it, the put fails, the link heals. Replicas 0 and 1 hold the
@@ -530,21 +551,8 @@ TEST(TxnKvInDoubt, AWriteThatFailsAfterItsAppendKeepsItsLocksSoNoReplicaServesWh
   }
   EXPECT_EQ(f.kv->put("other", bytes(v1)).code(), Code::kFailedPrecondition);
   // A resumed front end takes the locks over and runs the record again.
-  f.kv.reset();
-  f.txn.reset();
-  ASSERT_TRUE(f.client->restart_group(f.data).ok());
-  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
-  TxnOptions to;
-  to.log_bytes = f.options.log_bytes;
-  to.db_bytes = f.options.db_bytes;
-  to.lock_timeout_ns = f.options.lock_timeout_ns;
-  to.resume = true;
-  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  f.txn = std::move(t).value();
-  auto kv = TxnKv::open(*f.txn, f.kv_options);
-  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
-  f.kv = std::move(kv).value();
+  resume_front_end(f);
+  if (::testing::Test::HasFatalFailure()) return;
   expect_everywhere(f, {{"k", v2}}, {"k"});
   for (uint32_t r = 0; r < 3; ++r) {
     for (uint32_t l = 0; l < txn_kv_lock_words(f.kv_options); ++l) EXPECT_EQ(f.TxnChain::reader(r).word(l), 0u);
@@ -590,21 +598,8 @@ TEST(TxnKvInDoubt, AnUnlockThatDoesNotGetThroughPutsTheStoreInDoubtSoItIsResumed
   EXPECT_TRUE(f.kv->in_doubt()) << "a failed unlock went unnoticed";
   EXPECT_EQ(f.kv->put("other", bytes(v1)).code(), Code::kFailedPrecondition);
   // The resumed front end releases the stuck lock: every replica serves reads.
-  f.kv.reset();
-  f.txn.reset();
-  ASSERT_TRUE(f.client->restart_group(f.data).ok());
-  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
-  TxnOptions to;
-  to.log_bytes = f.options.log_bytes;
-  to.db_bytes = f.options.db_bytes;
-  to.lock_timeout_ns = f.options.lock_timeout_ns;
-  to.resume = true;
-  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  f.txn = std::move(t).value();
-  auto kv = TxnKv::open(*f.txn, f.kv_options);
-  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
-  f.kv = std::move(kv).value();
+  resume_front_end(f);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_FALSE(f.kv->in_doubt());
   for (uint32_t r = 0; r < 3; ++r) {
     for (uint32_t l = 0; l < txn_kv_lock_words(f.kv_options); ++l) EXPECT_EQ(f.TxnChain::reader(r).word(l), 0u);
