@@ -575,7 +575,10 @@ class JuneBerrySim {
       if (committed) {
         history_[i].complete_ns = tick();
         ++commits_;
-        last_commit_unexecuted_ = !executed(history_[i]);
+        // Looked up only for an armed strike that waits for such a commit
+        // (an earlier commit's answer is never read: arming counts from the
+        // next one).
+        last_commit_unexecuted_ = armed_.after_commits != 0 && armed_.unexecuted && !executed(history_[i]);
       }
     });
     if (!st.ok()) {

@@ -339,6 +339,29 @@ TEST(TxnKvScan, AfterPowerFailuresAndReplayScansEqualTheAcknowledgedModel) {
   }
 }
 
+// A new TxnClient's options: the fixture's layout, resuming the log the
+// replicas hold.
+TxnOptions resume_options(const KvFixture& f) {
+  TxnOptions to;
+  to.log_bytes = f.options.log_bytes;
+  to.db_bytes = f.options.db_bytes;
+  to.lock_timeout_ns = f.options.lock_timeout_ns;
+  to.resume = true;
+  return to;
+}
+
+// The front end's process dies (not the replicas): the chains restart and a
+// new TxnClient resumes, reconciling the log on every member.
+void restart_txn_client(KvFixture& f) {
+  f.kv.reset();
+  f.txn.reset();
+  ASSERT_TRUE(f.client->restart_group(f.data).ok());
+  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, resume_options(f));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  f.txn = std::move(t).value();
+}
+
 TEST(TxnKvScan, OpenOnAResumedClientSeesTheSameDataAndRefusesOtherImages) {
   KvFixture f;
   std::map<std::string, std::string> model;
@@ -346,12 +369,7 @@ TEST(TxnKvScan, OpenOnAResumedClientSeesTheSameDataAndRefusesOtherImages) {
   // The front end and its TxnClient restart; the replicas keep their images.
   f.kv.reset();
   f.txn.reset();
-  TxnOptions to;
-  to.log_bytes = f.options.log_bytes;
-  to.db_bytes = f.options.db_bytes;
-  to.lock_timeout_ns = f.options.lock_timeout_ns;
-  to.resume = true;
-  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
+  auto t = TxnClient::initialize(*f.client, f.data, f.locks, resume_options(f));
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   f.txn = std::move(t).value();
   TxnKvOptions other = f.kv_options;
@@ -456,18 +474,7 @@ TEST(TxnKvOpen, TakesTheDeadFrontEndsLocksOverAndNoReaderSeesItsTransactionHalfA
   const TxnKvOp second[] = {{TxnKvOp::kPut, "a", bytes(a2)}, {TxnKvOp::kPut, "m", bytes(m2)}};
   EXPECT_FALSE(f.kv->transaction(second).ok());
   ASSERT_TRUE(crashed);
-  f.kv.reset();
-  f.txn.reset();
-  ASSERT_TRUE(f.client->restart_group(f.data).ok());
-  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
-  TxnOptions to;
-  to.log_bytes = f.options.log_bytes;
-  to.db_bytes = f.options.db_bytes;
-  to.lock_timeout_ns = f.options.lock_timeout_ns;
-  to.resume = true;
-  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  f.txn = std::move(t).value();
+  ASSERT_NO_FATAL_FAILURE(restart_txn_client(f));
   uint64_t reads = 0, torn = 0;
   f.client->set_poll_hook([&] {
     for (uint32_t r = 0; r < 3; ++r) {
@@ -492,22 +499,10 @@ TEST(TxnKvOpen, TakesTheDeadFrontEndsLocksOverAndNoReaderSeesItsTransactionHalfA
   }
 }
 
-// The front end dies (its process, not the replicas) and a new one resumes:
-// the chains restart, the log is reconciled, TxnKv::open takes every lock
-// over, runs what the log holds and unlocks.
+// restart_txn_client, then TxnKv::open takes every lock over, runs what the
+// log holds and unlocks.
 void resume_front_end(KvFixture& f) {
-  f.kv.reset();
-  f.txn.reset();
-  ASSERT_TRUE(f.client->restart_group(f.data).ok());
-  ASSERT_TRUE(f.client->restart_group(f.locks).ok());
-  TxnOptions to;
-  to.log_bytes = f.options.log_bytes;
-  to.db_bytes = f.options.db_bytes;
-  to.lock_timeout_ns = f.options.lock_timeout_ns;
-  to.resume = true;
-  auto t = TxnClient::initialize(*f.client, f.data, f.locks, to);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  f.txn = std::move(t).value();
+  ASSERT_NO_FATAL_FAILURE(restart_txn_client(f));
   auto kv = TxnKv::open(*f.txn, f.kv_options);
   ASSERT_TRUE(kv.ok()) << kv.status().to_string();
   f.kv = std::move(kv).value();
