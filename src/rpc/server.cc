@@ -123,9 +123,11 @@ Result<std::unique_ptr<Server>> Server::create(nic::Nic& nic, const ServerOption
   impl->engine = nic.engine();
   impl->nic = &nic;
   impl->options = options;
-  impl->clock = options.clock != nullptr ? options.clock
-                : Tsc::invariant()       ? static_cast<const Clock*>(&TscClock::instance())
-                                         : &SteadyClock::instance();
+  impl->runtime = options.runtime != nullptr ? options.runtime : &Runtime::threads();
+  impl->clock = options.clock != nullptr     ? options.clock
+                : impl->runtime->simulated() ? &impl->runtime->clock()
+                : Tsc::invariant()           ? static_cast<const Clock*>(&TscClock::instance())
+                                             : &SteadyClock::instance();
   if (!options.multi_packet) {
     // One request per RECV: the buffer is the largest request.
     impl->options.buffer_bytes = round_up(options.max_request_bytes, 64);
@@ -262,20 +264,28 @@ Status Server::start() {
     for (auto& w : s.workers) {
       Worker* wp = w.get();
       const int cpu = o.worker_cpus.empty() ? -1 : o.worker_cpus[wp->index % o.worker_cpus.size()];
-      wp->thread = std::thread([this, wp, cpu] {
-        if (cpu >= 0) (void)pin_current_thread(cpu);
-        Impl& s = *impl_;
-        uint32_t idle = 0;
-        while (s.running.load(std::memory_order_acquire)) {
-          if (s.poll(*wp) != 0) {
-            idle = 0;
-          } else if (++idle < kIdlePollsBeforeYield) {
-            cpu_relax();
-          } else {
-            std::this_thread::yield();  // let other threads of an oversubscribed host run
-          }
-        }
-      });
+      Runtime& rt = *s.runtime;
+      std::string name = s.nic->name() + "/rpc-worker-" + std::to_string(wp->index);
+      wp->thread = rt.spawn(
+          std::move(name), s.nic->name(),
+          [this, wp] {
+            Impl& s = *impl_;
+            Runtime& rt = *s.runtime;
+            // A fiber must give the scheduler back on every empty poll; a thread
+            // spins a while first (the CQ usually fills again within a few polls).
+            const uint32_t spin = rt.simulated() ? 0 : kIdlePollsBeforeYield;
+            uint32_t idle = 0;
+            while (s.running.load(std::memory_order_acquire)) {
+              if (s.poll(*wp) != 0) {
+                idle = 0;
+              } else if (++idle < spin) {
+                cpu_relax();
+              } else {
+                rt.idle();  // let other threads of an oversubscribed host (or other fibers) run
+              }
+            }
+          },
+          cpu);
     }
   }
   return ok_status();

@@ -88,7 +88,7 @@ struct Worker {
   std::vector<std::unique_ptr<Connection>> owned_conns;    // guarded by mu
   std::unordered_map<uint32_t, Connection*> conns;         // worker thread only
 
-  std::thread thread;
+  Thread thread;  // spawned by the server's runtime (threaded mode)
   WorkerCounterSet counters;
 };
 
@@ -102,7 +102,8 @@ struct Server::Impl {
   nic::Engine* engine = nullptr;  // the NIC's, in process; nullptr for a daemon-attached NIC
   nic::Nic* nic = nullptr;
   ServerOptions options;
-  const Clock* clock = nullptr;  // options.clock, or the TSC's
+  Runtime* runtime = nullptr;    // options.runtime, or Runtime::threads()
+  const Clock* clock = nullptr;  // options.clock, the simulator's, or the TSC's
   std::unique_ptr<nic::ProtectionDomain> pd;
   std::vector<HandlerEntry> handlers;  // by type (65536 entries once the first is registered)
   Admission admission;                 // empty functions: no admission

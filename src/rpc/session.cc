@@ -329,7 +329,22 @@ Result<CallReply> Session::call(uint16_t type, uint64_t route, std::span<const u
     CallReply reply;
   };
   auto outcome = std::make_shared<Outcome>();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(c.options.timeout_ns);
+  Runtime& rt = c.options.runtime != nullptr ? *c.options.runtime : Runtime::threads();
+  const Clock& clock = rt.clock();
+  const uint64_t deadline = clock.now_ns() + c.options.timeout_ns;
+  // Nothing to poll: under the simulator park this fiber (the scheduler steps
+  // the engine); with threads step a manual engine this thread may drive,
+  // else yield now and then to an oversubscribed host's engine and workers.
+  uint32_t idle = 0;
+  auto wait = [&] {
+    if (rt.simulated()) {
+      rt.idle_until(deadline + 1);  // so that the timeout below fires at its virtual time
+    } else if (c.engine != nullptr && c.engine->may_step()) {
+      c.engine->step();
+    } else if (++idle >= 256) {
+      rt.idle();
+    }
+  };
   // Room for the call: poll while every slot is busy.
   while (true) {
     Status st = call_async(type, route, payload, nilext, [outcome](const CallResult& r) {
@@ -341,19 +356,17 @@ Result<CallReply> Session::call(uint16_t type, uint64_t route, std::span<const u
     });
     if (st.ok()) break;
     if (st.code() != Code::kResourceExhausted) return st;
-    if (poll() == 0 && c.engine != nullptr && c.engine->may_step()) c.engine->step();
-    if (std::chrono::steady_clock::now() > deadline) return timed_out("rpc: no free call slot");
+    if (poll() == 0) wait();
+    if (clock.now_ns() > deadline) return timed_out("rpc: no free call slot");
   }
-  uint32_t idle = 0;
+  idle = 0;
   while (!outcome->done) {
     if (poll() != 0) {
       idle = 0;
-    } else if (c.engine != nullptr && c.engine->may_step()) {
-      c.engine->step();
-    } else if (++idle >= 256) {
-      std::this_thread::yield();  // an oversubscribed host: let the engine and workers run
+    } else {
+      wait();
     }
-    if (!outcome->done && std::chrono::steady_clock::now() > deadline) {
+    if (!outcome->done && clock.now_ns() > deadline) {
       return timed_out("rpc: no commit within " + std::to_string(c.options.timeout_ns / 1'000'000) + " ms");
     }
   }

@@ -261,7 +261,7 @@ bool Server::Impl::wait_for_completions(Worker& w) {
   if (engine != nullptr && !engine->threaded() && !options.threaded) {
     engine->step();
   } else {
-    std::this_thread::yield();
+    runtime->idle();  // threads: yield; the simulator: park this worker's fiber
   }
   return n.ok();
 }

@@ -216,18 +216,25 @@ void SimRuntime::record(const std::string& name, const char* reason) {
   if (trace_) trace_(event);
 }
 
-void SimRuntime::idle() {
+void SimRuntime::idle() { idle_until(0); }
+
+void SimRuntime::idle_until(uint64_t deadline_ns) {
   if (current_ == nullptr) {
+    ++progress_epoch_;  // as in run_until: the base context ran
     step(nullptr);
     return;
   }
-  current_->state = FiberState::kIdle;
-  current_->idle_epoch = progress_epoch_;
+  Fiber* f = current_;
+  f->state = FiberState::kIdle;
+  f->idle_epoch = progress_epoch_;
+  f->deadline_ns = deadline_ns;
   switch_out("idle");
+  f->deadline_ns = 0;
 }
 
 void SimRuntime::yield() {
   if (current_ == nullptr) {
+    ++progress_epoch_;  // as in run_until: the base context ran
     step(nullptr);
     return;
   }
@@ -294,9 +301,10 @@ void SimRuntime::wake(const void* object, bool all) {
 void SimRuntime::expire_timers() {
   const uint64_t now = clock_.now_ns();
   for (auto& [id, f] : fibers_) {
-    if (f->state == FiberState::kBlocked && f->deadline_ns != 0 && f->deadline_ns <= now) {
+    const bool waits = f->state == FiberState::kBlocked || f->state == FiberState::kIdle;
+    if (waits && f->deadline_ns != 0 && f->deadline_ns <= now) {
+      if (f->state == FiberState::kBlocked) f->woken = false;
       f->state = FiberState::kRunnable;
-      f->woken = false;
     }
   }
 }
@@ -304,7 +312,8 @@ void SimRuntime::expire_timers() {
 uint64_t SimRuntime::earliest_deadline() const {
   uint64_t earliest = next_deadline_ ? next_deadline_() : 0;
   for (const auto& [id, f] : fibers_) {
-    if (f->state == FiberState::kBlocked && f->deadline_ns != 0 && (earliest == 0 || f->deadline_ns < earliest)) {
+    const bool waits = f->state == FiberState::kBlocked || f->state == FiberState::kIdle;
+    if (waits && f->deadline_ns != 0 && (earliest == 0 || f->deadline_ns < earliest)) {
       earliest = f->deadline_ns;
     }
   }
@@ -387,6 +396,9 @@ std::string SimRuntime::deadlock_report() const {
 }
 
 SimRunResult SimRuntime::run_until(const std::function<bool()>& done, uint64_t max_steps) {
+  // The base context ran code since the scheduler last did (it may have set
+  // the flag an idle fiber polls for, e.g. a server's stop()): that is progress.
+  ++progress_epoch_;
   SimRunResult result;
   while (!(result.done = done())) {
     if (result.steps >= max_steps) break;

@@ -121,6 +121,27 @@ TEST(SimRuntime, SleepUntilJumpsTimeWhenAllIdle) {
   EXPECT_LT(polls, 100);
 }
 
+TEST(SimRuntime, IdleUntilWakesAPollerAtItsDeadlineWhenNothingElseRuns) {
+  FakeClock clock;
+  SimRuntime rt(clock, 8);
+  const uint64_t deadline = clock.now_ns() + 300'000'000;
+  uint64_t gave_up_at = 0;
+  int polls = 0;
+  Thread poller = rt.spawn("poller", "a", [&] {
+    // A call's wait loop: poll, idle until the timeout, give up past it.
+    while (rt.clock().now_ns() <= deadline) {
+      ++polls;
+      rt.idle_until(deadline + 1);
+    }
+    gave_up_at = rt.clock().now_ns();
+  });
+  poller.join();
+  // Without the deadline the scheduler would find nothing to run and report a
+  // deadlock; with it, time jumps straight to deadline + 1.
+  EXPECT_EQ(gave_up_at, deadline + 1);
+  EXPECT_LE(polls, 3);
+}
+
 TEST(SimRuntime, JoinSleepingFiberFromBase) {
   FakeClock clock;
   SimRuntime rt(clock, 9);

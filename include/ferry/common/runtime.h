@@ -93,6 +93,13 @@ class Runtime {
   virtual bool simulated() const = 0;
   // A poll found nothing to do: let others run.
   virtual void idle() = 0;
+  // The same, from a caller that gives up at deadline_ns (a call's timeout;
+  // 0: none): the simulator may then jump virtual time to the deadline when
+  // nothing else is left to run, so the timeout fires at its exact time.
+  virtual void idle_until(uint64_t deadline_ns) {
+    (void)deadline_ns;
+    idle();
+  }
   // Paced work: let others run, then continue.
   virtual void yield() = 0;
   // Returns once clock().now_ns() >= deadline_ns.

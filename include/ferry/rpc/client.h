@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/common/runtime.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
@@ -75,6 +76,11 @@ struct ClientOptions {
   uint32_t max_inflight = 32;   // calls in flight per session (its own)
   uint64_t timeout_ns = 10'000'000'000ULL;  // a synchronous call gives up (kTimedOut)
   nic::ConnectOptions connect;  // transport parameters (MTU, retries, RNR)
+  // What a synchronous call waits through and whose clock its timeout reads:
+  // null for real threads and the steady clock (Runtime::threads()); under
+  // the simulator's SimRuntime an idle wait parks the calling fiber and the
+  // timeout is in virtual time.
+  Runtime* runtime = nullptr;
 };
 
 struct SessionCounters {
@@ -101,7 +107,9 @@ class Session {
   // the engine while waiting if this thread may (Engine::may_step: no
   // driver thread named, or this is it); the server's workers must then be
   // threaded (they never step an engine they do not drive), and no other
-  // thread may step the engine meanwhile.
+  // thread may step the engine meanwhile. Under a simulated runtime
+  // (ClientOptions::runtime) it never steps the engine itself: an idle wait
+  // parks the calling fiber, and the timeout is virtual time.
   Result<CallReply> call(uint16_t type, uint64_t route, std::span<const uint8_t> payload, bool nilext);
   // Handles completions (and, with delegation, other sessions' requests and
   // results); returns how many events it handled.

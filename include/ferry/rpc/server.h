@@ -29,7 +29,8 @@
 // parameters from the handshake (docs/rpc-format.md, "Connecting").
 //
 // Threads: register handlers, then start(). With `threaded` each worker runs
-// on its own thread from start() to stop(); otherwise the caller drives
+// on its own thread (a fiber under the simulator's runtime, ServerOptions::
+// runtime) from start() to stop(); otherwise the caller drives
 // worker w with poll_worker(w) (deterministic tests). connect() may be called
 // from any thread at any time.
 #pragma once
@@ -44,6 +45,7 @@
 
 #include "ferry/cm/cm.h"
 #include "ferry/common/clock.h"
+#include "ferry/common/runtime.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
@@ -187,8 +189,12 @@ struct ServerOptions {
   // The time req_to_execute_idle_us and stall_probe_us are measured in
   // (the only time the workers act on): null for the TSC; the simulator's
   // virtual clock there, so that a run does not depend on how fast the
-  // machine is.
+  // machine is. When null and `runtime` is simulated, the runtime's clock.
   const Clock* clock = nullptr;
+  // What runs the workers (threaded) and what an idle worker waits through:
+  // null for real threads (Runtime::threads()); the simulator's SimRuntime
+  // makes each worker a fiber on its one OS thread (docs/simulation.md).
+  Runtime* runtime = nullptr;
 };
 
 // Counters of one worker (or their sum). Monotonic.

@@ -44,6 +44,7 @@ class SimRuntime final : public Runtime, private detail::FiberScheduler {
   const Clock& clock() const override { return clock_; }
   bool simulated() const override { return true; }
   void idle() override;
+  void idle_until(uint64_t deadline_ns) override;
   void yield() override;
   void sleep_until(uint64_t deadline_ns) override;
   // Creates a fiber; it first runs when the scheduler picks it. cpu is ignored.
