@@ -71,12 +71,16 @@ Thread ThreadRuntime::spawn(std::string /*name*/, std::string /*host*/, std::fun
 // ---- Mutex ----
 
 void Mutex::lock() {
-  detail::FiberScheduler* s = detail::fiber_scheduler();
+  detail::FiberScheduler* s = detail::current_scheduler();
   if (s == nullptr) {
     mu_.lock();
     return;
   }
   while (sim_locked_) {
+    if (!s->in_fiber()) {
+      s->base_wait("mutex");
+      continue;
+    }
     ++sim_waiters_;
     s->block(this, "mutex", 0);
     --sim_waiters_;
@@ -85,14 +89,14 @@ void Mutex::lock() {
 }
 
 bool Mutex::try_lock() {
-  if (detail::fiber_scheduler() == nullptr) return mu_.try_lock();
+  if (detail::current_scheduler() == nullptr) return mu_.try_lock();
   if (sim_locked_) return false;
   sim_locked_ = true;
   return true;
 }
 
 void Mutex::unlock() {
-  detail::FiberScheduler* s = detail::fiber_scheduler();
+  detail::FiberScheduler* s = detail::current_scheduler();
   if (s == nullptr) {
     mu_.unlock();
     return;
@@ -104,24 +108,30 @@ void Mutex::unlock() {
 // ---- SharedMutex ----
 
 void SharedMutex::lock() {
-  detail::FiberScheduler* s = detail::fiber_scheduler();
+  detail::FiberScheduler* s = detail::current_scheduler();
   if (s == nullptr) {
     mu_.lock();
     return;
   }
-  while (sim_writer_ || sim_readers_ > 0) s->block(this, "shared_mutex", 0);
+  while (sim_writer_ || sim_readers_ > 0) {
+    if (s->in_fiber()) {
+      s->block(this, "shared_mutex", 0);
+    } else {
+      s->base_wait("shared_mutex");
+    }
+  }
   sim_writer_ = true;
 }
 
 bool SharedMutex::try_lock() {
-  if (detail::fiber_scheduler() == nullptr) return mu_.try_lock();
+  if (detail::current_scheduler() == nullptr) return mu_.try_lock();
   if (sim_writer_ || sim_readers_ > 0) return false;
   sim_writer_ = true;
   return true;
 }
 
 void SharedMutex::unlock() {
-  detail::FiberScheduler* s = detail::fiber_scheduler();
+  detail::FiberScheduler* s = detail::current_scheduler();
   if (s == nullptr) {
     mu_.unlock();
     return;
@@ -131,24 +141,30 @@ void SharedMutex::unlock() {
 }
 
 void SharedMutex::lock_shared() {
-  detail::FiberScheduler* s = detail::fiber_scheduler();
+  detail::FiberScheduler* s = detail::current_scheduler();
   if (s == nullptr) {
     mu_.lock_shared();
     return;
   }
-  while (sim_writer_) s->block(this, "shared_mutex", 0);
+  while (sim_writer_) {
+    if (s->in_fiber()) {
+      s->block(this, "shared_mutex", 0);
+    } else {
+      s->base_wait("shared_mutex");
+    }
+  }
   ++sim_readers_;
 }
 
 bool SharedMutex::try_lock_shared() {
-  if (detail::fiber_scheduler() == nullptr) return mu_.try_lock_shared();
+  if (detail::current_scheduler() == nullptr) return mu_.try_lock_shared();
   if (sim_writer_) return false;
   ++sim_readers_;
   return true;
 }
 
 void SharedMutex::unlock_shared() {
-  detail::FiberScheduler* s = detail::fiber_scheduler();
+  detail::FiberScheduler* s = detail::current_scheduler();
   if (s == nullptr) {
     mu_.unlock_shared();
     return;
@@ -159,7 +175,7 @@ void SharedMutex::unlock_shared() {
 // ---- CondVar ----
 
 void CondVar::notify_one() {
-  if (detail::FiberScheduler* s = detail::fiber_scheduler()) {
+  if (detail::FiberScheduler* s = detail::current_scheduler()) {
     s->wake(this, false);
     return;
   }
@@ -167,7 +183,7 @@ void CondVar::notify_one() {
 }
 
 void CondVar::notify_all() {
-  if (detail::FiberScheduler* s = detail::fiber_scheduler()) {
+  if (detail::FiberScheduler* s = detail::current_scheduler()) {
     s->wake(this, true);
     return;
   }
@@ -175,10 +191,16 @@ void CondVar::notify_all() {
 }
 
 void CondVar::wait(std::unique_lock<Mutex>& lock) {
-  if (detail::FiberScheduler* s = detail::fiber_scheduler()) {
-    // One thread: nothing can notify between the unlock and the park.
+  if (detail::FiberScheduler* s = detail::current_scheduler()) {
+    // One thread: nothing can notify between the unlock and the park. The
+    // base context cannot park: it lets the scheduler take a step and
+    // returns (a spurious wakeup; callers loop on their predicate).
     lock.unlock();
-    s->block(this, "condvar", 0);
+    if (s->in_fiber()) {
+      s->block(this, "condvar", 0);
+    } else {
+      s->base_wait("condvar");
+    }
     lock.lock();
     return;
   }
@@ -186,9 +208,14 @@ void CondVar::wait(std::unique_lock<Mutex>& lock) {
 }
 
 bool CondVar::wait_until(std::unique_lock<Mutex>& lock, uint64_t deadline_ns, const Clock& clock) {
-  if (detail::FiberScheduler* s = detail::fiber_scheduler()) {
+  if (detail::FiberScheduler* s = detail::current_scheduler()) {
     if (clock.now_ns() >= deadline_ns) return true;
     lock.unlock();
+    if (!s->in_fiber()) {
+      s->base_wait("condvar");
+      lock.lock();
+      return clock.now_ns() >= deadline_ns;
+    }
     const bool woken = s->block(this, "condvar", deadline_ns);
     lock.lock();
     return !woken;
@@ -202,7 +229,7 @@ bool CondVar::wait_until(std::unique_lock<Mutex>& lock, uint64_t deadline_ns, co
 }
 
 const Clock& CondVar::current_clock() {
-  if (detail::FiberScheduler* s = detail::fiber_scheduler()) return s->clock();
+  if (detail::FiberScheduler* s = detail::current_scheduler()) return s->clock();
   return SteadyClock::instance();
 }
 

@@ -144,8 +144,12 @@ Result<std::unique_ptr<Client>> Client::create(nic::Engine& engine, nic::Nic& ni
   if (nic.engine() != nullptr && nic.engine() != &engine) {
     return invalid_argument("rpc client: the NIC is not run by that engine");
   }
-  FERRY_ASSIGN_OR_RETURN(auto impl, ClientBuilder::build(nic, server.info(), options, [&](uint32_t w, nic::QueuePair& qp) {
-                           return server.connect(w, qp, nic, options.connect);
+  // An in-process server's clients live under its runtime unless told
+  // otherwise: when its workers are fibers, so are its callers.
+  ClientOptions o = options;
+  if (o.runtime == nullptr) o.runtime = server.options().runtime;
+  FERRY_ASSIGN_OR_RETURN(auto impl, ClientBuilder::build(nic, server.info(), o, [&](uint32_t w, nic::QueuePair& qp) {
+                           return server.connect(w, qp, nic, o.connect);
                          }));
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }

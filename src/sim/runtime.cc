@@ -110,9 +110,23 @@ SimRuntime::SimRuntime(FakeClock& clock, uint64_t seed)
 #ifdef FERRY_SIM_TSAN
   base_->tsan_fiber = __tsan_get_current_fiber();
 #endif
+  // From now on this thread's Mutex/CondVar keep their state here, for the
+  // fibers and for the base context (which may lock what fibers lock).
+  previous_scheduler_ = detail::set_current_scheduler(this);
 }
 
-SimRuntime::~SimRuntime() = default;
+SimRuntime::~SimRuntime() {
+  if (detail::current_scheduler() == this) detail::set_current_scheduler(previous_scheduler_);
+}
+
+void SimRuntime::base_wait(const char* what) {
+  ++progress_epoch_;  // the base context ran
+  SimRunResult r;
+  if (!step(&r)) {
+    std::fprintf(stderr, "SimRuntime: deadlock while the base context waits on a %s:\n%s", what, r.report.c_str());
+    std::abort();
+  }
+}
 
 Thread SimRuntime::spawn(std::string name, std::string host, std::function<void()> fn, int /*cpu*/) {
   auto f = std::make_unique<Fiber>();

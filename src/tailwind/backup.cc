@@ -4,14 +4,12 @@
 #include "ferry/tailwind/backup.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "ferry/common/checksum.h"
 #include "ferry/common/cpu.h"
@@ -83,12 +81,13 @@ struct Backup::Impl {
     bool in_use() const { return open || closed || zeroing; }
   };
 
-  mutable std::mutex mu;
-  mutable std::condition_variable flushed_cv;  // a flush finished
-  std::condition_variable flush_cv;            // work for the flusher
-  std::deque<size_t> flush_queue;              // closed slots to flush, in close order
+  Runtime* rt = nullptr;  // options.runtime, or Runtime::threads()
+  mutable Mutex mu;
+  mutable CondVar flushed_cv;      // a flush finished
+  CondVar flush_cv;                // work for the flusher
+  std::deque<size_t> flush_queue;  // closed slots to flush, in close order
   bool stop_flusher = false;
-  std::thread flusher;
+  Thread flusher;  // spawned by rt
   std::vector<Slot> slots;
   std::map<uint64_t, Link> links;
   // Logs fenced here (§3.3.4): their primary was declared failed and their
@@ -150,7 +149,7 @@ struct Backup::Impl {
       const size_t n = std::min(step, options.buffer_bytes - at);
       std::memset(buffer_at(i) + at, 0, n);
       persist(buffer_at(i) + at, n);
-      if (piece != 0 && at + n < options.buffer_bytes) std::this_thread::yield();
+      if (piece != 0 && at + n < options.buffer_bytes) rt->yield();
     }
   }
 
@@ -191,7 +190,7 @@ struct Backup::Impl {
   // Writes closed slot i to storage, re-zeroes it and frees it. Called with
   // `lock` held; releases it around the storage write and the re-zeroing
   // (the slot's flags keep everyone else off the buffer meanwhile).
-  Status flush_slot(size_t i, std::unique_lock<std::mutex>& lock) {
+  Status flush_slot(size_t i, std::unique_lock<Mutex>& lock) {
     Slot& s = slots[i];
     StoredSegment meta;
     meta.log_id = s.log_id;
@@ -329,10 +328,10 @@ struct Backup::Impl {
     if (options.flush_in_background) {
       pace_bytes = options.flush_chunk_bytes;
       store->set_paced_writes(pace_bytes);
-      flusher = std::thread([this] {
-        if (options.flusher_cpu >= 0) (void)pin_current_thread(options.flusher_cpu);
-        flusher_main();
-      });
+      // Tagged as the host's storage, not its CPU: a simulator can slow the
+      // disk (weight "<nic>/storage") apart from the RPC workers.
+      flusher = rt->spawn(
+          options.name + "/flusher", nic->name() + "/storage", [this] { flusher_main(); }, options.flusher_cpu);
     }
     return ok_status();
   }
@@ -359,6 +358,7 @@ Result<std::unique_ptr<Backup>> Backup::create(nic::Nic& nic, pm::PersistenceDom
   impl->nic = &nic;
   impl->domain = domain;
   impl->options = options;
+  impl->rt = options.runtime != nullptr ? options.runtime : &Runtime::threads();
   FERRY_ASSIGN_OR_RETURN(impl->store, SegmentStore::open(options.storage_dir, options.storage_mode));
   FERRY_RETURN_IF_ERROR(impl->init());
   return std::unique_ptr<Backup>(new Backup(std::move(impl)));

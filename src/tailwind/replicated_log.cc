@@ -4,12 +4,10 @@
 #include "ferry/tailwind/replicated_log.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "backup_link_impl.h"
 #include "ferry/common/rng.h"
@@ -56,9 +54,10 @@ struct ReplicatedLog::Impl {
   nic::Nic* nic = nullptr;
   std::vector<BackupLink*> links;
   LogOptions options;
+  Runtime* rt = nullptr;  // options.runtime, or Runtime::threads()
   Rng rng{1};
 
-  mutable std::mutex mu;  // everything below, and every link's session, QP and CQ
+  mutable Mutex mu;  // everything below, and every link's session, QP and CQ
   std::map<uint64_t, std::unique_ptr<Segment>> segments;
   Segment* open = nullptr;
   uint64_t next_segment_id = 1;
@@ -102,6 +101,30 @@ struct ReplicatedLog::Impl {
     if (!dead[backup]) {
       dead[backup] = true;
       ++counters.backup_failures;
+    }
+  }
+
+  uint64_t now_ns() const { return rt->clock().now_ns(); }
+  uint64_t after_ms(uint32_t ms) const { return now_ns() + uint64_t{ms} * 1'000'000; }
+  // A spin that holds mu found nothing to do yet. Threads spin on (the
+  // engine and the backups run elsewhere); under the simulator the fiber
+  // must let the engine and the backups' fibers run, until `deadline_ns`
+  // at the latest (0: until anything else ran).
+  void spin_locked(uint64_t deadline_ns) {
+    if (rt->simulated()) rt->idle_until(deadline_ns);
+  }
+  // Polls while pending() holds, at most `spins` times with threads (the
+  // caller's bound of old) and, under the simulator, for at most
+  // replication_timeout_ms of virtual time.
+  template <typename Pending>
+  void poll_while_locked(Pending pending, int spins) {
+    const uint64_t deadline = after_ms(options.replication_timeout_ms);
+    for (int spin = 0; pending() && spin < spins; ++spin) {
+      poll_locked();
+      if (rt->simulated()) {
+        if (!pending() || now_ns() >= deadline) return;
+        rt->idle_until(deadline);
+      }
     }
   }
 
@@ -254,15 +277,16 @@ struct ReplicatedLog::Impl {
   // stays full for replication_timeout_ms (it stopped answering) is
   // declared failed.
   void post_blocking(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
+    const uint64_t deadline = after_ms(options.replication_timeout_ms);
     while (post(s, r, offset, len).code() == Code::kResourceExhausted) {
       poll_locked();
       if (dead[r.backup]) return;
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (now_ns() >= deadline) {
         ++counters.replication_timeouts;
         mark_dead(r.backup);
         return;
       }
+      spin_locked(deadline);
     }
   }
 
@@ -296,14 +320,14 @@ struct ReplicatedLog::Impl {
   // Opens a replica of `s` on some live backup and copies [0, written)
   // into it, waiting until it is acknowledged. Returns the replica's index.
   Result<size_t> add_replica(Segment& s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.open_wait_ms);
+    const uint64_t deadline = after_ms(options.open_wait_ms);
     while (true) {
       bool busy = false;  // a live backup refused only for its unflushed limit
       auto added = try_add_replica(s, &busy);
-      if (added.ok() || !busy || std::chrono::steady_clock::now() >= deadline) return added;
+      if (added.ok() || !busy || now_ns() >= deadline) return added;
       // Backpressure (§3.2): wait for a backup's flusher, then ask again.
       ++counters.opens_deferred;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      rt->sleep_for_ns(200'000);
     }
   }
 
@@ -331,16 +355,15 @@ struct ReplicatedLog::Impl {
       }
       // The copy has an append's deadline: a backup that answered the
       // open and then went silent is failed, not waited for with the lock.
-      const auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
+      const uint64_t deadline = after_ms(options.replication_timeout_ms);
       while (!dead[b] && !fenced && s.replicas[index].completed < n) {
         poll_locked();
-        if (std::chrono::steady_clock::now() >= deadline) {
+        if (now_ns() >= deadline) {
           ++counters.replication_timeouts;
           mark_dead(b);
           break;
         }
-        std::this_thread::yield();
+        rt->idle_until(deadline);
       }
       if (fenced) return fenced_error();
       if (dead[b]) {
@@ -446,13 +469,13 @@ struct ReplicatedLog::Impl {
     return ok_status();
   }
 
-  void wait_replicated_locked(Segment& s, uint64_t end, std::unique_lock<std::mutex>& lock) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.replication_timeout_ms);
+  void wait_replicated_locked(Segment& s, uint64_t end, std::unique_lock<Mutex>& lock) {
+    const uint64_t deadline = after_ms(options.replication_timeout_ms);
     while (true) {
       poll_locked();
       if (fenced || needs_repair()) return;
       if (replicated(s, end)) return;
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (now_ns() >= deadline) {
         // Silent backups are failed backups: the repair replaces them.
         for (const Replica& r : s.replicas) {
           if (!dead[r.backup] && r.completed < end) {
@@ -463,22 +486,22 @@ struct ReplicatedLog::Impl {
         return;
       }
       lock.unlock();
-      std::this_thread::yield();
+      rt->idle_until(deadline);
       lock.lock();
     }
   }
 
   // Waits (without the lock) while the open segment is being rolled by
   // another thread.
-  void wait_roll_locked(std::unique_lock<std::mutex>& lock) {
+  void wait_roll_locked(std::unique_lock<Mutex>& lock) {
     while (open != nullptr && open->closing) {
       lock.unlock();
-      std::this_thread::yield();
+      rt->idle();
       lock.lock();
     }
   }
 
-  Status close_segment_locked(std::unique_lock<std::mutex>& lock) {
+  Status close_segment_locked(std::unique_lock<Mutex>& lock) {
     Segment& s = *open;
     s.closing = true;
     const Status closed = close_closing_locked(s, lock);
@@ -486,7 +509,7 @@ struct ReplicatedLog::Impl {
     return closed;
   }
 
-  Status close_closing_locked(Segment& s, std::unique_lock<std::mutex>& lock) {
+  Status close_closing_locked(Segment& s, std::unique_lock<Mutex>& lock) {
     // The close RPC travels on another queue than the WRITEs: every WRITE
     // must be acknowledged before the backup writes the buffer to storage.
     while (true) {
@@ -553,14 +576,14 @@ ReplicatedLog::~ReplicatedLog() {
   std::lock_guard lock(impl_->mu);
   for (auto& [id, s] : impl_->segments) {
     for (auto& r : s->replicas) {
-      for (int spin = 0; r.inflight > 0 && !impl_->dead[r.backup] && spin < 100000; ++spin) impl_->poll_locked();
+      impl_->poll_while_locked([&] { return r.inflight > 0 && !impl_->dead[r.backup]; }, 100000);
     }
   }
   // Frees in flight call back into the log: wait for them (a backup that
   // does not answer cannot call back either: its session is not polled
   // once the log is gone).
   for (size_t b = 0; b < impl_->orphan_frees.size(); ++b) {
-    for (int spin = 0; impl_->orphan_frees[b] > 0 && spin < 100000; ++spin) impl_->poll_locked();
+    impl_->poll_while_locked([&] { return impl_->orphan_frees[b] > 0; }, 100000);
   }
 }
 
@@ -586,6 +609,7 @@ Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std:
   impl->nic = &nic;
   impl->links = std::move(backups);
   impl->options = options;
+  impl->rt = options.runtime != nullptr ? options.runtime : &Runtime::threads();
   impl->rng = Rng(options.seed);
   impl->dead.assign(impl->links.size(), false);
   impl->orphan_frees.assign(impl->links.size(), 0);
@@ -624,7 +648,7 @@ Status ReplicatedLog::backup_returned(size_t index) {
   if (m.fenced) return m.fenced_error();
   // Completions of the old data path and frees in flight first.
   m.poll_locked();
-  for (int spin = 0; m.orphan_frees[index] > 0 && spin < 100000; ++spin) m.poll_locked();
+  m.poll_while_locked([&] { return m.orphan_frees[index] > 0; }, 100000);
   if (m.orphan_frees[index] > 0) {
     return unavailable(m.links[index]->name() + " has not answered the frees of the replicas left there");
   }

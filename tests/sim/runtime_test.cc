@@ -142,6 +142,45 @@ TEST(SimRuntime, IdleUntilWakesAPollerAtItsDeadlineWhenNothingElseRuns) {
   EXPECT_LE(polls, 3);
 }
 
+TEST(SimRuntime, TheBaseContextSharesMutexesAndCondVarsWithFibers) {
+  FakeClock clock;
+  SimRuntime rt(clock, 12);
+  Mutex mu;
+  CondVar cv;
+  bool stop = false;
+  int yields_inside = 0;
+  bool holder_done = false;
+  // A fiber holds the mutex across yields; the base context's lock must wait
+  // for it (driving the scheduler), not take it beside the fiber.
+  Thread holder = rt.spawn("holder", "a", [&] {
+    std::lock_guard<Mutex> guard(mu);
+    for (int i = 0; i < 5; ++i, ++yields_inside) rt.yield();
+    holder_done = true;
+  });
+  rt.yield();  // let the holder take the lock first
+  {
+    std::lock_guard<Mutex> guard(mu);
+    EXPECT_TRUE(holder_done) << "the base context got the mutex while a fiber held it";
+    EXPECT_EQ(yields_inside, 5);
+  }
+  holder.join();
+  // A worker parked on a condvar is woken by the base context's notify (a
+  // destructor's stop flag), and the join that follows does not deadlock.
+  Thread worker = rt.spawn("worker", "a", [&] {
+    std::unique_lock<Mutex> lock(mu);
+    cv.wait(lock, [&] { return stop; });
+  });
+  rt.yield();
+  rt.yield();
+  {
+    std::lock_guard<Mutex> guard(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  worker.join();
+  EXPECT_TRUE(stop);
+}
+
 TEST(SimRuntime, JoinSleepingFiberFromBase) {
   FakeClock clock;
   SimRuntime rt(clock, 9);
@@ -229,13 +268,14 @@ TEST(SimRuntime, OppositeLockOrderDeadlockIsReported) {
 
 TEST(SimRuntime, MutexWithNoSimulatorCurrentIsAPlainMutex) {
   FakeClock clock;
-  SimRuntime rt(clock, 17);  // exists, but the base context is no fiber
-  EXPECT_EQ(detail::current_scheduler(), nullptr);
+  SimRuntime rt(clock, 17);  // current on this thread only
+  EXPECT_NE(detail::current_scheduler(), nullptr);
   Mutex mu;
   uint64_t counter = 0;
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&] {
+      EXPECT_EQ(detail::current_scheduler(), nullptr);
       for (int i = 0; i < 10'000; ++i) {
         std::lock_guard<Mutex> guard(mu);
         ++counter;

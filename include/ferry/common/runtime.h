@@ -5,9 +5,13 @@
 // with no build flag (docs/tailwind-simulation-plan.md, design B).
 //
 // How the simulator is found: a thread_local pointer to a
-// detail::FiberScheduler, set only on the simulator's OS thread while a
-// SimRuntime runs fibers. Mutex/SharedMutex/CondVar consult it; when it is null
-// they are plain std::mutex / std::shared_mutex / std::condition_variable_any.
+// detail::FiberScheduler, set on the simulator's OS thread for the lifetime of
+// its SimRuntime. Mutex/SharedMutex/CondVar consult it; when it is null (every
+// other thread, and every thread of a deployment) they are plain std::mutex /
+// std::shared_mutex / std::condition_variable_any. On the simulator's thread
+// they keep their state in the simulator, for fibers and for the base
+// context alike: a fiber parks on contention, the base context drives the
+// scheduler until the holder lets go.
 #pragma once
 
 #include <chrono>
@@ -40,10 +44,15 @@ class FiberScheduler {
   virtual bool block(const void* object, const char* what, uint64_t deadline_ns) = 0;
   // Makes one (all=false) or every waiter parked on `object` runnable.
   virtual void wake(const void* object, bool all) = 0;
+  // The base context (the OS thread outside any fiber, e.g. a test's body
+  // or a destructor run there) waits for a primitive: one scheduler step,
+  // so the fiber holding it can run. Aborts with a report on a deadlock.
+  virtual void base_wait(const char* what) = 0;
   virtual const Clock& clock() const = 0;
 };
 
-// The scheduler driving fibers on this OS thread, or null.
+// The simulator of this OS thread (set for a SimRuntime's lifetime on the
+// thread that made it), or null.
 FiberScheduler* current_scheduler();
 // Installs (or clears, with null) this thread's scheduler; returns the previous one.
 FiberScheduler* set_current_scheduler(FiberScheduler* scheduler);

@@ -79,7 +79,8 @@ struct ClientOptions {
   // What a synchronous call waits through and whose clock its timeout reads:
   // null for real threads and the steady clock (Runtime::threads()); under
   // the simulator's SimRuntime an idle wait parks the calling fiber and the
-  // timeout is in virtual time.
+  // timeout is in virtual time. Client::create (an in-process server) takes
+  // the server's runtime when this is null.
   Runtime* runtime = nullptr;
 };
 

@@ -80,6 +80,7 @@ class SimRuntime final : public Runtime, private detail::FiberScheduler {
   bool in_fiber() const override { return current_ != nullptr; }
   bool block(const void* object, const char* what, uint64_t deadline_ns) override;
   void wake(const void* object, bool all) override;
+  void base_wait(const char* what) override;
 
   bool step(SimRunResult* result);
   void resume(Fiber* f);
@@ -104,6 +105,7 @@ class SimRuntime final : public Runtime, private detail::FiberScheduler {
   std::function<void(const std::string&)> trace_;
   struct BaseContext;
   std::unique_ptr<BaseContext> base_;
+  detail::FiberScheduler* previous_scheduler_ = nullptr;  // restored at destruction
 };
 
 }  // namespace ferry::sim

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "ferry/cm/cm.h"
+#include "ferry/common/runtime.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/verbs.h"
@@ -101,6 +102,10 @@ struct BackupOptions {
   // yields the CPU between them, so on a core shared with RPC workers a
   // flush delays them by one piece, not by a whole buffer (0: in one go).
   size_t flush_chunk_bytes = 256 << 10;
+  // What runs the flusher and what its waits and pacing go through: null for
+  // a real thread (Runtime::threads()); the simulator's SimRuntime makes it a
+  // fiber. The storage writes themselves are real file I/O either way.
+  Runtime* runtime = nullptr;
 };
 
 // What open() gives the primary: where to WRITE.

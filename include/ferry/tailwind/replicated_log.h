@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/common/runtime.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nic/verbs.h"
@@ -137,6 +138,10 @@ struct LogOptions {
   // append that needs the new version known: no append is acknowledged
   // until the report lands (it is retried at the next append).
   std::function<Status(uint64_t segment_id, uint64_t replica_version)> on_version;
+  // What the log's waits go through and whose clock its timeouts read: null
+  // for real threads and the steady clock (Runtime::threads()); the
+  // simulator's SimRuntime parks the appending fiber and uses virtual time.
+  Runtime* runtime = nullptr;
 };
 
 // Where an appended entry lives in the log.
