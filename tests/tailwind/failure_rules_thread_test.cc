@@ -182,6 +182,27 @@ TEST(TailwindRecovery, ASegmentTheCoordinatorNeverListedIsIgnored) {
   EXPECT_EQ(report.unlisted_ignored, 1u);
 }
 
+// The same when the coordinator has no record of the log at all: its
+// primary was cut off before its first report, so nothing was ever
+// acknowledged, and the segment it keeps opening and freeing (the free may
+// land between the recovery's find and its read) is not needed. An empty
+// record is a record, not "no coordinator" (std::nullopt).
+TEST(TailwindRecovery, AnEmptyRecordNeedsNoSegmentEvenOneFoundOpen) {
+  Cluster cluster;
+  const BuiltSegment unlisted = build_segment(1, {"never-acknowledged"});
+  for (size_t b : {0, 1}) place(*cluster.host(b).backup, 1, 1, unlisted, /*close=*/false);
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  RecoveryReport report;
+  auto segments = recover_log(kLog, links, std::map<uint64_t, uint64_t>{}, &report);
+  ASSERT_TRUE(segments.ok()) << segments.status().to_string();
+  EXPECT_TRUE(segments->empty());
+  EXPECT_EQ(report.unlisted_ignored, 2u);
+  // Without a coordinator (tests), every segment found is used.
+  auto unchecked = recover_log(kLog, links, std::nullopt);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status().to_string();
+  EXPECT_EQ(unchecked->size(), 1u);
+}
+
 // ---- fencing ----
 
 class TailwindFencing : public ::testing::TestWithParam<Replication> {};

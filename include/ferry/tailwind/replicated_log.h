@@ -232,20 +232,25 @@ inline constexpr uint64_t kFreedSegment = UINT64_MAX;
 // buffers, closed ones verified on storage); per segment the recovery takes
 // a closed replica that verifies, else the open replica with the longest
 // valid prefix, among those whose replica version is at least what
-// `min_versions` (from the coordinator; absent: 0) requires and at least
+// `record` (from the coordinator; absent: 0) requires and at least
 // the newest any backup reports. A segment recorded as kFreedSegment is
 // never used, whatever state its replicas are found in. Reads go over the
 // backups' RPCs and are scanned again on arrival.
 //
-// Completeness: `min_versions` is the coordinator's record of the log
-// (LogOptions::on_version lists every segment before its first append).
+// Completeness: `record` is the coordinator's record of the log, segment ->
+// the replica version its replicas must have (LogOptions::on_version lists
+// every segment before its first append).
 // Every segment it lists and that is not freed must be recovered: one that
 // no answering backup holds makes the recovery fail kUnavailable, naming it
 // (a backup that did not answer, or is not in `backups`, may hold it: retry
 // when it is back); one whose replicas are all unusable fails kDataLoss (or
 // kUnavailable while some backup did not answer). A segment it does not
 // list was never appended to (its primary failed while opening it) and is
-// ignored. An empty record checks nothing (tests without a coordinator).
+// ignored -- also when the record is empty: a primary that never reached the
+// coordinator (partitioned from the start) acknowledged nothing, and the
+// segments it is still opening and freeing are not the recovery's.
+// std::nullopt (no coordinator: tests) uses every segment found and checks
+// nothing.
 struct RecoveredSegment {
   uint64_t segment_id = 0;
   bool closed = false;
@@ -264,7 +269,7 @@ struct RecoveryReport {
   uint64_t unlisted_ignored = 0;   // replicas of segments the coordinator never heard of (nothing appended)
 };
 Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
-                                                  const std::map<uint64_t, uint64_t>& min_versions,
+                                                  const std::optional<std::map<uint64_t, uint64_t>>& record,
                                                   RecoveryReport* report = nullptr);
 
 }  // namespace ferry::tailwind
