@@ -366,6 +366,10 @@ Result<CallReply> Session::call(uint16_t type, uint64_t route, std::span<const u
     } else {
       wait();
     }
+    if (!outcome->done && rt.cancelled()) {
+      // A simulated crash of the caller: it stops waiting (the call may still execute).
+      return unavailable("rpc: the caller was cancelled (its client crashed); the call may still execute");
+    }
     if (!outcome->done && clock.now_ns() > deadline) {
       return timed_out("rpc: no commit within " + std::to_string(c.options.timeout_ns / 1'000'000) + " ms");
     }

@@ -16,6 +16,7 @@ namespace ferry::store::logkv {
 
 struct Client::Impl {
   ClientOptions options;
+  Runtime* rt = &Runtime::threads();  // the cluster's (in process), else threads
   nic::Nic* nic = nullptr;
   uint32_t client_workers = 0;                     // per server: route by hash % client_workers
   std::vector<std::unique_ptr<rpc::Client>> rpcs;  // per server (nullptr: unreachable)
@@ -24,7 +25,7 @@ struct Client::Impl {
   std::function<Result<TableMap>(uint32_t session, uint64_t table_id)> fetch_map;
   std::function<Result<TableMap>(uint32_t session, std::string_view name, bool create)> named_table;
   std::unique_ptr<rpc::Client> coordinator;  // deployed
-  mutable std::shared_mutex map_mu;
+  mutable SharedMutex map_mu;
   std::map<uint64_t, TableMap> maps;
   std::atomic<uint64_t> refreshes{0};
   // Per session: its next call re-reads the map (a write's outcome was
@@ -54,11 +55,13 @@ struct Client::Impl {
     Status last = unavailable("logkv: no attempt made");
     bool refresh = refresh_next[session] != 0;
     refresh_next[session] = 0;
-    const auto start = std::chrono::steady_clock::now();
-    const auto retry_until = start + std::chrono::milliseconds(options.retry_for_ms);
+    const Clock& clock = rt->clock();
+    const uint64_t start = clock.now_ns();
+    const uint64_t retry_until = start + uint64_t{options.retry_for_ms} * 1'000'000;
     uint32_t attempt = 0;
-    for (; attempt < options.max_attempts || std::chrono::steady_clock::now() < retry_until; ++attempt) {
-      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(attempt * attempt, 50)));
+    for (; attempt < options.max_attempts || clock.now_ns() < retry_until; ++attempt) {
+      if (attempt > 0) rt->sleep_for_ns(uint64_t{std::min<uint32_t>(attempt * attempt, 50)} * 1'000'000);
+      if (rt->cancelled()) return unavailable("logkv: the client crashed (cancelled) before the call ended");
       FERRY_ASSIGN_OR_RETURN(const uint32_t server, owner(session, table_id, hash, refresh));
       refresh = true;
       if (server >= rpcs.size()) return internal_error("logkv: tablet owner out of range");
@@ -82,9 +85,9 @@ struct Client::Impl {
       }
       return reply;
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    const uint64_t ms = (clock.now_ns() - start) / 1'000'000;
     return Status(last.code(), "logkv: gave up after " + std::to_string(attempt) + " attempts in " +
-                                   std::to_string(ms.count()) + " ms: " + last.message());
+                                   std::to_string(ms) + " ms: " + last.message());
   }
 };
 
@@ -120,6 +123,7 @@ Result<std::unique_ptr<Client>> Client::create(Cluster& cluster, const ClientOpt
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->refresh_next.assign(options.sessions, 0);
+  impl->rt = cluster.impl().runtime;
   impl->client_workers = cluster.options().server.workers;
   impl->fetch_map = [&cluster](uint32_t, uint64_t table_id) { return cluster.table(table_id); };
   impl->named_table = [&cluster](uint32_t, std::string_view name, bool create) -> Result<TableMap> {
@@ -127,8 +131,8 @@ Result<std::unique_ptr<Client>> Client::create(Cluster& cluster, const ClientOpt
     FERRY_ASSIGN_OR_RETURN(uint64_t id, cluster.create_table(name));
     return cluster.table(id);
   };
-  static std::atomic<uint32_t> clients{0};
-  FERRY_ASSIGN_OR_RETURN(impl->nic, cluster.engine().add_nic({.name = "logkv-client-" + std::to_string(clients++)}));
+  const uint32_t number = cluster.impl().clients_made++;
+  FERRY_ASSIGN_OR_RETURN(impl->nic, cluster.engine().add_nic({.name = "logkv-client-" + std::to_string(number)}));
   rpc::ClientOptions co;
   co.sessions = options.sessions;
   co.timeout_ns = options.timeout_ns;

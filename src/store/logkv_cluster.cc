@@ -91,6 +91,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
   FERRY_RETURN_IF_ERROR(check_options(options));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->runtime = options.server.runtime != nullptr ? options.server.runtime : &Runtime::threads();
   FERRY_ASSIGN_OR_RETURN(impl->dir, make_dir(options.dir, &impl->own_dir));
   std::unique_ptr<Cluster> cluster(new Cluster(std::move(impl)));
   Impl& c = *cluster->impl_;
@@ -142,17 +143,21 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
   if (options.clean_interval_ms > 0) {
     Cluster* self = cluster.get();
     const int cpu = home_cpu(options.server);
-    self->impl_->cleaner = std::thread([self, cpu] { self->run_cleaner(cpu); });
+    self->impl_->cleaner = c.runtime->spawn(
+        "cleaner", "coordinator", [self] { self->run_cleaner(); }, cpu);
   }
   return cluster;
 }
 
-void Cluster::run_cleaner(int cpu) {
-  if (cpu >= 0) (void)pin_current_thread(cpu);
+void Cluster::run_cleaner() {
   Impl& c = *impl_;
-  const auto interval = std::chrono::milliseconds(c.options.clean_interval_ms);
+  const Clock& clock = c.runtime->clock();
+  const uint64_t interval_ns = uint64_t{c.options.clean_interval_ms} * 1'000'000;
   std::unique_lock lk(c.cleaner_mu);
-  while (!c.cleaner_cv.wait_for(lk, interval, [&] { return c.stop_cleaner; })) {
+  while (true) {
+    const uint64_t due = clock.now_ns() + interval_ns;
+    while (!c.stop_cleaner && clock.now_ns() < due) (void)c.cleaner_cv.wait_until(lk, due, clock);
+    if (c.stop_cleaner) return;
     lk.unlock();
     for (uint32_t i = 0; i < c.servers.size(); ++i) {
       if (!c.servers[i]->impl().alive) continue;
@@ -308,7 +313,7 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
   Server::Impl& dead = c.servers[i]->impl();
   if (dead.alive) return failed_precondition(dead.name + " is alive: crash it first");
-  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t t0 = c.runtime->clock().now_ns();
   RecoveryResult result;
   result.progress.crashed_server = i;
 
@@ -366,26 +371,29 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   }
   std::atomic<uint64_t> restored{0};
   std::vector<Status> outcomes(shares.size());
-  std::vector<std::thread> masters;
+  std::vector<Thread> masters;
   const int cpu = home_cpu(c.options.server);
   size_t slot = 0;
   for (const auto& [owner, share] : shares) {
-    masters.emplace_back([&, owner = owner, share = &share, out = &outcomes[slot++]] {
-      if (cpu >= 0) (void)pin_current_thread(cpu);
-      Server::Impl& m = c.servers[owner]->impl();
-      for (const auto& [ikey, r] : *share) {
-        const uint64_t hash = key_hash(r->table_id, r->key);
-        detail::Partition& p = m.partition(hash);
-        std::lock_guard lk(p.mu);
-        auto e = m.append_and_index(p, *ikey, r->table_id, r->object_version, r->key, r->value);
-        if (!e.ok()) {
-          *out = Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
-          return;
-        }
-        ++m.counters.objects_recovered;
-        restored.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
+    Server::Impl& host = c.servers[owner]->impl();
+    masters.push_back(c.runtime->spawn(
+        host.name + "/recovery-master", host.nic->name(),
+        [&, owner = owner, share = &share, out = &outcomes[slot++]] {
+          Server::Impl& m = c.servers[owner]->impl();
+          for (const auto& [ikey, r] : *share) {
+            const uint64_t hash = key_hash(r->table_id, r->key);
+            detail::Partition& p = m.partition(hash);
+            std::lock_guard lk(p.mu);
+            auto e = m.append_and_index(p, *ikey, r->table_id, r->object_version, r->key, r->value);
+            if (!e.ok()) {
+              *out = Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
+              return;
+            }
+            ++m.counters.objects_recovered;
+            restored.fetch_add(1, std::memory_order_relaxed);
+          }
+        },
+        cpu));
   }
   for (auto& t : masters) t.join();
   result.progress.objects_restored = restored.load();
@@ -414,8 +422,7 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   for (const auto& seg : segments) {
     for (auto* l : raw) (void)l->free(seg.segment_id);
   }
-  result.elapsed_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  result.elapsed_ns = c.runtime->clock().now_ns() - t0;
   return result;
 }
 

@@ -20,6 +20,7 @@ rpc::ServerOptions rpc_options(const ServerOptions& so) {
   // A receive buffer holds at least one request of the largest size.
   while (ro.buffer_bytes < so.max_request_bytes) ro.buffer_bytes *= 2;
   ro.worker_cpus = so.worker_cpus;
+  ro.runtime = so.runtime;
   return ro;
 }
 
@@ -206,6 +207,7 @@ Status Server::Impl::create_log(std::vector<tailwind::BackupLink*> candidates,
   lo.rpc_chunk_bytes = options.max_request_bytes - 64;
   lo.seed = 0x10c4 + index;
   lo.on_version = std::move(on_version);
+  lo.runtime = options.runtime;
   FERRY_ASSIGN_OR_RETURN(log, tailwind::ReplicatedLog::create(*nic, std::move(candidates), lo));
   return ok_status();
 }
@@ -279,6 +281,7 @@ Result<std::unique_ptr<Server::Impl>> build_server(nic::Nic& nic, std::unique_pt
   bo.storage_mode = so.storage_mode;
   bo.flush_in_background = so.flush_in_background;
   bo.flusher_cpu = so.worker_cpus.empty() ? -1 : so.worker_cpus.front();
+  bo.runtime = so.runtime;
   FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(nic, si->domain.get(), bo));
   FERRY_ASSIGN_OR_RETURN(si->rpc, rpc::Server::create(nic, rpc_options(so)));
   FERRY_RETURN_IF_ERROR(si->backup->register_rpcs(*si->rpc));

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <span>
@@ -20,10 +20,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ferry/common/runtime.h"
 #include "ferry/pm/domain.h"
-#include "ferry/tailwind/format.h"
 #include "ferry/store/logkv.h"
 #include "ferry/store/logkv_wire.h"
+#include "ferry/tailwind/format.h"
 
 namespace ferry::store::logkv {
 namespace detail {
@@ -52,7 +53,7 @@ struct IndexEntry {
 // Its mutex is held by the worker for a whole request, by the cleaner to
 // move an entry and by recovery to add one.
 struct Partition {
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::unordered_map<std::string, IndexEntry> map;  // table id (8 bytes) + key
 };
 
@@ -216,15 +217,15 @@ struct Server::Impl {
   std::vector<std::unique_ptr<detail::Partition>> partitions;
   std::atomic<uint64_t> next_version{1};
 
-  mutable std::mutex live_mu;               // live
+  mutable Mutex live_mu;                    // live
   std::map<uint64_t, int64_t> live;         // segment -> live bytes (objects and tombstones)
 
   // Tablets served here; tablets_of gives each known table's tablet count.
-  mutable std::shared_mutex own_mu;
+  mutable SharedMutex own_mu;
   std::set<std::pair<uint64_t, uint32_t>> owned;
   std::map<uint64_t, uint32_t> tablets_of;
 
-  std::mutex clean_mu;  // one cleaner pass at a time
+  Mutex clean_mu;  // one cleaner pass at a time
   // Told before a segment of this log is freed on its backups (the
   // coordinator then ignores any replica of it that survives on a backup);
   // an error keeps the segment (the cleaner retries at its next pass).
@@ -262,7 +263,7 @@ struct Server::Impl {
 
 // The coordinator's state (in the cluster).
 struct Coordinator {
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::vector<TableMap> tables;  // table_id = position + 1
   // Per log: the replica version each segment's replicas must have (a
   // freed segment: tailwind::kFreedSegment, so no replica of it is ever
@@ -278,12 +279,14 @@ struct Cluster::Impl {
   nic::Nic* coordinator_nic = nullptr;
   std::vector<std::unique_ptr<Server>> servers;
   Coordinator coordinator;
-  std::mutex control_mu;  // crash, recover, clean
+  Mutex control_mu;                       // crash, recover, clean
+  Runtime* runtime = nullptr;             // options.server.runtime, or Runtime::threads()
+  std::atomic<uint32_t> clients_made{0};  // names the clients' NICs (per cluster: a replay names them alike)
 
   // The background cleaner (ClusterOptions::clean_interval_ms).
-  std::thread cleaner;
-  std::mutex cleaner_mu;
-  std::condition_variable cleaner_cv;
+  Thread cleaner;
+  Mutex cleaner_mu;
+  CondVar cleaner_cv;
   bool stop_cleaner = false;
   std::atomic<uint64_t> cleaner_passes{0};
   std::atomic<uint64_t> cleaner_failures{0};

@@ -46,6 +46,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/common/runtime.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/engine.h"
 #include "ferry/rpc/client.h"
@@ -90,6 +91,12 @@ struct ServerOptions {
   // Pin worker w (the backup worker is the last) to worker_cpus[w % size];
   // empty: not pinned. Every server of a cluster gets the same list.
   std::vector<int> worker_cpus;
+  // What runs the server's workers, flusher, log waits and (in a Cluster)
+  // the cleaner, the recovery masters and the clients' waits: null for real
+  // threads (Runtime::threads()); the simulator's SimRuntime makes every one
+  // a fiber on virtual time (docs/simulation.md). The Cluster's engine must
+  // then be manual on the runtime's clock, stepped by the simulator.
+  Runtime* runtime = nullptr;
 };
 
 struct ClusterOptions {
@@ -224,7 +231,7 @@ class Cluster {
 
  private:
   explicit Cluster(std::unique_ptr<Impl> impl);
-  void run_cleaner(int cpu);  // the background cleaner's thread
+  void run_cleaner();  // the background cleaner (a thread, or a fiber of the runtime)
   std::unique_ptr<Impl> impl_;
 };
 
