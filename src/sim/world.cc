@@ -184,6 +184,7 @@ const std::vector<System>& systems() {
     std::vector<System> v;
     v.push_back(juneberry_system());
     v.push_back(hyperloop_store_system());
+    v.push_back(tailwind_system());
     return v;
   }();
   return all;

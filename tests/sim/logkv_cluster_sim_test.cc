@@ -7,7 +7,7 @@
 // engine the scheduler steps on a virtual clock
 // (docs/tailwind-simulation-plan.md, commit 5).
 //
-// Size: FERRY_SIM_SEEDS seeds (default 6) from FERRY_SEED (default 1).
+// Size: FERRY_TAILWIND_SIM_SEEDS seeds (default 6) from FERRY_SEED (default 1).
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -44,7 +44,7 @@ SimOutcome run_simulated(uint64_t seed, Figures* total) {
   const size_t threads_before = os_threads();
   CampaignWorld world;
   world.runtime = &rt;
-  world.replay_hint = "FERRY_SIM_SEEDS=1 (sim_tests --gtest_filter=LogKvClusterSim.*)";
+  world.replay_hint = "FERRY_TAILWIND_SIM_SEEDS=1 (sim_tests --gtest_filter=LogKvClusterSim.*)";
   world.configure = [&](ClusterOptions& o) {
     o.engine.threaded = false;
     o.engine.clock = &clock;
@@ -70,7 +70,7 @@ SimOutcome run_simulated(uint64_t seed, Figures* total) {
 }
 
 TEST(LogKvClusterSim, TheCampaignOnOneThreadKeepsEveryHistoryLinearizable) {
-  const ferry::testing::SeedRange range = ferry::testing::seed_range("FERRY_SIM_SEEDS", 1, 6);
+  const ferry::testing::SeedRange range = ferry::testing::seed_range("FERRY_TAILWIND_SIM_SEEDS", 1, 6);
   Figures total;
   uint64_t ran = 0;
   for (uint64_t s = range.first; s < range.first + range.count && !HasFailure(); ++s, ++ran) {

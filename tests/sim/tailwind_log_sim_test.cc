@@ -236,7 +236,7 @@ void check_replicas(World& w, const Acked& acked, int excluded, const std::strin
 }
 
 uint32_t seeds_to_run() {
-  const char* env = std::getenv("FERRY_SIM_SEEDS");
+  const char* env = std::getenv("FERRY_TAILWIND_SIM_SEEDS");
   return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 30;
 }
 

@@ -14,4 +14,8 @@ System juneberry_system();
 // TxnClient) on a 3-replica chain; reads from every replica.
 System hyperloop_store_system();
 
+// LogKv on Tailwind (or the RPC baseline): five servers with their backups,
+// the cleaner and the clients as fibers of one SimRuntime (src/sim/tailwind.cc).
+System tailwind_system();
+
 }  // namespace ferry::sim

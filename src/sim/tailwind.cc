@@ -1,0 +1,490 @@
+// `ferry sim tailwind`: a LogKv cluster on Tailwind replication (five
+// servers, r = 2, 64 KiB segments, PM backups, the background cleaner) run
+// as fibers of one SimRuntime: every server's RPC workers, backup flusher
+// and recovery masters, the cleaner, four clients on ten hot keys and the
+// fault script, on one OS thread and the World's virtual clock, with the
+// NICs on a manual engine the scheduler steps (docs/simulation.md,
+// "Tailwind / LogKv"). The seed picks the replication mode (Tailwind's
+// one-sided WRITEs or the RPC baseline), the workload, the interleaving and
+// the faults; every client history is checked for linearizability, with a
+// fresh reader of every key after the faults.
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/sim/linearizability.h"
+#include "ferry/sim/runtime.h"
+#include "ferry/sim/systems.h"
+#include "ferry/store/logkv.h"
+
+namespace ferry::sim {
+namespace {
+
+namespace logkv = store::logkv;
+
+constexpr uint32_t kServers = 5;
+constexpr uint32_t kReplicas = 2;
+constexpr uint32_t kClients = 4;
+constexpr uint64_t kKeys = 10;
+constexpr uint64_t kDelayMaxNs = 200'000;
+constexpr uint64_t kMaxSteps = 400'000'000;  // scheduler steps before a run is declared stuck
+constexpr uint64_t kMs = 1'000'000;
+
+std::span<const uint8_t> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+std::string key_name(uint64_t k) { return "hot-" + std::to_string(k); }
+
+// A value names the PUT that wrote it: 8 bytes of id, then padding.
+std::string value_of(uint64_t id, size_t padding) {
+  std::string v(8 + padding, static_cast<char>('a' + id % 26));
+  std::memcpy(v.data(), &id, 8);
+  return v;
+}
+std::optional<uint64_t> id_of(const std::vector<uint8_t>& value) {
+  if (value.size() < 8) return std::nullopt;
+  uint64_t id = 0;
+  std::memcpy(&id, value.data(), 8);
+  return id;
+}
+
+// The cluster's files: on tmpfs when there is one (the runs fdatasync).
+std::string make_run_dir() {
+  const std::filesystem::path base =
+      std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
+  std::string pattern = (base / "ferry-sim-tailwind-XXXXXX").string();
+  return ::mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
+}
+
+class Run {
+ public:
+  explicit Run(const RunOptions& options) : world_(options), rt_(world_.clock(), options.seed ^ 0x7a11c0de) {
+    result_.seed = options.seed;
+  }
+  ~Run() {
+    if (!dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+    }
+  }
+
+  RunResult run(uint64_t ops);
+
+ private:
+  bool ok() const { return result_.invariant.empty(); }
+  void fail(const std::string& invariant, const std::string& detail) {
+    if (!ok()) return;
+    result_.invariant = invariant;
+    result_.detail = detail;
+    world_.event("VIOLATION " + invariant + ": " + detail.substr(0, detail.find('\n')));
+  }
+  bool build();
+  void client(uint32_t c, uint32_t generation);
+  void spawn_client(uint32_t c, uint32_t generation);
+  void control();
+  void fault_crash(uint32_t victim);
+  void fault_partition(uint32_t victim);
+  void fault_backup(uint32_t victim);
+  bool recover(uint32_t server);
+  bool finale();
+  void check_history();
+  // Drives the scheduler until `done`; a deadlock or the step budget fails "live".
+  bool drive(const std::function<bool()>& done, const std::string& what);
+  std::vector<uint32_t> live() const;
+
+  World world_;
+  SimRuntime rt_;
+  std::string dir_;
+  std::unique_ptr<logkv::Cluster> cluster_;
+  std::unique_ptr<logkv::Client> client_;
+  uint64_t table_ = 0;
+  tailwind::Replication mode_ = tailwind::Replication::kTailwind;
+  RunResult result_;
+  std::vector<KvOp> history_;
+  std::vector<Thread> threads_;
+  uint64_t ops_ = 0;       // the workload's size
+  uint64_t next_op_ = 0;   // the next operation a client takes
+  uint64_t done_ops_ = 0;  // operations finished (or abandoned by a crashed client)
+  uint32_t clients_running_ = 0;
+  bool control_done_ = false;
+  uint32_t lost_ = 0;                 // servers gone for good
+  std::vector<uint64_t> slow_until_;  // per server: its cores run rarely until then (0: normal)
+  uint64_t next_value_id_ = 1;
+  std::vector<FiberId> client_fiber_ = std::vector<FiberId>(kClients, 0);  // each client's current fiber
+};
+
+std::vector<uint32_t> Run::live() const {
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < cluster_->servers(); ++i) {
+    if (cluster_->alive(i)) out.push_back(i);
+  }
+  return out;
+}
+
+bool Run::drive(const std::function<bool()>& done, const std::string& what) {
+  const SimRunResult r = rt_.run_until(done, kMaxSteps);
+  if (r.done) return true;
+  fail("live", (r.deadlock ? "the cluster deadlocked " : "no end within the step budget ") + what + "\n" + r.report);
+  return false;
+}
+
+bool Run::build() {
+  dir_ = make_run_dir();
+  if (dir_.empty()) {
+    fail("setup", "cannot create a run directory");
+    return false;
+  }
+  logkv::ClusterOptions o;
+  o.servers = kServers;
+  o.dir = dir_;
+  o.server.replicas = kReplicas;
+  o.server.workers = 2;
+  mode_ = world_.rng().below(2) == 0 ? tailwind::Replication::kTailwind : tailwind::Replication::kRpc;
+  o.server.replication = mode_;
+  o.server.segment_bytes = 64 << 10;
+  o.server.backup_buffers = 32;
+  o.server.clean_below = 0.6;
+  o.server.max_request_bytes = 32 << 10;
+  o.server.runtime = &rt_;
+  o.clean_interval_ms = 5;
+  o.engine.threaded = false;
+  o.engine.clock = &world_.clock();
+  o.engine.rx_budget = 1;  // WRITEs placed over several engine passes: a crash can fall inside one
+  o.engine.tx_burst = 1 + world_.rng().below(2) * 15;
+  const FaultRates& rates = world_.rates();
+  o.engine.faults.seed = world_.fault_below(uint64_t{1} << 62) + 1;
+  o.engine.faults.drop = rates[FaultKind::kPacketLoss];
+  o.engine.faults.duplicate = rates[FaultKind::kPacketDuplicate];
+  o.engine.faults.delay = rates[FaultKind::kPacketDelay];
+  o.engine.faults.delay_max_ns = kDelayMaxNs;
+  auto cluster = logkv::Cluster::create(o);
+  if (!cluster.ok()) {
+    fail("setup", "create the cluster: " + cluster.status().to_string());
+    return false;
+  }
+  cluster_ = std::move(cluster).value();
+  nic::Engine* engine = &cluster_->engine();
+  rt_.set_step_engine([engine] { return engine->step(); });
+  rt_.set_next_deadline([engine] {
+    const uint64_t d = engine->next_deadline_ns();
+    return d == UINT64_MAX ? 0 : d;
+  });
+  auto table = cluster_->create_table("hot");
+  if (!table.ok()) {
+    fail("setup", "create the table: " + table.status().to_string());
+    return false;
+  }
+  table_ = *table;
+  logkv::ClientOptions co;
+  co.sessions = kClients;
+  co.timeout_ns = 300 * kMs;
+  co.max_attempts = 40;
+  co.retry_unknown_writes = false;  // a write is applied at most once, so the checker can place it
+  auto client = logkv::Client::create(*cluster_, co);
+  if (!client.ok()) {
+    fail("setup", "create the client: " + client.status().to_string());
+    return false;
+  }
+  client_ = std::move(client).value();
+  slow_until_.assign(kServers, 0);
+  world_.event(std::string("cluster up: ") + std::to_string(kServers) + " servers, r=" + std::to_string(kReplicas) +
+               ", " + std::string(tailwind::replication_name(mode_)) + " replication, tx_burst " +
+               std::to_string(o.engine.tx_burst) + ", faults " + world_.rates().to_string());
+  return true;
+}
+
+void Run::spawn_client(uint32_t c, uint32_t generation) {
+  ++clients_running_;
+  const std::string name = "client-" + std::to_string(c) + "." + std::to_string(generation);
+  threads_.push_back(rt_.spawn(name, "clients", [this, c, generation] { client(c, generation); }));
+  client_fiber_[c] = rt_.find(name);
+}
+
+// One client fiber: takes operations until the workload is done. A crashed
+// one (cancelled) records its operation in flight as pending and hands its
+// session to a successor.
+void Run::client(uint32_t c, uint32_t generation) {
+  std::map<uint64_t, uint64_t> seen;  // key -> the version this client last saw (0: absent)
+  while (next_op_ < ops_ && ok()) {
+    ++next_op_;
+    Rng& rng = world_.rng();
+    const uint64_t k = rng.below(kKeys);
+    const std::string key = key_name(k);
+    const uint64_t roll = rng.below(100);
+    const uint64_t t0 = world_.now();
+    std::string what;
+    std::optional<KvOp> op;  // recorded unless the outcome says nothing
+    bool unknown = false;
+    if (roll < 50) {  // PUT, conditional one time in three
+      const uint64_t id = next_value_id_++;
+      std::optional<uint64_t> expected;
+      if (roll >= 35) expected = seen.count(k) != 0 ? seen[k] : 0;
+      // Mostly small values; one in eight of 20-30 KB (a WRITE of many packets a crash can tear).
+      const size_t padding = rng.below(8) == 0 ? 20000 + rng.below(10000) : rng.below(600);
+      auto v = client_->put(c, table_, as_bytes(key), as_bytes(value_of(id, padding)), expected);
+      if (rt_.cancelled()) {
+        op = KvOp::put(c, k, id, t0, std::nullopt);
+      } else if (v.ok()) {
+        op = KvOp::put(c, k, id, t0, world_.now());
+        seen[k] = *v;
+        ++result_.acknowledged;
+      } else if (v.status().code() != Code::kFailedPrecondition) {  // a version mismatch changed nothing
+        op = KvOp::put(c, k, id, t0, std::nullopt);
+        unknown = true;
+      }
+      what = "put " + key + " #" + std::to_string(id) + (expected ? " if v" + std::to_string(*expected) : "") + " -> " +
+             (v.ok() ? "v" + std::to_string(*v) : std::string(code_name(v.status().code())));
+    } else if (roll < 60) {  // DELETE, conditional one time in two
+      std::optional<uint64_t> expected;
+      if (roll >= 55 && seen.count(k) != 0) expected = seen[k];
+      const Status st = client_->remove(c, table_, as_bytes(key), expected);
+      if (rt_.cancelled()) {
+        op = KvOp::remove(c, k, t0, std::nullopt);
+      } else if (st.ok()) {
+        op = KvOp::remove(c, k, t0, world_.now());
+        seen[k] = 0;
+        ++result_.acknowledged;
+      } else if (st.code() == Code::kNotFound) {  // it was absent: a read
+        op = KvOp::get(c, k, std::nullopt, t0, world_.now());
+        seen[k] = 0;
+      } else if (st.code() != Code::kFailedPrecondition) {
+        op = KvOp::remove(c, k, t0, std::nullopt);
+        unknown = true;
+      }
+      what = "delete " + key + " -> " + std::string(code_name(st.code()));
+    } else {  // GET
+      auto got = client_->get(c, table_, as_bytes(key));
+      if (rt_.cancelled()) {
+        // A read whose answer nobody saw constrains nothing.
+      } else if (got.ok()) {
+        op = KvOp::get(c, k, id_of(got->value), t0, world_.now());
+        seen[k] = got->version;
+        ++result_.reads;
+      } else if (got.status().code() == Code::kNotFound) {
+        op = KvOp::get(c, k, std::nullopt, t0, world_.now());
+        seen[k] = 0;
+        ++result_.reads;
+      }
+      what = "get " + key + " -> " +
+             (got.ok() ? "#" + std::to_string(id_of(got->value).value_or(0)) + " v" + std::to_string(got->version)
+                       : std::string(code_name(got.status().code())));
+    }
+    if (op) history_.push_back(*op);
+    ++done_ops_;
+    if (rt_.cancelled()) {
+      world_.event("c" + std::to_string(c) + " crashed during: " + what);
+      spawn_client(c, generation + 1);
+      break;
+    }
+    world_.event("c" + std::to_string(c) + " " + what);
+    if (unknown) rt_.sleep_for_ns(5 * kMs);  // a server is down: do not hammer it
+  }
+  --clients_running_;
+}
+
+bool Run::recover(uint32_t server) {
+  auto rec = cluster_->recover_server(server);
+  if (!rec.ok()) {
+    fail("recovers", "recovering server " + std::to_string(server) + ": " + rec.status().to_string());
+    return false;
+  }
+  world_.event("server " + std::to_string(server) + " recovered: " + std::to_string(rec->log.segments) + " segments, " +
+               std::to_string(rec->progress.objects_restored) + " objects, " + std::to_string(rec->log.torn_open) +
+               " torn replicas");
+  return true;
+}
+
+// A server dies right after one of its appends posted its WRITEs (if one
+// comes soon), then its tablets are recovered on the others.
+void Run::fault_crash(uint32_t victim) {
+  const uint64_t before = cluster_->server(victim).log().counters().appends;
+  for (int i = 0; i < 2000 && cluster_->server(victim).log().counters().appends == before; ++i) rt_.idle();
+  world_.event("crash server " + std::to_string(victim));
+  const Status st = cluster_->crash_server(victim);
+  if (!st.ok()) return fail("crashes", "crashing server " + std::to_string(victim) + ": " + st.to_string());
+  ++lost_;
+  rt_.sleep_for_ns(world_.fault_below(40) * kMs);
+  (void)recover(victim);
+}
+
+// The coordinator loses a server that runs on and serves clients with an
+// old map; its tablets are recovered elsewhere; later it is stopped.
+void Run::fault_partition(uint32_t victim) {
+  world_.event("partition server " + std::to_string(victim) + " from the coordinator");
+  const Status st = cluster_->partition_server(victim);
+  if (!st.ok()) return fail("crashes", "partitioning server " + std::to_string(victim) + ": " + st.to_string());
+  ++lost_;
+  rt_.sleep_for_ns((10 + world_.fault_below(50)) * kMs);
+  if (!recover(victim)) return;
+  rt_.sleep_for_ns((10 + world_.fault_below(60)) * kMs);  // it still serves whoever reaches it
+  world_.event("stop the partitioned server " + std::to_string(victim));
+  const Status stopped = cluster_->crash_server(victim);
+  if (!stopped.ok()) fail("crashes", "stopping server " + std::to_string(victim) + ": " + stopped.to_string());
+}
+
+// A server's backup is declared failed (its replicas are replaced on every
+// other log) while the server serves on; later it is declared back.
+void Run::fault_backup(uint32_t victim) {
+  world_.event("backup of server " + std::to_string(victim) + " declared failed");
+  (void)cluster_->declare_backup_failed(victim);  // a log that finds no other backup waits for it
+  rt_.sleep_for_ns((10 + world_.fault_below(60)) * kMs);
+  Status back = cluster_->declare_backup_back(victim);
+  for (int tries = 0; !back.ok() && tries < 20 && cluster_->alive(victim); ++tries) {
+    rt_.sleep_for_ns(10 * kMs);
+    back = cluster_->declare_backup_back(victim);
+  }
+  if (!back.ok() && cluster_->alive(victim)) {
+    return fail("backup-back", "server " + std::to_string(victim) + "'s backup: " + back.to_string());
+  }
+  world_.event("backup of server " + std::to_string(victim) + " back");
+}
+
+// The fault script: at each finished operation, each kind may strike.
+void Run::control() {
+  uint64_t seen_ops = 0;
+  while (ok() && done_ops_ < ops_) {
+    while (done_ops_ == seen_ops && done_ops_ < ops_) rt_.idle();
+    for (; seen_ops < done_ops_ && ok(); ++seen_ops) {
+      const uint64_t now = world_.now();
+      for (uint32_t s = 0; s < kServers; ++s) {
+        if (slow_until_[s] != 0 && now >= slow_until_[s]) {
+          rt_.set_host_weight("server-" + std::to_string(s), 1.0);
+          slow_until_[s] = 0;
+          world_.event("server " + std::to_string(s) + " runs at full speed again");
+        }
+      }
+      const std::vector<uint32_t> up = live();
+      const uint32_t victim = up[world_.fault_below(up.size())];
+      // At most servers - (r + 1) servers are lost for good: every log keeps r + 1 live servers.
+      const bool may_lose = lost_ < kServers - (kReplicas + 1) && up.size() > kReplicas + 1;
+      if (may_lose && world_.strike(FaultKind::kProcessCrash)) fault_crash(victim);
+      if (!ok()) return;
+      if (may_lose && cluster_->alive(victim) && world_.strike(FaultKind::kPartition)) fault_partition(victim);
+      if (!ok()) return;
+      if (cluster_->alive(victim) && world_.strike(FaultKind::kMemberReplace)) fault_backup(victim);
+      if (!ok()) return;
+      if (world_.strike(FaultKind::kSlowHost)) {
+        const uint32_t slow = up[world_.fault_below(up.size())];
+        slow_until_[slow] = world_.now() + (5 + world_.fault_below(50)) * kMs;
+        rt_.set_host_weight("server-" + std::to_string(slow), 0.05);
+        world_.event("server " + std::to_string(slow) + " slow");
+      }
+      if (world_.strike(FaultKind::kClientCrash)) {
+        const uint32_t c = static_cast<uint32_t>(world_.fault_below(kClients));
+        rt_.cancel(client_fiber_[c]);  // it notices at its next wait, mid-call
+        world_.event("client " + std::to_string(c) + " crashes");
+      }
+    }
+  }
+  for (uint32_t s = 0; s < kServers; ++s) rt_.set_host_weight("server-" + std::to_string(s), 1.0);
+  control_done_ = true;
+}
+
+// After the faults: a fresh client reads every key; these reads come last,
+// so an acknowledged write lost or a deleted value back breaks linearizability.
+bool Run::finale() {
+  world_.event("finale: a fresh client reads every key");
+  logkv::ClientOptions co;
+  co.retry_for_ms = 5000;
+  auto reader = logkv::Client::create(*cluster_, co);
+  if (!reader.ok()) {
+    fail("live", "create the reader: " + reader.status().to_string());
+    return true;
+  }
+  bool done = false;
+  Thread t = rt_.spawn("reader", "clients", [&] {
+    for (uint64_t k = 0; k < kKeys && ok(); ++k) {
+      const uint64_t t0 = world_.now();
+      auto got = (*reader)->get(0, table_, as_bytes(key_name(k)));
+      if (got.ok()) {
+        history_.push_back(KvOp::get(kClients, k, id_of(got->value), t0, world_.now()));
+      } else if (got.status().code() == Code::kNotFound) {
+        history_.push_back(KvOp::get(kClients, k, std::nullopt, t0, world_.now()));
+      } else {
+        fail("live", "the final read of " + key_name(k) + ": " + got.status().to_string());
+      }
+    }
+    done = true;
+  });
+  const bool ended = drive([&] { return done; }, "in the final reads");
+  if (ended) t.join();
+  threads_.push_back(std::move(t));
+  return ended;
+}
+
+void Run::check_history() {
+  const LinearizabilityResult v = check_kv_history(history_);
+  world_.event(std::string("history: ") + std::to_string(history_.size()) + " ops, " + verdict_name(v.verdict));
+  if (v.verdict == Verdict::kLinearizable) return;
+  std::string detail = std::string(verdict_name(v.verdict)) + ": " + v.explanation;
+  for (size_t i : v.minimal_ops) detail += "\n  " + describe(history_[i]);
+  fail("linearizable", detail);
+}
+
+RunResult Run::run(uint64_t ops) {
+  ops_ = ops;
+  bool healthy = build();
+  if (healthy) {
+    for (uint32_t c = 0; c < kClients; ++c) spawn_client(c, 0);
+    threads_.push_back(rt_.spawn("control", "control", [this] { control(); }));
+    healthy = drive([this] { return (control_done_ || !ok()) && clients_running_ == 0; }, "in the workload");
+  }
+  if (healthy && ok()) healthy = finale();
+  if (ok()) check_history();
+  result_.ops = next_op_;
+  for (const KvOp& op : history_) result_.pending += !op.complete_ns.has_value();
+  if (cluster_ != nullptr) {
+    const auto& c = cluster_->engine().fabric().counters();
+    world_.count(FaultKind::kPacketLoss, c.dropped_fault.get());
+    world_.count(FaultKind::kPacketDuplicate, c.duplicated_fault.get());
+    world_.count(FaultKind::kPacketDelay, c.delayed_fault.get());
+  }
+  world_.event("schedule digest " + std::to_string(rt_.trace_digest()));
+  result_.ok = ok();
+  world_.event(result_.ok ? "verdict: ok" : "verdict: " + result_.invariant);
+  world_.finish(&result_);
+  if (healthy) {
+    // Everything ended: the fibers are joined and the cluster comes down.
+    for (Thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    client_.reset();
+    cluster_.reset();
+  } else {
+    // A stuck run cannot be torn down (its fibers wait forever): its
+    // memory is left behind, and the run directory removed.
+    (void)client_.release();
+    (void)cluster_.release();
+    (void)new std::vector<Thread>(std::move(threads_));
+  }
+  return result_;
+}
+
+}  // namespace
+
+System tailwind_system() {
+  System s;
+  s.name = "tailwind";
+  s.description =
+      "LogKv on Tailwind (or the RPC baseline, by seed): five servers, r=2, PM backups, the cleaner on, four clients "
+      "on ten hot keys, all as fibers of one SimRuntime; crashes mid-WRITE with recovery, partitioned old "
+      "primaries, backups declared failed and back, slow hosts, client crashes and packet faults";
+  s.faults = {FaultKind::kPacketLoss,  FaultKind::kPacketDuplicate, FaultKind::kPacketDelay,
+              FaultKind::kPartition,   FaultKind::kProcessCrash,    FaultKind::kSlowHost,
+              FaultKind::kClientCrash, FaultKind::kMemberReplace};
+  s.default_ops = 300;
+  s.run = [default_ops = s.default_ops](const RunOptions& options) {
+    Run run(options);
+    return run.run(options.ops == 0 ? default_ops : options.ops);
+  };
+  return s;
+}
+
+}  // namespace ferry::sim
