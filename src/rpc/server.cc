@@ -306,7 +306,7 @@ size_t Server::poll_worker(uint32_t w) {
 
 Result<Connection*> Server::Impl::new_connection(Worker& wk) {
   {
-    std::lock_guard<std::mutex> lock(wk.mu);
+    std::lock_guard<std::mutex> lock(wk.mu);  // sim-seam: never held across a wait
     if (wk.owned_conns.size() >= options.max_connections) {
       return resource_exhausted("rpc server: worker " + std::to_string(wk.index) + " has max_connections QPs");
     }
@@ -328,7 +328,7 @@ Result<Connection*> Server::Impl::new_connection(Worker& wk) {
   // Known to the worker before any request can arrive on it; owned from
   // here on (a connection that fails stays, in ERROR, until the server
   // goes: the worker may have cached its address).
-  std::lock_guard<std::mutex> lock(wk.mu);
+  std::lock_guard<std::mutex> lock(wk.mu);  // sim-seam: never held across a wait
   wk.shared_conns[c->qpn] = c;
   wk.owned_conns.push_back(std::move(conn));
   return c;

@@ -83,7 +83,7 @@ struct Worker {
 
   // Connections: written by connect() under `mu`; the worker keeps its own
   // copy of the map and looks up under the lock only on a miss.
-  std::mutex mu;
+  std::mutex mu;  // sim-seam: held only for map updates, never across a wait
   std::unordered_map<uint32_t, Connection*> shared_conns;  // guarded by mu
   std::vector<std::unique_ptr<Connection>> owned_conns;    // guarded by mu
   std::unordered_map<uint32_t, Connection*> conns;         // worker thread only

@@ -108,7 +108,7 @@ void Server::Impl::check_stall(Worker& w) {
   if (now - w.stall_since < uint64_t{options.stall_probe_us} * 1000) return;
   w.stall_since = now;  // probe again a period later if it lasts
   {
-    std::lock_guard<std::mutex> lock(w.mu);
+    std::lock_guard<std::mutex> lock(w.mu);  // sim-seam: never held across a wait
     for (const auto& [qpn, c] : w.shared_conns) w.conns[qpn] = c;
   }
   nic::SendWr wr;
@@ -154,7 +154,7 @@ void Server::Impl::execute_in_order(Worker& w) {
 Connection* Server::Impl::find_connection(Worker& w, uint32_t qpn) {
   auto it = w.conns.find(qpn);
   if (it != w.conns.end()) return it->second;
-  std::lock_guard<std::mutex> lock(w.mu);
+  std::lock_guard<std::mutex> lock(w.mu);  // sim-seam: never held across a wait
   auto s = w.shared_conns.find(qpn);
   if (s == w.shared_conns.end()) return nullptr;
   w.conns[qpn] = s->second;

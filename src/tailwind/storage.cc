@@ -191,7 +191,7 @@ Status write_all(int fd, const uint8_t* buf, size_t len, uint64_t offset, const 
       return io_error("cannot write " + path, errno);
     }
     done += static_cast<size_t>(n);
-    if (chunk != 0 && done < len) std::this_thread::yield();
+    if (chunk != 0 && done < len) std::this_thread::yield();  // sim-seam: paces a shared core
   }
   return ok_status();
 }
@@ -347,7 +347,7 @@ Status SegmentStore::write(const StoredSegment& meta, std::span<const uint8_t> b
     return invalid_argument("storage write: " + std::to_string(bytes.size()) + " bytes given, meta.bytes is " +
                             std::to_string(meta.bytes));
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();  // sim-seam: a counter (write_ns), not behaviour
   const Header header = encode_header(meta, crc32c(0, bytes));
   FERRY_DASSERT(decode_header(header).ok(), "a header we encode must decode");
   const std::string name = file_name(meta.log_id, meta.segment_id);
@@ -384,7 +384,7 @@ Status SegmentStore::write(const StoredSegment& meta, std::span<const uint8_t> b
         std::memset(chunk + pad_from, 0, len - pad_from);
       }
       status = write_all(fd.get(), chunk, len, offset, temp_path);
-      if (paced_chunk_bytes_ != 0) std::this_thread::yield();
+      if (paced_chunk_bytes_ != 0) std::this_thread::yield();  // sim-seam: paces a shared core
     }
   }
   if (status.ok()) {
@@ -408,8 +408,8 @@ Status SegmentStore::write(const StoredSegment& meta, std::span<const uint8_t> b
 
   counters_.segments_written += 1;
   counters_.bytes_written += file_bytes;
-  counters_.write_ns += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  const auto end = std::chrono::steady_clock::now();  // sim-seam: a counter
+  counters_.write_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
   return ok_status();
 }
 

@@ -158,7 +158,7 @@ class SegmentStore {
   const int dir_fd_;  // O_DIRECTORY, for *at() calls and the directory fsync
   size_t paced_chunk_bytes_ = 0;
 
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  // sim-seam: never held across a fiber switch (file I/O runs whole)
   // kDirect: the aligned staging buffer of its writes (storage.cc:
   // kDirectChunkBytes); null for kFdatasync. Guarded by mutex_.
   AlignedBuffer chunk_;
