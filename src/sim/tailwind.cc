@@ -95,6 +95,8 @@ class Run {
   bool recover(uint32_t server);
   bool finale();
   void check_history();
+  void check_replicas();
+  void check_versions();
   // Drives the scheduler until `done`; a deadlock or the step budget fails "live".
   bool drive(const std::function<bool()>& done, const std::string& what);
   std::vector<uint32_t> live() const;
@@ -118,6 +120,10 @@ class Run {
   std::vector<uint64_t> slow_until_;  // per server: its cores run rarely until then (0: normal)
   uint64_t next_value_id_ = 1;
   std::vector<FiberId> client_fiber_ = std::vector<FiberId>(kClients, 0);  // each client's current fiber
+  struct AckedPut {
+    uint64_t key, version, invoke_ns, complete_ns;
+  };
+  std::vector<AckedPut> acked_puts_;  // for versions-grow
 };
 
 std::vector<uint32_t> Run::live() const {
@@ -233,6 +239,7 @@ void Run::client(uint32_t c, uint32_t generation) {
         op = KvOp::put(c, k, id, t0, std::nullopt);
       } else if (v.ok()) {
         op = KvOp::put(c, k, id, t0, world_.now());
+        acked_puts_.push_back({k, *v, t0, world_.now()});
         seen[k] = *v;
         ++result_.acknowledged;
       } else if (v.status().code() != Code::kFailedPrecondition) {  // a version mismatch changed nothing
@@ -419,6 +426,58 @@ bool Run::finale() {
   return ended;
 }
 
+// At quiescence, every replica a live log counts on a live server's backup
+// holds the primary's bytes of that segment: the open one in the backup's
+// buffer, a closed one in its buffer or on its storage. (A replica on a
+// crashed server is replaced at the log's next append; it is not checked.)
+void Run::check_replicas() {
+  uint64_t checked = 0;
+  for (uint32_t i : live()) {
+    logkv::Server& server = cluster_->server(i);
+    tailwind::ReplicatedLog& log = server.log();
+    const std::vector<uint32_t> to = server.backup_servers();
+    const uint64_t log_id = i + 1;
+    for (uint64_t id : log.segment_ids()) {
+      const auto primary = log.segment(id);
+      for (size_t b : log.replicas_of(id)) {
+        if (b >= to.size() || !cluster_->alive(to[b])) continue;
+        tailwind::Backup& backup = cluster_->server(to[b]).backup();
+        std::vector<uint8_t> held;
+        if (id == log.open_segment_id()) {
+          const auto buffer = backup.buffer(log_id, id);
+          held.assign(buffer.begin(), buffer.begin() + std::min(buffer.size(), primary.size()));
+        } else {
+          auto stored = backup.read(log_id, id, /*closed=*/true, 0, static_cast<uint32_t>(primary.size()));
+          if (stored.ok()) held = std::move(stored).value();
+        }
+        ++checked;
+        if (held.size() != primary.size() || !std::equal(primary.begin(), primary.end(), held.begin())) {
+          return fail("replicas-agree", "server " + std::to_string(i) + "'s segment " + std::to_string(id) + " (" +
+                                            std::to_string(primary.size()) + " bytes) on server " +
+                                            std::to_string(to[b]) + "'s backup: " + std::to_string(held.size()) +
+                                            " bytes held, not the primary's");
+        }
+      }
+    }
+  }
+  world_.event("replicas agree: " + std::to_string(checked) + " replicas checked");
+}
+
+// Per key, an acknowledged PUT that began after another ended got a higher
+// version (logkv.h: versions grow across deletes and recoveries).
+void Run::check_versions() {
+  for (const AckedPut& a : acked_puts_) {
+    for (const AckedPut& b : acked_puts_) {
+      if (a.key == b.key && a.complete_ns < b.invoke_ns && a.version >= b.version) {
+        return fail("versions-grow", key_name(a.key) + ": a PUT acknowledged at v" + std::to_string(a.version) +
+                                         " (done at " + std::to_string(a.complete_ns) + " ns) and a later one at v" +
+                                         std::to_string(b.version) + " (begun at " + std::to_string(b.invoke_ns) +
+                                         " ns)");
+      }
+    }
+  }
+}
+
 void Run::check_history() {
   const LinearizabilityResult v = check_kv_history(history_);
   world_.event(std::string("history: ") + std::to_string(history_.size()) + " ops, " + verdict_name(v.verdict));
@@ -438,6 +497,8 @@ RunResult Run::run(uint64_t ops) {
   }
   if (healthy && ok()) healthy = finale();
   if (ok()) check_history();
+  if (ok()) check_versions();
+  if (healthy && ok()) check_replicas();
   result_.ops = next_op_;
   for (const KvOp& op : history_) result_.pending += !op.complete_ns.has_value();
   if (cluster_ != nullptr) {

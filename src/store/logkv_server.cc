@@ -273,6 +273,7 @@ const std::string& Server::name() const { return impl_->name; }
 rpc::Server& Server::rpc() { return *impl_->rpc; }
 tailwind::Backup& Server::backup() { return *impl_->backup; }
 tailwind::ReplicatedLog& Server::log() { return *impl_->log; }
+std::vector<uint32_t> Server::backup_servers() const { return impl_->link_server; }
 
 ServerCounters Server::counters() const {
   const auto& c = impl_->counters;

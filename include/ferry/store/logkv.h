@@ -247,6 +247,10 @@ class Server {
   rpc::Server& rpc();
   tailwind::Backup& backup();
   tailwind::ReplicatedLog& log();  // valid while alive
+  // The server whose backup each of the log's backup links reaches: the
+  // log's replica on backup index b (ReplicatedLog::replicas_of) is on
+  // server backup_servers()[b].
+  std::vector<uint32_t> backup_servers() const;
   ServerCounters counters() const;
   // Live bytes the index points at in each live segment of the log.
   std::vector<std::pair<uint64_t, uint64_t>> live_bytes() const;
