@@ -141,6 +141,7 @@ Status Server::Impl::recover_durable_area(Worker& w) {
     req.payload = v.payload;
     req.recovering = true;
     req.admission_token = token;
+    if (options.on_execute) options.on_execute(req);
     h->handler(req, reply);
     w.counters.recovered.inc();
     w.counters.requests.inc();

@@ -211,6 +211,7 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
   req.position = position;
   req.payload = v.payload;
   req.admission_token = w.tokens[(position / w.strides) % options.buffers];
+  if (options.on_execute) options.on_execute(req);
   h->handler(req, r);
   w.counters.requests.inc();
   if (v.nilext) w.counters.nilext.inc();

@@ -301,6 +301,8 @@ class JuneBerrySim {
     rpc::ServerOptions so = so_;
     so.recover = recover;
     so.durable_region = regions_[0];
+    executed_.assign(so.workers, Executed{});  // a new server: its positions start afresh
+    so.on_execute = [this](const rpc::Request& q) { note_execution(q); };
     auto server = rpc::Server::create(*engine_, *server_nic_, so);
     if (!server.ok()) return server.status();
     server_ = std::move(server).value();
@@ -734,7 +736,22 @@ class JuneBerrySim {
     }
   }
 
+  // §5.2.1: a worker executes its requests in buffer (SRQ) order, whatever
+  // order the CQ reported them in; recovery re-executes in that order too.
+  // Within one phase of one server's life, positions only grow.
+  void note_execution(const rpc::Request& q) {
+    Executed& e = executed_[q.worker];
+    if (e.any && e.recovering == q.recovering && q.position <= e.position && bad_order_.empty()) {
+      bad_order_ = "worker " + std::to_string(q.worker) + " executed position " + std::to_string(q.position) +
+                   " after position " + std::to_string(e.position) + (q.recovering ? " (recovery)" : "") +
+                   ": not in buffer order";
+      world_.event("VIOLATION executed-in-order: " + bad_order_);
+    }
+    e = Executed{true, q.recovering, q.position};
+  }
+
   void check(RunResult* r) {
+    if (!bad_order_.empty()) return fail(r, "executed-in-order", bad_order_);
     if (!bad_value_.empty()) return fail(r, "no-torn-values", bad_value_);
     for (uint32_t w = 0; w < so_.workers; ++w) {
       const Status v = svc_->partition(w).verify();
@@ -821,6 +838,13 @@ class JuneBerrySim {
   // (client generation * kSessions + session, key) -> its writes, in order: one QP's.
   std::map<std::pair<uint64_t, uint64_t>, std::vector<size_t>> fifo_;
   std::string bad_value_;
+  struct Executed {
+    bool any = false;
+    bool recovering = false;
+    uint64_t position = 0;
+  };
+  std::vector<Executed> executed_;  // per worker: the last request it executed
+  std::string bad_order_;
 };
 
 }  // namespace

@@ -195,6 +195,10 @@ struct ServerOptions {
   // null for real threads (Runtime::threads()); the simulator's SimRuntime
   // makes each worker a fiber on its one OS thread (docs/simulation.md).
   Runtime* runtime = nullptr;
+  // White-box observation: called by the worker right before each request's
+  // handler runs (recovery's re-executions included), on the worker's
+  // thread. The simulator checks that a worker executes in buffer order.
+  std::function<void(const Request&)> on_execute;
 };
 
 // Counters of one worker (or their sum). Monotonic.
