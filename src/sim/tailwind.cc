@@ -383,6 +383,14 @@ void Run::control() {
         rt_.set_host_weight("server-" + std::to_string(slow), 0.05);
         world_.event("server " + std::to_string(slow) + " slow");
       }
+      if (world_.strike(FaultKind::kMembershipDown)) {
+        const uint64_t ms = 5 + world_.fault_below(50);
+        world_.event("the coordinator is unreachable for " + std::to_string(ms) + " ms");
+        cluster_->set_coordinator_down(true);
+        rt_.sleep_for_ns(ms * kMs);
+        cluster_->set_coordinator_down(false);
+        world_.event("the coordinator is back");
+      }
       if (world_.strike(FaultKind::kClientCrash)) {
         const uint32_t c = static_cast<uint32_t>(world_.fault_below(kClients));
         rt_.cancel(client_fiber_[c]);  // it notices at its next wait, mid-call
@@ -536,10 +544,11 @@ System tailwind_system() {
   s.description =
       "LogKv on Tailwind (or the RPC baseline, by seed): five servers, r=2, PM backups, the cleaner on, four clients "
       "on ten hot keys, all as fibers of one SimRuntime; crashes mid-WRITE with recovery, partitioned old "
-      "primaries, backups declared failed and back, slow hosts, client crashes and packet faults";
+      "primaries, backups declared failed and back, the coordinator unreachable, slow hosts, client crashes and "
+      "packet faults";
   s.faults = {FaultKind::kPacketLoss,  FaultKind::kPacketDuplicate, FaultKind::kPacketDelay,
               FaultKind::kPartition,   FaultKind::kProcessCrash,    FaultKind::kSlowHost,
-              FaultKind::kClientCrash, FaultKind::kMemberReplace};
+              FaultKind::kClientCrash, FaultKind::kMemberReplace,   FaultKind::kMembershipDown};
   s.default_ops = 300;
   s.run = [default_ops = s.default_ops](const RunOptions& options) {
     Run run(options);

@@ -126,14 +126,15 @@ Result<std::unique_ptr<Cluster>> Cluster::create(const ClusterOptions& options) 
     Coordinator* coord = &c.coordinator;
     const uint64_t log_id = si.log_id;
     Server::Impl* self = &si;
-    si.on_freed = [coord, log_id, self](uint64_t segment_id) {
-      if (self->partitioned) return unavailable(self->name + " cannot reach the coordinator");
+    const std::atomic<bool>* down = &c.coordinator_down;
+    si.on_freed = [coord, log_id, self, down](uint64_t segment_id) {
+      if (self->partitioned || *down) return unavailable(self->name + " cannot reach the coordinator");
       std::lock_guard lk(coord->mu);
       coord->min_versions[log_id][segment_id] = tailwind::kFreedSegment;
       return ok_status();
     };
-    FERRY_RETURN_IF_ERROR(si.create_log(candidates, [coord, log_id, self](uint64_t segment_id, uint64_t version) {
-      if (self->partitioned) return unavailable(self->name + " cannot reach the coordinator");
+    FERRY_RETURN_IF_ERROR(si.create_log(candidates, [coord, log_id, self, down](uint64_t segment_id, uint64_t version) {
+      if (self->partitioned || *down) return unavailable(self->name + " cannot reach the coordinator");
       std::lock_guard lk(coord->mu);
       uint64_t& v = coord->min_versions[log_id][segment_id];
       v = std::max(v, version);
@@ -206,7 +207,10 @@ Result<uint64_t> Cluster::create_table(std::string_view name) {
   return map.table_id;
 }
 
+void Cluster::set_coordinator_down(bool down) { impl_->coordinator_down = down; }
+
 Result<TableMap> Cluster::table(uint64_t table_id) const {
+  if (impl_->coordinator_down) return unavailable("logkv: the coordinator cannot be reached");
   std::lock_guard lk(impl_->coordinator.mu);
   if (table_id == 0 || table_id > impl_->coordinator.tables.size()) {
     return not_found("logkv: no table " + std::to_string(table_id));
@@ -215,6 +219,7 @@ Result<TableMap> Cluster::table(uint64_t table_id) const {
 }
 
 Result<TableMap> Cluster::table(std::string_view name) const {
+  if (impl_->coordinator_down) return unavailable("logkv: the coordinator cannot be reached");
   std::lock_guard lk(impl_->coordinator.mu);
   for (const auto& t : impl_->coordinator.tables) {
     if (t.name == name) return t;

@@ -253,10 +253,13 @@ struct Server::Impl {
   Status create_log(std::vector<tailwind::BackupLink*> candidates,
                     std::function<Status(uint64_t segment_id, uint64_t version)> on_version);
   // Appends (table, key) at `version` with `value` and points the index at
-  // it; the partition's lock must be held. Used by PUT and recovery.
+  // it; the partition's lock must be held. Used by PUT and recovery. With
+  // `tombstone_replaced` (a PUT) a version the index held is killed by a
+  // tombstone in the same append (ReplicatedLog::append_object_replacing);
+  // never for the cleaner's relocations, which keep the same version.
   Result<detail::IndexEntry> append_and_index(detail::Partition& p, const std::string& ikey, uint64_t table_id,
                                               uint64_t version, std::span<const uint8_t> key,
-                                              std::span<const uint8_t> value);
+                                              std::span<const uint8_t> value, bool tombstone_replaced = false);
   Result<CleanResult> clean();
   void bump_version(uint64_t above);
 };
@@ -281,6 +284,8 @@ struct Cluster::Impl {
   Coordinator coordinator;
   Mutex control_mu;                       // crash, recover, clean
   Runtime* runtime = nullptr;             // options.server.runtime, or Runtime::threads()
+  // set_coordinator_down: the servers' reports and the clients' map reads fail.
+  std::atomic<bool> coordinator_down{false};
   std::atomic<uint32_t> clients_made{0};  // names the clients' NICs (per cluster: a replay names them alike)
 
   // The background cleaner (ClusterOptions::clean_interval_ms).

@@ -69,9 +69,18 @@ void Server::Impl::bump_version(uint64_t above) {
 
 Result<detail::IndexEntry> Server::Impl::append_and_index(detail::Partition& p, const std::string& ikey,
                                                           uint64_t table_id, uint64_t version,
-                                                          std::span<const uint8_t> key,
-                                                          std::span<const uint8_t> value) {
-  FERRY_ASSIGN_OR_RETURN(auto pos, log->append_object(table_id, version, key, value));
+                                                          std::span<const uint8_t> key, std::span<const uint8_t> value,
+                                                          bool tombstone_replaced) {
+  auto old = p.map.find(ikey);
+  const bool replaces = tombstone_replaced && old != p.map.end();
+  FERRY_ASSIGN_OR_RETURN(auto pos, replaces ? log->append_object_replacing(table_id, version, key, value,
+                                                                           old->second.version, old->second.segment_id)
+                                            : log->append_object(table_id, version, key, value));
+  if (replaces) {
+    // The tombstone after the object stays live until the cleaner finds the old version's segment gone.
+    add_live(pos.segment_id, static_cast<int64_t>(tailwind::kEntryHeaderBytes + tailwind::kTombstoneFixedBytes +
+                                                  key.size() + tailwind::kChecksumEntryBytes));
+  }
   detail::IndexEntry e;
   e.segment_id = pos.segment_id;
   e.offset = pos.offset;
@@ -111,7 +120,7 @@ Status Server::Impl::register_handlers() {
       return out.set_status(kVersionMismatch);
     }
     const uint64_t version = s->next_version.fetch_add(1);
-    auto e = s->append_and_index(p, ikey, q.header.table_id, version, q.key, q.value);
+    auto e = s->append_and_index(p, ikey, q.header.table_id, version, q.key, q.value, /*tombstone_replaced=*/true);
     if (!e.ok()) {
       ++s->counters.replication_failures;
       s->note_append_failure(e.status());

@@ -112,6 +112,52 @@ TEST_P(LogKvSafety, ADeletedObjectStaysDeletedWhenACleanedSegmentSurvivesOnABack
   EXPECT_TRUE(client->get(0, table, as_bytes(churn)).ok());
 }
 
+// An overwritten version must stay dead once the version that replaced it
+// is deleted and cleaned away. Segment A holds the victim's first version
+// among enough live objects that the cleaner keeps A; B its second version;
+// C the delete's tombstone (for the second version, in B). The cleaner frees
+// B (everything there is dead) and then drops C's tombstone, its object's
+// segment being gone. Unless the overwrite left a tombstone for the first
+// version (RAMCloud writes one with every overwrite; found by `ferry sim
+// tailwind`, seed 238), a recovery replays A and the first version is back.
+TEST_P(LogKvSafety, AnOverwrittenVersionStaysDeadWhenItsDeletedSuccessorIsCleanedAway) {
+  auto cluster = Cluster::create(cluster_options(GetParam())).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  const TableMap map = cluster->table(table).value();
+  const uint32_t primary = 1;
+  tailwind::ReplicatedLog& log = cluster->server(primary).log();
+  const std::string value(500, 'v');
+  const std::string victim = keys_on(map, primary, "victim-", 1)[0];
+  // A: the first version, and live objects above the cleaner's threshold.
+  ASSERT_TRUE(client->put(0, table, as_bytes(victim), as_bytes("first")).ok());
+  for (const auto& k : keys_on(map, primary, "stable-", 80)) {
+    ASSERT_TRUE(client->put(0, table, as_bytes(k), as_bytes(value)).ok());
+  }
+  const uint64_t segment_a = log.open_segment_id();
+  ASSERT_TRUE(log.close_open_segment().ok());
+  // B: the second version.
+  ASSERT_TRUE(client->put(0, table, as_bytes(victim), as_bytes("second")).ok());
+  ASSERT_TRUE(log.close_open_segment().ok());
+  // C: the delete, among garbage.
+  ASSERT_TRUE(client->remove(0, table, as_bytes(victim)).ok());
+  const std::string churn = keys_on(map, primary, "churn-", 1)[0];
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(client->put(0, table, as_bytes(churn), as_bytes(value)).ok());
+  ASSERT_TRUE(log.close_open_segment().ok());
+  auto cleaned = cluster->clean(primary);
+  ASSERT_TRUE(cleaned.ok()) << cleaned.status().to_string();
+  const auto ids = log.segment_ids();
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), segment_a), 1) << "the scenario needs A kept";
+  ASSERT_GT(cleaned->tombstones_dropped, 0u) << "the scenario needs the delete's tombstone dropped";
+  ASSERT_TRUE(cluster->crash_server(primary).ok());
+  auto rec = cluster->recover_server(primary);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  auto got = client->get(0, table, as_bytes(victim));
+  EXPECT_EQ(got.status().code(), Code::kNotFound)
+      << "a deleted key came back at an older version: '" << (got.ok() ? as_string(got->value) : "") << "'";
+  EXPECT_TRUE(client->get(0, table, as_bytes(churn)).ok());
+}
+
 // r = 1: each of the primary's segments lives on one backup. The primary
 // crashes, then the backup holding its open segment crashes too before the
 // recovery: that segment (and its acknowledged PUTs) has no replica left.

@@ -211,6 +211,13 @@ class Cluster {
   Result<RecoveryResult> recover_server(uint32_t i,
                                         const std::function<void(const RecoveryProgress&)>& progress = {});
 
+  // The coordinator's store is unavailable (true) or back (false): until it
+  // is back, the servers' reports (a segment's version, a freed segment)
+  // and the clients' map reads fail kUnavailable, so no append that needs a
+  // report is acknowledged and no segment is freed. The control operations
+  // above are the coordinator's own and still run.
+  void set_coordinator_down(bool down);
+
   // Runs the cleaner once on every live server.
   Result<CleanResult> clean();
   // Passes the background cleaner (clean_interval_ms) completed, and the

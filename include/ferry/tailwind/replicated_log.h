@@ -188,6 +188,17 @@ class ReplicatedLog {
                                     std::span<const uint8_t> value);
   Result<LogPosition> append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
                                        std::span<const uint8_t> key);
+  // An overwrite, as RAMCloud writes one: the new object and, right after it
+  // in the same append (one replication), a tombstone for the version it
+  // replaces (`replaced_version`, which lives in `replaced_segment`). The
+  // cleaner keeps that tombstone while the old version's segment is in the
+  // log, so the old version can never be replayed again -- not even once the
+  // new version's segment is cleaned away after a delete and the delete's
+  // tombstone, whose object segment is then gone, is dropped. The position
+  // (and its bytes) is the object's.
+  Result<LogPosition> append_object_replacing(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
+                                              std::span<const uint8_t> value, uint64_t replaced_version,
+                                              uint64_t replaced_segment);
 
   // Closes the open segment on its backups (the next append opens another).
   Status close_open_segment();
