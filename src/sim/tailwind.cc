@@ -91,7 +91,7 @@ class Run {
   void control();
   void fault_crash(uint32_t victim);
   void fault_partition(uint32_t victim);
-  void fault_backup(uint32_t victim);
+  void fault_backup(uint32_t victim, bool crash_meanwhile);
   bool recover(uint32_t server);
   bool finale();
   void check_history();
@@ -337,11 +337,27 @@ void Run::fault_partition(uint32_t victim) {
 }
 
 // A server's backup is declared failed (its replicas are replaced on every
-// other log) while the server serves on; later it is declared back.
-void Run::fault_backup(uint32_t victim) {
+// other log) while the server serves on; later it is declared back. With
+// `crash_meanwhile`, another server crashes while that backup is out, and is
+// recovered only once the backup is back: its recovery then meets the
+// replicas it left there, behind the versions its log moved on to.
+void Run::fault_backup(uint32_t victim, bool crash_meanwhile) {
   world_.event("backup of server " + std::to_string(victim) + " declared failed");
   (void)cluster_->declare_backup_failed(victim);  // a log that finds no other backup waits for it
   rt_.sleep_for_ns((10 + world_.fault_below(60)) * kMs);
+  std::optional<uint32_t> crashed;
+  if (crash_meanwhile) {
+    std::vector<uint32_t> others;
+    for (uint32_t s : live()) {
+      if (s != victim) others.push_back(s);
+    }
+    const uint32_t primary = others[world_.fault_below(others.size())];
+    world_.event("crash server " + std::to_string(primary) + " while that backup is out");
+    const Status st = cluster_->crash_server(primary);
+    if (!st.ok()) return fail("crashes", "crashing server " + std::to_string(primary) + ": " + st.to_string());
+    ++lost_;
+    crashed = primary;
+  }
   Status back = cluster_->declare_backup_back(victim);
   for (int tries = 0; !back.ok() && tries < 20 && cluster_->alive(victim); ++tries) {
     rt_.sleep_for_ns(10 * kMs);
@@ -351,6 +367,7 @@ void Run::fault_backup(uint32_t victim) {
     return fail("backup-back", "server " + std::to_string(victim) + "'s backup: " + back.to_string());
   }
   world_.event("backup of server " + std::to_string(victim) + " back");
+  if (crashed) (void)recover(*crashed);
 }
 
 // The fault script: at each finished operation, each kind may strike.
@@ -375,7 +392,11 @@ void Run::control() {
       if (!ok()) return;
       if (may_lose && cluster_->alive(victim) && world_.strike(FaultKind::kPartition)) fault_partition(victim);
       if (!ok()) return;
-      if (cluster_->alive(victim) && world_.strike(FaultKind::kMemberReplace)) fault_backup(victim);
+      if (cluster_->alive(victim) && world_.strike(FaultKind::kMemberReplace)) {
+        // A crash meanwhile only with every server up: the logs left need r
+        // backups among the live servers but the one out.
+        fault_backup(victim, lost_ == 0 && world_.fault_below(3) == 0);
+      }
       if (!ok()) return;
       if (world_.strike(FaultKind::kSlowHost)) {
         const uint32_t slow = up[world_.fault_below(up.size())];
