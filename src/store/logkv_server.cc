@@ -76,11 +76,10 @@ Result<detail::IndexEntry> Server::Impl::append_and_index(detail::Partition& p, 
   FERRY_ASSIGN_OR_RETURN(auto pos, replaces ? log->append_object_replacing(table_id, version, key, value,
                                                                            old->second.version, old->second.segment_id)
                                             : log->append_object(table_id, version, key, value));
-  if (replaces) {
-    // The tombstone after the object stays live until the cleaner finds the old version's segment gone.
-    add_live(pos.segment_id, static_cast<int64_t>(tailwind::kEntryHeaderBytes + tailwind::kTombstoneFixedBytes +
-                                                  key.size() + tailwind::kChecksumEntryBytes));
-  }
+  // The tombstone after the object is not counted live: the segment's
+  // liveness, which picks the cleaner's victims, is its objects' (and
+  // deletes'); a cleaned segment carries the tombstone on while the old
+  // version's segment is in the log.
   detail::IndexEntry e;
   e.segment_id = pos.segment_id;
   e.offset = pos.offset;

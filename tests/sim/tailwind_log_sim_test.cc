@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 #include "ferry/tailwind/backup.h"
 #include "ferry/tailwind/format.h"
 #include "ferry/tailwind/replicated_log.h"
+#include "tailwind/tailwind_test_util.h"
 
 namespace ferry::sim::tailwind_log {
 namespace {
@@ -44,21 +46,14 @@ struct WorldOptions {
   double drop = 0.0;  // packet loss on the fabric
 };
 
-struct BackupHost {
-  std::unique_ptr<pm::PersistenceDomain> domain;
-  nic::Nic* nic = nullptr;
-  std::unique_ptr<Backup> backup;
-  std::unique_ptr<rpc::Server> server;
-};
+using tailwind::testing::BackupHost;
 
 // One primary, `backups` backup hosts, one log; everything a fiber or the
 // engine of one SimRuntime.
 class World {
  public:
   World(uint64_t seed, const WorldOptions& o) : options_(o), runtime_(clock_, seed), rng_(seed ^ 0x7a11) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ferry-sim-twlog-XXXXXX").string();
-    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    dir_ = tailwind::testing::make_temp_dir("sim-log");
     nic::EngineOptions eo;
     eo.threaded = false;
     eo.clock = &clock_;
@@ -116,6 +111,12 @@ class World {
     engine_->fabric().set_tap([address](const nic::Packet& p) { return p.src_nic == address || p.dst_nic == address; });
   }
   void heal() { engine_->fabric().set_tap({}); }
+
+  // Runs fn in a fiber (what blocks on the log's or a backup's locks must) to its end.
+  void in_fiber(const std::function<void()>& fn) {
+    Thread t = runtime_.spawn("checker", "primary", fn);
+    t.join();
+  }
 
   // Runs the fibers to their end; a deadlock fails the test with the report.
   void join_all(std::vector<Thread>& threads) {
@@ -199,6 +200,14 @@ Thread spawn_appender(World& w, const std::string& name, int count, Acked& acked
   });
 }
 
+// Two appender fibers, "a" and "b", of `each` objects.
+std::vector<Thread> spawn_appenders(World& w, int each, Acked& acked) {
+  std::vector<Thread> fibers;
+  fibers.push_back(spawn_appender(w, "a", each, acked));
+  fibers.push_back(spawn_appender(w, "b", each, acked));
+  return fibers;
+}
+
 // Checked in a fiber at the end of a run: every segment has 3 replicas, none
 // on an excluded backup, each holding the primary's bytes (the open
 // segment's buffer, a closed segment's stored copy), and the log's entries
@@ -242,6 +251,11 @@ uint32_t seeds_to_run() {
 
 class TailwindLogSim : public ::testing::TestWithParam<Replication> {
  protected:
+  WorldOptions options() const {
+    WorldOptions o;
+    o.mode = GetParam();
+    return o;
+  }
   std::string label(uint64_t seed) const {
     return std::string(tailwind::replication_name(GetParam())) + " seed " + std::to_string(seed);
   }
@@ -252,18 +266,14 @@ class TailwindLogSim : public ::testing::TestWithParam<Replication> {
 TEST_P(TailwindLogSim, TwoAppendersAcrossRollsEveryAckedAppendOnThreeReplicas) {
   for (uint64_t seed = 1; seed <= seeds_to_run(); ++seed) {
     SCOPED_TRACE(label(seed));
-    WorldOptions o;
-    o.mode = GetParam();
+    WorldOptions o = options();
     World w(seed, o);
     Acked acked;
-    std::vector<Thread> fibers;
-    fibers.push_back(spawn_appender(w, "a", 60, acked));
-    fibers.push_back(spawn_appender(w, "b", 60, acked));
+    std::vector<Thread> fibers = spawn_appenders(w, 60, acked);
     w.join_all(fibers);
     ASSERT_EQ(acked.errors, 0);
     EXPECT_GE(w.log().counters().segments_closed, 2u) << "the run must roll segments";
-    Thread checker = w.runtime().spawn("checker", "primary", [&] { check_replicas(w, acked, -1, label(seed)); });
-    checker.join();
+    w.in_fiber([&] { check_replicas(w, acked, -1, label(seed)); });
   }
 }
 
@@ -274,13 +284,10 @@ TEST_P(TailwindLogSim, ABackupDeclaredFailedMidAppendIsReplaced) {
   int struck_mid_append = 0;
   for (uint64_t seed = 1; seed <= seeds_to_run(); ++seed) {
     SCOPED_TRACE(label(seed));
-    WorldOptions o;
-    o.mode = GetParam();
+    WorldOptions o = options();
     World w(seed, o);
     Acked acked;
-    std::vector<Thread> fibers;
-    fibers.push_back(spawn_appender(w, "a", 50, acked));
-    fibers.push_back(spawn_appender(w, "b", 50, acked));
+    std::vector<Thread> fibers = spawn_appenders(w, 50, acked);
     int victim = -1;
     fibers.push_back(w.runtime().spawn("control", "control", [&] {
       const uint64_t after = 10 + w.rng().below(40);
@@ -297,8 +304,7 @@ TEST_P(TailwindLogSim, ABackupDeclaredFailedMidAppendIsReplaced) {
     ASSERT_EQ(acked.errors, 0);
     ASSERT_GE(victim, 0);
     EXPECT_GE(w.log().counters().replicas_recreated, 1u);
-    Thread checker = w.runtime().spawn("checker", "primary", [&] { check_replicas(w, acked, victim, label(seed)); });
-    checker.join();
+    w.in_fiber([&] { check_replicas(w, acked, victim, label(seed)); });
   }
   EXPECT_GT(struck_mid_append, 0);
 }
@@ -312,8 +318,7 @@ TEST_P(TailwindLogSim, ABackupDeclaredFailedAndBackTakesReplicasAgain) {
   uint64_t orphans_freed = 0;
   for (uint64_t seed = 1; seed <= seeds_to_run(); ++seed) {
     SCOPED_TRACE(label(seed));
-    WorldOptions o;
-    o.mode = GetParam();
+    WorldOptions o = options();
     World w(seed, o);
     Acked acked;
     std::vector<Thread> fibers;
@@ -346,8 +351,7 @@ TEST_P(TailwindLogSim, ABackupDeclaredFailedAndBackTakesReplicasAgain) {
     w.join_all(after);
     ASSERT_EQ(more.errors, 0);
     for (auto& [k, v] : more.objects) acked.objects[k] = v;
-    Thread checker = w.runtime().spawn("checker", "primary", [&] { check_replicas(w, acked, -1, label(seed)); });
-    checker.join();
+    w.in_fiber([&] { check_replicas(w, acked, -1, label(seed)); });
     for (uint64_t id : w.log().segment_ids()) {
       if (std::find(before.begin(), before.end(), id) != before.end()) continue;
       const auto replicas = w.log().replicas_of(id);
@@ -369,8 +373,7 @@ TEST_P(TailwindLogSim, BackpressureFromSlowFlushersDefersOpensButLosesNothing) {
   uint64_t deferred = 0;
   for (uint64_t seed = 1; seed <= seeds_to_run(); ++seed) {
     SCOPED_TRACE(label(seed));
-    WorldOptions o;
-    o.mode = GetParam();
+    WorldOptions o = options();
     o.flush_in_background = true;
     o.storage_write_mb_per_s = 1;  // 1 MB/s x 10 ms holdup < one 16 KiB buffer: one unflushed buffer per backup
     o.power_holdup_ms = 10;
@@ -382,11 +385,10 @@ TEST_P(TailwindLogSim, BackpressureFromSlowFlushersDefersOpensButLosesNothing) {
     w.join_all(fibers);
     ASSERT_EQ(acked.errors, 0);
     deferred += w.log().counters().opens_deferred;
-    Thread checker = w.runtime().spawn("checker", "primary", [&] {
+    w.in_fiber([&] {
       for (int b = 0; b < 4; ++b) w.backup(static_cast<size_t>(b)).wait_flushed();
       check_replicas(w, acked, -1, label(seed));
     });
-    checker.join();
   }
   EXPECT_GT(deferred, 0u) << "the unflushed limit never deferred an open";
 }
@@ -395,32 +397,25 @@ TEST_P(TailwindLogSim, BackpressureFromSlowFlushersDefersOpensButLosesNothing) {
 TEST_P(TailwindLogSim, ALossyFabricStillReplicatesEveryAppend) {
   for (uint64_t seed = 1; seed <= seeds_to_run() / 2 + 1; ++seed) {
     SCOPED_TRACE(label(seed));
-    WorldOptions o;
-    o.mode = GetParam();
+    WorldOptions o = options();
     o.drop = 0.01;
     World w(seed, o);
     Acked acked;
-    std::vector<Thread> fibers;
-    fibers.push_back(spawn_appender(w, "a", 40, acked));
-    fibers.push_back(spawn_appender(w, "b", 40, acked));
+    std::vector<Thread> fibers = spawn_appenders(w, 40, acked);
     w.join_all(fibers);
     ASSERT_EQ(acked.errors, 0);
-    Thread checker = w.runtime().spawn("checker", "primary", [&] { check_replicas(w, acked, -1, label(seed)); });
-    checker.join();
+    w.in_fiber([&] { check_replicas(w, acked, -1, label(seed)); });
   }
 }
 
 // Same seed, same run: the schedule's digest and the acknowledgement order.
 TEST_P(TailwindLogSim, TheSameSeedReplaysTheSameRun) {
   auto run = [&](uint64_t seed) {
-    WorldOptions o;
-    o.mode = GetParam();
+    WorldOptions o = options();
     o.drop = 0.005;
     World w(seed, o);
     Acked acked;
-    std::vector<Thread> fibers;
-    fibers.push_back(spawn_appender(w, "a", 40, acked));
-    fibers.push_back(spawn_appender(w, "b", 40, acked));
+    std::vector<Thread> fibers = spawn_appenders(w, 40, acked);
     w.join_all(fibers);
     return std::make_pair(w.runtime().trace_digest(), acked.order);
   };

@@ -63,6 +63,19 @@ uint32_t server_of_link(uint32_t primary, size_t index) {
   return static_cast<uint32_t>(index < primary ? index : index + 1);
 }
 
+// The cleaner tests' cluster: one table, one client.
+struct CleanerScene {
+  explicit CleanerScene(tailwind::Replication mode)
+      : cluster(Cluster::create(cluster_options(mode)).value()),
+        table(cluster->create_table("t").value()),
+        client(Client::create(*cluster).value()),
+        map(cluster->table(table).value()) {}
+  std::unique_ptr<Cluster> cluster;
+  uint64_t table;
+  std::unique_ptr<Client> client;
+  TableMap map;
+};
+
 class LogKvSafety : public ::testing::TestWithParam<tailwind::Replication> {};
 
 // The cleaner freed the segment holding a deleted object and then dropped
@@ -71,10 +84,8 @@ class LogKvSafety : public ::testing::TestWithParam<tailwind::Replication> {};
 // that segment. The primary then crashes: its recovery must not replay the
 // copy, or the deleted object comes back.
 TEST_P(LogKvSafety, ADeletedObjectStaysDeletedWhenACleanedSegmentSurvivesOnABackupDeclaredFailed) {
-  auto cluster = Cluster::create(cluster_options(GetParam())).value();
-  const uint64_t table = cluster->create_table("t").value();
-  auto client = Client::create(*cluster).value();
-  const TableMap map = cluster->table(table).value();
+  CleanerScene scene(GetParam());
+  auto& [cluster, table, client, map] = scene;
   const uint32_t primary = 1;
   tailwind::ReplicatedLog& log = cluster->server(primary).log();
   const std::string value(500, 'v');
@@ -121,10 +132,8 @@ TEST_P(LogKvSafety, ADeletedObjectStaysDeletedWhenACleanedSegmentSurvivesOnABack
 // version (RAMCloud writes one with every overwrite; found by `ferry sim
 // tailwind`, seed 238), a recovery replays A and the first version is back.
 TEST_P(LogKvSafety, AnOverwrittenVersionStaysDeadWhenItsDeletedSuccessorIsCleanedAway) {
-  auto cluster = Cluster::create(cluster_options(GetParam())).value();
-  const uint64_t table = cluster->create_table("t").value();
-  auto client = Client::create(*cluster).value();
-  const TableMap map = cluster->table(table).value();
+  CleanerScene scene(GetParam());
+  auto& [cluster, table, client, map] = scene;
   const uint32_t primary = 1;
   tailwind::ReplicatedLog& log = cluster->server(primary).log();
   const std::string value(500, 'v');

@@ -174,8 +174,10 @@ TEST_P(LogKvTest, CleaningKeepsEveryLiveObjectAndFreesSegments) {
   Rng rng(seed);
   Model model;
   std::vector<std::string> deleted;
-  // Many overwrites of few keys: most of each segment becomes garbage.
-  RandomWriter writer{*client, table, rng, model, deleted, 120, 10, 40, 400};
+  // Many overwrites of few keys: most of each segment becomes garbage (and
+  // every overwrite leaves a tombstone too). Enough keys that a closed
+  // segment still holds live objects when it is cleaned.
+  RandomWriter writer{*client, table, rng, model, deleted, 300, 10, 40, 400};
   for (int i = 0; i < 1500; ++i) ASSERT_TRUE(writer.write());
   std::map<uint32_t, size_t> segments_before;
   for (uint32_t s = 0; s < cluster->servers(); ++s) segments_before[s] = cluster->server(s).log().segment_ids().size();
