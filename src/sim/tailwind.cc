@@ -436,6 +436,9 @@ bool Run::finale() {
   }
   bool done = false;
   Thread t = rt_.spawn("reader", "clients", [&] {
+    // Quiescence for the state checks: the cleaner's appends are the last
+    // writes that could still be in flight.
+    cluster_->stop_cleaner();
     for (uint64_t k = 0; k < kKeys && ok(); ++k) {
       const uint64_t t0 = world_.now();
       auto got = (*reader)->get(0, table_, as_bytes(key_name(k)));

@@ -62,7 +62,7 @@ Status check_options(const ClusterOptions& o) {
 
 Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Cluster::~Cluster() {
+void Cluster::stop_cleaner() {
   Impl& c = *impl_;
   {
     std::lock_guard lk(c.cleaner_mu);
@@ -70,6 +70,11 @@ Cluster::~Cluster() {
   }
   c.cleaner_cv.notify_all();
   if (c.cleaner.joinable()) c.cleaner.join();
+}
+
+Cluster::~Cluster() {
+  Impl& c = *impl_;
+  stop_cleaner();
   for (auto& s : c.servers) {
     if (s->impl().rpc) s->impl().rpc->stop();
   }

@@ -223,6 +223,9 @@ class Cluster {
   // Passes the background cleaner (clean_interval_ms) completed, and the
   // ones that failed (a failed pass is retried at the next interval).
   uint64_t cleaner_passes() const;
+  // Stops the background cleaner once its pass under way (and its appends)
+  // ended; it does not start again. Idempotent.
+  void stop_cleaner();
   uint64_t cleaner_failures() const;
   Result<CleanResult> clean(uint32_t server);
 
