@@ -35,10 +35,14 @@ class UdpPort;
 // IBTA: the largest message (and RDMA length) is 2^31 bytes.
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
-// Page-aligned zeroed memory for the rings and records the NIC allocates:
-// from the heap, or from `arena` (a daemon client's shared memory file),
-// where it may fail: ptr is then nullptr.
+// Zeroed memory for the rings and records the NIC allocates: from the heap
+// in cache-line (kCacheLine) granules, cache-line aligned; or from `arena`
+// (a daemon client's shared memory file) in whole pages, page-aligned, where
+// it may fail: ptr is then nullptr. Either way the rings' 64-byte WQE and
+// CQE slots and the records' alignas(64) lines never share a line with
+// another buffer.
 struct AlignedBuffer {
+  static constexpr size_t kCacheLine = 64;
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes, RecordArena* arena = nullptr);
   AlignedBuffer(AlignedBuffer&& o) noexcept : ptr(o.ptr), size(o.size), arena(o.arena) {
