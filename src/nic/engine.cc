@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 
 #include "ferry/common/cpu.h"
@@ -116,8 +117,28 @@ void Engine::run_control(const std::function<void()>& fn) {
     commands_pending_.store(true, std::memory_order_seq_cst);
   }
   notify();
-  std::unique_lock<std::mutex> lock(cmd_mu_);
-  cmd_cv_.wait(lock, [&] { return cmd.done; });
+  // An awake engine runs the command within a pass, a few microseconds for
+  // a QP's creation or modification. Sleeping on the condition variable
+  // instead costs the engine a futex wake and this thread a scheduler
+  // wake-up per command, tens of microseconds on a VM: what made opening
+  // thousands of QPs slow (issue 31). Spin first, bounded in real time (the
+  // engine's clock may be simulated), then sleep. Past the first few
+  // microseconds it yields between looks, so an engine (or another
+  // process) waiting for this CPU gets it.
+  const auto start = std::chrono::steady_clock::now();
+  while (!cmd.done.load(std::memory_order_acquire)) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= std::chrono::nanoseconds(kControlSpinNs)) {
+      std::unique_lock<std::mutex> lock(cmd_mu_);
+      cmd_cv_.wait(lock, [&] { return cmd.done.load(std::memory_order_relaxed); });
+      return;
+    }
+    if (waited < std::chrono::nanoseconds(kControlSpinNs / 8)) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void Engine::set_manual_driver() {
@@ -149,9 +170,12 @@ bool Engine::run_commands() {
   }
   for (Command* cmd : batch) (*cmd->fn)();
   {
+    // A caller may return (and its Command go) as soon as it sees `done`:
+    // nothing touches a command after storing it.
     std::lock_guard<std::mutex> lock(cmd_mu_);
-    for (Command* cmd : batch) cmd->done = true;
+    for (Command* cmd : batch) cmd->done.store(true, std::memory_order_release);
   }
+  // No futex call when every caller is still spinning (no waiter).
   cmd_cv_.notify_all();
   return !batch.empty();
 }
