@@ -570,13 +570,13 @@ class InProcessDevice final : public detail::Device {
     run([&] {
       const auto* qp = reinterpret_cast<detail::QpCore*>(handle);
       attr = qp->attr;
-      attr.state = qp->rec->state.load(std::memory_order_relaxed);
+      attr.state = qp->state;
     });
     return attr;
   }
   Result<QpTraffic> qp_traffic(uint64_t handle) override {
     QpTraffic t;
-    run([&] { t = reinterpret_cast<detail::QpCore*>(handle)->traffic; });
+    run([&] { t = reinterpret_cast<detail::QpCore*>(handle)->traffic(); });
     return t;
   }
   void ring_doorbell(uint32_t qpn) override { core_->ring_doorbell(qpn); }
