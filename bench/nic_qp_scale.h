@@ -25,7 +25,7 @@ namespace ferry::bench {
 
 // Runs the per-QP points for every N in options.qp_pairs, each op in
 // options.ops and size in options.sizes, writing rows to `out` and progress
-// to `log`. kInvalidArgument for N outside 1..32767 or an unknown op.
+// to `log`. kInvalidArgument for N outside 1..65535 or a bad --qp-depth.
 Status run_nic_qp_scale(const NicBenchOptions& options, std::ostream& out, std::ostream& log);
 
 }  // namespace ferry::bench
