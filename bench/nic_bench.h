@@ -57,6 +57,11 @@ struct NicBenchOptions {
   // polls by default: it has CPU 0 to itself, so spinning costs the engines
   // nothing, while blocking adds a wakeup of CPU 0 per operation (~+20 us).
   std::string client_wait = "poll";
+
+  // Per-QP cost at scale (nic_qp_scale.h): when not empty, `bench nic` runs
+  // only these points, one per N QP pairs, for each op and size, in process.
+  std::vector<uint32_t> qp_pairs;
+  uint32_t qp_depth = 16;  // send and receive queue depth of each of their QPs
 };
 
 // Runs the benchmark, writing results to `out` and progress to `log`.

@@ -107,6 +107,7 @@ void add_nic_bench(CLI::App* parent, Commands& commands) {
     bench::NicBenchOptions nic_opts;
     std::string sizes = "8-65536";
     std::string outstanding = "1,16";
+    std::string qps;
   };
   auto o = std::make_shared<Options>();
   CLI::App* nic = parent->add_subcommand("nic", "perftest-style latency and bandwidth of the software RNIC");
@@ -146,10 +147,21 @@ void add_nic_bench(CLI::App* parent, Commands& commands) {
                   "udp: the measuring thread polls its CQ, or blocks on a completion channel")
       ->check(CLI::IsMember({"poll", "block"}))
       ->capture_default_str();
-  commands.add(nic, [o] {
+  nic->add_option("--qps", o->qps,
+                  "per-QP cost at scale, instead of the sweep: for each N (list: 1000,4000), N RC QP pairs on two "
+                  "in-process NICs with one message outstanding on each: memory and setup time per pair, latency "
+                  "and rate; ops and sizes from --ops/--sizes (default write, 64)");
+  nic->add_option("--qp-depth", o->nic_opts.qp_depth, "--qps: send and receive queue depth of each QP")
+      ->capture_default_str();
+  commands.add(nic, [o, nic] {
     if (!parse_list_option("ferry bench nic", "--sizes", o->sizes, &o->nic_opts.sizes) ||
         !parse_list_option("ferry bench nic", "--outstanding", o->outstanding, &o->nic_opts.outstanding)) {
       return 2;
+    }
+    if (!o->qps.empty()) {
+      if (!parse_list_option("ferry bench nic", "--qps", o->qps, &o->nic_opts.qp_pairs)) return 2;
+      if (nic->count("--ops") == 0) o->nic_opts.ops = {"write"};
+      if (nic->count("--sizes") == 0) o->nic_opts.sizes = {64};
     }
     return exit_code("ferry bench nic", bench::run_nic_bench(o->nic_opts, std::cout, std::cerr));
   });

@@ -73,7 +73,7 @@ void NicCore::cq_overrun(CqCore* cq) {
   push_async_event({AsyncEventType::kCqError, cq->number});
   // verbs-semantics: the CQ goes to error and the QPs using it too.
   for (auto& qp : qps_) {
-    if (qp && (qp->send_cq == cq || qp->recv_cq == cq) && qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) {
+    if (qp && (qp->send_cq == cq || qp->recv_cq == cq) && qp->state != QpState::kError) {
       push_async_event({AsyncEventType::kQpFatal, qp->qpn});
       enter_error(qp.get());
     }

@@ -3,10 +3,12 @@
 #include "ferry/nic/engine.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 
 #include "ferry/common/cpu.h"
@@ -16,6 +18,9 @@
 #include "udp_transport.h"
 
 namespace ferry::nic {
+
+// The engine thread's name (bench/engine_cost.h finds daemons' engines by it).
+constexpr char kEngineThreadName[] = "ferry-engine";
 
 static Clock* default_clock() {
   // The engine reads the time every pass; the TSC is cheaper where invariant.
@@ -112,8 +117,28 @@ void Engine::run_control(const std::function<void()>& fn) {
     commands_pending_.store(true, std::memory_order_seq_cst);
   }
   notify();
-  std::unique_lock<std::mutex> lock(cmd_mu_);
-  cmd_cv_.wait(lock, [&] { return cmd.done; });
+  // An awake engine runs the command within a pass, a few microseconds for
+  // a QP's creation or modification. Sleeping on the condition variable
+  // instead costs the engine a futex wake and this thread a scheduler
+  // wake-up per command, tens of microseconds on a VM: what made opening
+  // thousands of QPs slow (issue 31). Spin first, bounded in real time (the
+  // engine's clock may be simulated), then sleep. Past the first few
+  // microseconds it yields between looks, so an engine (or another
+  // process) waiting for this CPU gets it.
+  const auto start = std::chrono::steady_clock::now();
+  while (!cmd.done.load(std::memory_order_acquire)) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= std::chrono::nanoseconds(kControlSpinNs)) {
+      std::unique_lock<std::mutex> lock(cmd_mu_);
+      cmd_cv_.wait(lock, [&] { return cmd.done.load(std::memory_order_relaxed); });
+      return;
+    }
+    if (waited < std::chrono::nanoseconds(kControlSpinNs / 8)) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void Engine::set_manual_driver() {
@@ -145,9 +170,12 @@ bool Engine::run_commands() {
   }
   for (Command* cmd : batch) (*cmd->fn)();
   {
+    // A caller may return (and its Command go) as soon as it sees `done`:
+    // nothing touches a command after storing it.
     std::lock_guard<std::mutex> lock(cmd_mu_);
-    for (Command* cmd : batch) cmd->done = true;
+    for (Command* cmd : batch) cmd->done.store(true, std::memory_order_release);
   }
+  // No futex call when every caller is still spinning (no waiter).
   cmd_cv_.notify_all();
   return !batch.empty();
 }
@@ -226,6 +254,10 @@ Status Engine::simulate(const std::function<bool()>* pred, uint64_t max_time_ns)
 }
 
 void Engine::thread_main() {
+  // Named so that tools (top -H, perf) and other processes find it: `bench
+  // nic --transport udp` reads a daemon's engine thread's CPU time by this
+  // name in /proc/<pid>/task/*/comm (at most 15 characters).
+  (void)pthread_setname_np(pthread_self(), kEngineThreadName);
   if (options_.cpu >= 0) (void)pin_current_thread(options_.cpu);
   if (options_.fifo_priority > 0) (void)set_current_thread_fifo(options_.fifo_priority);
   uint64_t idle_since = 0;

@@ -117,14 +117,14 @@ Result<QpAttr> NicHosting::query_qp(uint32_t qpn) const {
   const QpCore* qp = core_->find_qp(qpn);
   if (qp == nullptr) return not_found("query_qp: no QP " + std::to_string(qpn));
   QpAttr attr = qp->attr;
-  attr.state = qp->rec->state.load(std::memory_order_relaxed);
+  attr.state = qp->state;
   return attr;
 }
 
 Result<QpTraffic> NicHosting::qp_traffic(uint32_t qpn) const {
   const QpCore* qp = core_->find_qp(qpn);
   if (qp == nullptr) return not_found("qp_traffic: no QP " + std::to_string(qpn));
-  return qp->traffic;
+  return qp->traffic();
 }
 
 std::optional<AsyncEvent> NicHosting::pop_async_event() { return core_->pop_async_event(); }

@@ -18,14 +18,17 @@ namespace ferry::nic {
 namespace detail {
 
 AlignedBuffer::AlignedBuffer(size_t bytes, RecordArena* from) : arena(from) {
-  size = (bytes + 4095) & ~size_t{4095};
-  if (size == 0) size = 4096;
   if (arena != nullptr) {
+    size = std::max<size_t>((bytes + 4095) & ~size_t{4095}, 4096);
     ptr = arena->allocate(size);  // zeroed; nullptr when full
     if (ptr == nullptr) size = 0;
     return;
   }
-  ptr = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
+  // Cache-line granules, not pages: a QP's rings and record are a few
+  // hundred bytes each at small depths, and page-aligned buffers put every
+  // QP's hot first lines into the same few cache sets (issue 31).
+  size = std::max<size_t>((bytes + kCacheLine - 1) & ~(kCacheLine - 1), kCacheLine);
+  ptr = static_cast<uint8_t*>(std::aligned_alloc(kCacheLine, size));
   FERRY_ASSERT(ptr != nullptr, "out of memory allocating ", size, " bytes");
   std::memset(ptr, 0, size);
 }
@@ -567,13 +570,13 @@ class InProcessDevice final : public detail::Device {
     run([&] {
       const auto* qp = reinterpret_cast<detail::QpCore*>(handle);
       attr = qp->attr;
-      attr.state = qp->rec->state.load(std::memory_order_relaxed);
+      attr.state = qp->state;
     });
     return attr;
   }
   Result<QpTraffic> qp_traffic(uint64_t handle) override {
     QpTraffic t;
-    run([&] { t = reinterpret_cast<detail::QpCore*>(handle)->traffic; });
+    run([&] { t = reinterpret_cast<detail::QpCore*>(handle)->traffic(); });
     return t;
   }
   void ring_doorbell(uint32_t qpn) override { core_->ring_doorbell(qpn); }

@@ -25,7 +25,7 @@ void NicCore::on_packet(const Packet& packet, uint64_t now) {
   model_qp_context(qp);
   const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
   if (info.request) {
-    const QpState st = qp->rec->state.load(std::memory_order_relaxed);
+    const QpState st = qp->state;
     if (st != QpState::kRtr && st != QpState::kRts) {
       counters_.rx_unknown_qp.inc();
       return;
@@ -43,14 +43,14 @@ void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
   // WQEs would make the NIC reuse slots of WQEs still in flight. (A managed
   // queue's enables may run the NIC past the posts: then it is behind.)
   if (static_cast<int64_t>(doorbell - qp->sq_done) > static_cast<int64_t>(qp->sq_depth)) {
-    if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) {
+    if (qp->state != QpState::kError) {
       push_async_event({AsyncEventType::kQpFatal, qp->qpn});
       enter_error(qp);
     }
     return;
   }
   qp->sq_limit = doorbell;
-  const QpState st = qp->rec->state.load(std::memory_order_relaxed);
+  const QpState st = qp->state;
   if (st == QpState::kError) {
     flush_qp(qp);
   } else if (st == QpState::kRts && (!qp->managed_send || qp->sq_next < qp->sq_enable)) {
@@ -60,7 +60,7 @@ void NicCore::on_doorbell(QpCore* qp, uint64_t doorbell) {
   }
 }
 
-// Doorbells, two ways (the io_uring SQPOLL scheme): a QP that rang recently
+// Doorbells, two ways (the io_uring SQPOLL scheme): a QP that rings often
 // is watched -- the engine reads its doorbell record every pass and the
 // application skips the doorbell queue; after a quiet spell the engine stops
 // watching and the application goes back to queueing the QP number.
@@ -113,7 +113,14 @@ void NicCore::on_doorbell_qpn(QpCore* qp, uint64_t now) {
   // Clear the flag before reading the doorbell record (see notify_posted in post.cc).
   qp->rec->doorbell_queued.exchange(0, std::memory_order_acq_rel);
   on_doorbell(qp, qp->rec->sq_doorbell.load(std::memory_order_acquire));
-  if (qp->rec->state.load(std::memory_order_relaxed) == QpState::kRts) watch(qp, now);
+  // Watch only a QP that rang twice within the watch window. One that posts
+  // less often would be unwatched before its next post, having cost a
+  // seq_cst store, a read of its doorbell record every pass and the
+  // unwatch: with thousands of QPs taking turns, the watch list was a tenth
+  // of the engine's time (issue 31). Its posts keep using the queue.
+  const bool rang_recently = qp->queued_doorbell_ns != 0 && now - qp->queued_doorbell_ns <= watch_ns_;
+  qp->queued_doorbell_ns = now;
+  if (rang_recently && qp->state == QpState::kRts) watch(qp, now);
 }
 
 void NicCore::ring_doorbell(uint32_t qpn) {
@@ -131,7 +138,7 @@ void NicCore::detach_doorbells(uint32_t owner) {
 }
 
 void NicCore::force_error(QpCore* qp) {
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) enter_error(qp);
+  if (qp->state != QpState::kError) enter_error(qp);
 }
 
 bool NicCore::poll(uint64_t now) {

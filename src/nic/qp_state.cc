@@ -13,7 +13,7 @@ static bool valid_mtu(uint32_t mtu) {
 
 Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
   if (!(mask & kQpState)) return invalid_argument("modify: kQpState is required");
-  const QpState cur = qp->rec->state.load(std::memory_order_relaxed);
+  const QpState cur = qp->state;
   const QpState to = attr.state;
   auto missing = [&](uint32_t required, const char* names) -> Status {
     if ((mask & required) != required) {
@@ -29,7 +29,7 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
   switch (to) {
     case QpState::kReset:
       reset_qp_state(qp);
-      qp->rec->state.store(QpState::kReset, std::memory_order_seq_cst);
+      qp->set_state(QpState::kReset);
       return ok_status();
     case QpState::kError:
       if (cur != QpState::kError) enter_error(qp);
@@ -117,7 +117,7 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
     qp->retries_left = a.retry_cnt;
     qp->rnr_retries_left = a.rnr_retry;
   }
-  qp->rec->state.store(to, std::memory_order_seq_cst);
+  qp->set_state(to);
   if (to == QpState::kRts) {
     qp->sq_limit = qp->rec->sq_doorbell.load(std::memory_order_acquire);
     make_ready(qp);
@@ -126,8 +126,8 @@ Status NicCore::modify_qp(QpCore* qp, const QpAttr& attr, uint32_t mask) {
 }
 
 void NicCore::enter_error(QpCore* qp, bool keep_owed_responses) {
-  const bool was_error = qp->rec->state.load(std::memory_order_relaxed) == QpState::kError;
-  qp->rec->state.store(QpState::kError, std::memory_order_seq_cst);
+  const bool was_error = qp->state == QpState::kError;
+  qp->set_state(QpState::kError);
   // Requester: started WQEs not yet done are flushed; a WQE that already
   // carries its real error status keeps it. Completions stay in order.
   for (uint64_t w = qp->sq_done; w < qp->sq_next; ++w) {
@@ -164,7 +164,7 @@ void NicCore::enter_error(QpCore* qp, bool keep_owed_responses) {
 
 bool NicCore::flush_qp(QpCore* qp) {
   qp->flush_needed = false;
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kError) return false;
+  if (qp->state != QpState::kError) return false;
   bool work = false;
   // Every posted send WR not yet started completes with WR_FLUSH_ERR.
   const uint64_t posted = qp->rec->sq_doorbell.load(std::memory_order_acquire);

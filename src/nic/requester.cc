@@ -177,7 +177,7 @@ NicCore::StartResult NicCore::start_next_wqe(QpCore* qp) {
 }
 
 NicCore::TxResult NicCore::transmit_some(QpCore* qp, uint64_t now, uint32_t budget, bool* did) {
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return TxResult::kIdle;
+  if (qp->state != QpState::kRts) return TxResult::kIdle;
   if (qp->rnr_until_ns != 0) {
     if (now < qp->rnr_until_ns) return TxResult::kBlocked;  // the RNR timer re-readies us
     qp->rnr_until_ns = 0;
@@ -363,9 +363,10 @@ bool NicCore::transmit(QpCore* qp, Packet& p, bool is_request, uint64_t now) {
   counters_.tx_packets.inc();
   model_qp_context(qp);
   const int kind = static_cast<int>(packet_kind(p.header[0]));  // the BTH opcode byte
-  ++qp->traffic.packets[kind];
-  qp->traffic.header_bytes[kind] += p.header_len;
-  qp->traffic.payload_bytes[kind] += p.payload_len;
+  QpCore::TrafficEntry& traffic = qp->traffic_by_kind[kind];
+  ++traffic.packets;
+  traffic.header_bytes += p.header_len;
+  traffic.payload_bytes += p.payload_len;
   return true;
 }
 

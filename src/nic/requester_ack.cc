@@ -125,7 +125,7 @@ void NicCore::go_back_to(QpCore* qp, uint32_t psn) {
 }
 
 void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, uint32_t len, uint64_t now) {
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) {
+  if (qp->state != QpState::kRts) {
     counters_.rx_unknown_qp.inc();
     return;
   }
@@ -141,7 +141,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
   }
   // READ responses and ATOMIC ACKs acknowledge everything before them.
   process_ack(qp, psn_add(psn, wire::kPsnMask), now);
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return;
+  if (qp->state != QpState::kRts) return;
   update_una(qp, 0, false);
   if (qp->sq_unacked == qp->sq_next) return;  // stale
   SendSlot& s = qp->slot(qp->sq_unacked);
@@ -205,7 +205,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
 void NicCore::on_nak(QpCore* qp, uint32_t psn, uint8_t syndrome, uint64_t now) {
   // A NAK for PSN p implicitly acknowledges everything before p.
   process_ack(qp, psn_add(psn, wire::kPsnMask), now);
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return;
+  if (qp->state != QpState::kRts) return;
   if (psn_diff(psn, qp->una_psn) < 0 || psn_diff(psn, qp->psn_next) >= 0) return;  // stale
   const wire::AckType type = wire::syndrome_type(syndrome);
   const uint8_t value = wire::syndrome_value(syndrome);
@@ -351,7 +351,7 @@ void NicCore::on_qp_timer(QpCore* qp, uint64_t now) {
   }
   if (qp->retry_deadline_ns == 0 || now < qp->retry_deadline_ns) return;
   qp->retry_deadline_ns = 0;
-  if (qp->rec->state.load(std::memory_order_relaxed) != QpState::kRts) return;
+  if (qp->state != QpState::kRts) return;
   update_una(qp, 0, false);
   if (qp->una_psn == qp->psn_next) return;  // nothing outstanding
   counters_.ack_timeouts.inc();

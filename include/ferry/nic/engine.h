@@ -163,14 +163,17 @@ class Engine {
   std::vector<std::unique_ptr<detail::NicCore>> cores_;
   std::vector<std::unique_ptr<Nic>> nics_;
 
-  // Control commands handed to the engine thread.
+  // Control commands handed to the engine thread. The engine stores `done`
+  // (release) under cmd_mu_ and then notifies cmd_cv_; the caller first
+  // spins on it (acquire) for up to kControlSpinNs, then waits on cmd_cv_.
   struct Command {
     const std::function<void()>* fn;
-    bool done = false;
+    std::atomic<bool> done{false};
   };
+  static constexpr uint64_t kControlSpinNs = 100'000;
   std::mutex cmd_mu_;
   std::condition_variable cmd_cv_;
-  std::vector<Command*> commands_;
+  std::vector<Command*> commands_;  // guarded by cmd_mu_
   std::atomic<bool> commands_pending_{false};
 
   Parker parker_;

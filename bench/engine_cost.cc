@@ -1,0 +1,71 @@
+#include "engine_cost.h"
+
+#include <dirent.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "ferry/common/tsc.h"
+
+namespace ferry::bench {
+
+EngineWork engine_work_delta(const EngineWork& a, const EngineWork& b) {
+  return EngineWork{b.cpu_ns - a.cpu_ns, b.tx_packets - a.tx_packets, b.rx_packets - a.rx_packets};
+}
+
+int find_engine_thread(pid_t pid) {
+  if (pid <= 0) return 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  int found = 0, matches = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(dir + "/" + e->d_name + "/comm");
+    std::string comm;
+    if (std::getline(in, comm) && comm == kEngineThreadName) {
+      found = std::atoi(e->d_name);
+      ++matches;
+    }
+  }
+  closedir(d);
+  return matches == 1 ? found : 0;
+}
+
+uint64_t schedstat_cpu_ns(pid_t pid, int tid) {
+  if (pid <= 0 || tid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
+  uint64_t on_cpu_ns = 0;
+  if (in >> on_cpu_ns) return on_cpu_ns;
+  return 0;
+}
+
+double tsc_ghz() {
+  if (!Tsc::invariant()) return 0;
+  const double ns_per_tick = Tsc::ns_per_tick();
+  return ns_per_tick > 0 ? 1.0 / ns_per_tick : 0;
+}
+
+PacketCost packet_cost(uint64_t cpu_ns, uint64_t packets) {
+  PacketCost c;
+  c.cpu_ns = cpu_ns;
+  c.packets = packets;
+  if (packets == 0) return c;
+  c.ns_per_packet = static_cast<double>(cpu_ns) / static_cast<double>(packets);
+  c.cycles_per_packet = c.ns_per_packet * tsc_ghz();
+  return c;
+}
+
+nlohmann::json packet_cost_json(const PacketCost& c, const std::string& measured) {
+  nlohmann::json j;
+  j["cpu_ns"] = c.cpu_ns;
+  j["packets"] = c.packets;
+  j["ns_per_packet"] = c.ns_per_packet;
+  j["cycles_per_packet"] = c.cycles_per_packet > 0 ? nlohmann::json(c.cycles_per_packet) : nlohmann::json();
+  j["tsc_ghz"] = tsc_ghz();
+  j["measured"] = measured;
+  return j;
+}
+
+}  // namespace ferry::bench

@@ -1,0 +1,62 @@
+// What a NIC engine thread spends per packet, for `ferry bench nic`:
+// the engine thread's CPU time over a measured window divided by the
+// packets its NICs handled in that window (issue 31, item 4).
+//
+// "Packets handled" counts each packet once per engine that touched it. In
+// process one engine both sends and receives every packet (both NICs are
+// its own), so its packets are the ones its NICs received, and the cost
+// covers both ends. A NIC daemon's engine does one end of each packet, so
+// its packets are those its NIC sent plus those it received; for the two
+// daemons together the comparable figure is both engines' CPU over the
+// packets on the wire (sent by either).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace ferry::bench {
+
+// Cumulative counters of one engine, sampled at a window's edges.
+struct EngineWork {
+  uint64_t cpu_ns = 0;      // the engine thread's CPU time
+  uint64_t tx_packets = 0;  // packets its NICs transmitted
+  uint64_t rx_packets = 0;  // packets its NICs received
+};
+
+// The name src/nic/engine.cc gives every engine thread.
+inline constexpr char kEngineThreadName[] = "ferry-engine";
+
+// The kernel thread id of process `pid`'s engine thread (by its name), or 0
+// if it has none or several.
+int find_engine_thread(pid_t pid);
+
+// b - a, field by field (b sampled after a).
+EngineWork engine_work_delta(const EngineWork& a, const EngineWork& b);
+
+// On-CPU time of thread `tid` of process `pid` in ns, from
+// /proc/<pid>/task/<tid>/schedstat; 0 if it cannot be read (thread gone).
+uint64_t schedstat_cpu_ns(pid_t pid, int tid);
+
+// TSC ticks per ns (GHz) when the TSC is invariant, else 0: cycles are
+// then not reported. The TSC rate is the nominal clock, not the core's
+// momentary one (turbo, a VM's host).
+double tsc_ghz();
+
+// A per-packet figure: `cpu_ns` over `packets`, in ns and (TSC known) cycles.
+struct PacketCost {
+  uint64_t cpu_ns = 0;
+  uint64_t packets = 0;
+  double ns_per_packet = 0;      // 0 when no packets
+  double cycles_per_packet = 0;  // 0 when no packets or the TSC rate is unknown
+};
+PacketCost packet_cost(uint64_t cpu_ns, uint64_t packets);
+
+// {"cpu_ns", "packets", "ns_per_packet", "cycles_per_packet" (null when
+// unknown), "tsc_ghz", "measured"}: the JSON shape documented in
+// docs/nic-performance.md. `measured` says whose CPU time it is.
+nlohmann::json packet_cost_json(const PacketCost& c, const std::string& measured);
+
+}  // namespace ferry::bench
