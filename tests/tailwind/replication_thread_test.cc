@@ -277,12 +277,25 @@ TEST_F(ReplicationBackpressureTest, OpenWaitsForABackupWithRoomInsteadOfFailing)
   auto links = cluster.link_all(7, true);
   LogOptions lo = log_options(Replication::kTailwind, 64 << 10);
   auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
-  // Room comes back 300 ms from now: the first segment's replicas are
-  // freed (segment ids start at 1; the log's own lock is held by the
-  // waiting append, so the freer does not ask the log).
+  // Room comes back once backups refused two opens for their limit (a
+  // whole round of the third segment's candidates: its open is then
+  // waiting, or about to): the first
+  // segment's replicas are freed (segment ids start at 1; the log's own lock
+  // is held by the waiting append, so the freer asks the backups, not the
+  // log). Not a fixed delay: filling two segments took over 300 ms under TSan
+  // on a loaded machine, and room came back before anyone needed it.
   std::atomic<bool> freeing{false};  // set before the first buffer is freed
   std::thread freer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto refusals = [&] {
+      uint64_t n = 0;
+      for (size_t b = 0; b < cluster.size(); ++b) n += cluster.host(b).backup->counters().opens_refused;
+      return n;
+    };
+    while (refusals() < 2 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the append waits meanwhile (open_wait_ms)
     freeing = true;
     for (size_t b = 0; b < cluster.size(); ++b) (void)cluster.host(b).backup->free(7, 1);
   });
