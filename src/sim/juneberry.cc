@@ -51,6 +51,7 @@
 #include "ferry/rpc/format.h"
 #include "ferry/rpc/server.h"
 #include "dying_client.h"
+#include "juneberry_checks.h"
 #include "ferry/sim/linearizability.h"
 #include "ferry/sim/systems.h"
 #include "ferry/store/kv_service.h"
@@ -67,18 +68,9 @@ constexpr uint32_t kDyingClient = kSessions;  // history client id of clients th
 constexpr uint32_t kMaxInflight = 4;
 constexpr uint64_t kStepNs = 2000;  // a step advances virtual time by [0, kStepNs)
 
-std::string key_name(uint64_t k) { return "key" + std::to_string(k); }
-// A value: its number, then padding of a length drawn per put, so requests
-// span one to several strides.
-std::string value_text(uint64_t v, uint32_t pad) { return std::to_string(v) + "." + std::string(pad, 'p'); }
-std::optional<uint64_t> value_number(std::string_view text) {
-  const size_t dot = text.find('.');
-  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
-  for (size_t i = 0; i < dot; ++i) {
-    if (text[i] < '0' || text[i] > '9') return std::nullopt;
-  }
-  return std::strtoull(std::string(text.substr(0, dot)).c_str(), nullptr, 10);
-}
+using juneberry::key_name;
+using juneberry::value_number;
+using juneberry::value_text;
 
 // A fault armed to strike later: at a step, after the n-th get reply, or
 // at a fence of the server's CPU (a crash point: pm::PersistenceDomain::
@@ -301,8 +293,10 @@ class JuneBerrySim {
     rpc::ServerOptions so = so_;
     so.recover = recover;
     so.durable_region = regions_[0];
-    executed_.assign(so.workers, Executed{});  // a new server: its positions start afresh
-    so.on_execute = [this](const rpc::Request& q) { note_execution(q); };
+    order_.reset(so.workers);  // a new server: its positions start afresh
+    so.on_execute = [this](const rpc::Request& q) {
+      if (const std::string v = order_.note(q); !v.empty()) world_.event("VIOLATION executed-in-order: " + v);
+    };
     auto server = rpc::Server::create(*engine_, *server_nic_, so);
     if (!server.ok()) return server.status();
     server_ = std::move(server).value();
@@ -736,62 +730,9 @@ class JuneBerrySim {
     }
   }
 
-  // §5.2.1: a worker executes its requests in buffer (SRQ) order, whatever
-  // order the CQ reported them in; recovery re-executes in that order too.
-  // Within one phase of one server's life, positions only grow.
-  void note_execution(const rpc::Request& q) {
-    Executed& e = executed_[q.worker];
-    if (e.any && e.recovering == q.recovering && q.position <= e.position && bad_order_.empty()) {
-      bad_order_ = "worker " + std::to_string(q.worker) + " executed position " + std::to_string(q.position) +
-                   " after position " + std::to_string(e.position) + (q.recovering ? " (recovery)" : "") +
-                   ": not in buffer order";
-      world_.event("VIOLATION executed-in-order: " + bad_order_);
-    }
-    e = Executed{true, q.recovering, q.position};
-  }
-
   void check(RunResult* r) {
-    if (!bad_order_.empty()) return fail(r, "executed-in-order", bad_order_);
-    if (!bad_value_.empty()) return fail(r, "no-torn-values", bad_value_);
-    for (uint32_t w = 0; w < so_.workers; ++w) {
-      const Status v = svc_->partition(w).verify();
-      if (!v.ok()) return fail(r, "pmkv-consistent", "worker " + std::to_string(w) + ": " + v.to_string());
-    }
-    check_fifo(r);
-    if (!r->invariant.empty()) return;
-    const auto verdict = check_kv_history(history_);
-    if (!verdict.ok) {
-      std::string detail = std::string(verdict_name(verdict.verdict)) + ": " + verdict.explanation;
-      fail(r, "linearizable", detail);
-    }
-  }
-
-  // A session's writes to one key go down one QP to one worker, which
-  // executes them in buffer order: once two of them committed, no read
-  // issued after both may see the older one's value (values are unique, so
-  // seeing it means the older write took effect after the newer one).
-  void check_fifo(RunResult* r) {
-    for (const auto& [session_key, writes] : fifo_) {
-      for (size_t a = 0; a < writes.size(); ++a) {
-        const KvOp& older = history_[writes[a]];
-        if (!older.complete_ns || older.kind != KvOp::kPut) continue;
-        for (size_t b = a + 1; b < writes.size(); ++b) {
-          const KvOp& newer = history_[writes[b]];
-          if (!newer.complete_ns) continue;
-          const uint64_t both = std::max(*older.complete_ns, *newer.complete_ns);
-          for (const KvOp& read : history_) {
-            if (read.kind != KvOp::kGet || read.key != older.key || !read.complete_ns || read.invoke_ns <= both)
-              continue;
-            if (read.value == older.value) {
-              return fail(r, "buffer-order",
-                          "session " + std::to_string(older.client) + " wrote key" + std::to_string(older.key) + " = " +
-                              std::to_string(*older.value) + " then " +
-                              (newer.kind == KvOp::kPut ? std::to_string(*newer.value) : std::string("removed it")) +
-                              ", both committed; a later " + describe(read) + " saw the older value");
-            }
-          }
-        }
-      }
+    if (auto broken = juneberry::check_run(order_, bad_value_, *svc_, so_.workers, history_, fifo_)) {
+      fail(r, broken->invariant, broken->detail);
     }
   }
 
@@ -835,16 +776,9 @@ class JuneBerrySim {
   uint64_t slow_until_ = 0;
   std::vector<KvOp> history_;
   std::set<uint64_t> written_;  // keys some put or remove was sent for
-  // (client generation * kSessions + session, key) -> its writes, in order: one QP's.
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<size_t>> fifo_;
+  juneberry::WritesByQp fifo_;
   std::string bad_value_;
-  struct Executed {
-    bool any = false;
-    bool recovering = false;
-    uint64_t position = 0;
-  };
-  std::vector<Executed> executed_;  // per worker: the last request it executed
-  std::string bad_order_;
+  juneberry::ExecutionOrder order_;  // fed by the server's on_execute
 };
 
 }  // namespace
