@@ -92,6 +92,7 @@ class TailwindDemo {
                 "answers");
     std::atomic<bool> stop{false};
     std::atomic<int> writer_failures{0};
+    std::string first_failure;  // written by the writer, read after join
     std::map<std::string, uint64_t> acked_during;
     std::thread writer([&] {
       for (int i = 0; !stop.load() || i < 200; ++i) {
@@ -100,7 +101,7 @@ class TailwindDemo {
         if (v.ok()) {
           acked_during[key] = *v;
         } else {
-          ++writer_failures;
+          if (writer_failures.fetch_add(1) == 0) first_failure = v.status().to_string();
         }
         if (i >= 2000) break;
       }
@@ -135,7 +136,8 @@ class TailwindDemo {
     stop = true;
     writer.join();
     steps_.check(writer_failures == 0, fmt::format("the client's {} PUTs during the crash all completed ({} failed)",
-                                                   acked_during.size(), writer_failures.load()));
+                                                   acked_during.size(), writer_failures.load()) +
+                                           (first_failure.empty() ? "" : "; the first: " + first_failure));
 
     steps_.step("The data is served again", "every acknowledged PUT, read back through the new tablet owners");
     size_t served = 0, wrong = 0;

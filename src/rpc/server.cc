@@ -298,6 +298,11 @@ void Server::stop() {
   }
 }
 
+void Server::halt() {
+  impl_->halted.store(true, std::memory_order_seq_cst);
+  impl_->running.store(false, std::memory_order_release);  // the workers leave their loops; stop() joins them
+}
+
 size_t Server::poll_worker(uint32_t w) {
   FERRY_ASSERT(!impl_->options.threaded, "poll_worker: the server runs its own worker threads");
   FERRY_ASSERT(w < impl_->workers.size(), "poll_worker: no such worker (start() first)");

@@ -110,6 +110,7 @@ struct Server::Impl {
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<ScanStats> recovery;
   std::atomic<bool> running{false};
+  std::atomic<bool> halted{false};  // halt(): nothing is sent any more
   bool started = false;
   // CM services (serve()): the listener and the names registered on it.
   cm::Listener* listener = nullptr;

@@ -26,6 +26,7 @@ uint8_t* Server::Impl::position_bytes(Worker& w, uint64_t position) {
 }
 
 size_t Server::Impl::poll(Worker& w) {
+  if (halted.load(std::memory_order_acquire)) return 0;  // a crashed host executes nothing more
   // Buffers Admission held back: room may have been freed since.
   if (w.posted < w.exec / w.strides + options.buffers) (void)post_buffers(w);
   nic::WorkCompletion wcs[32];
@@ -116,6 +117,7 @@ void Server::Impl::check_stall(Worker& w) {
   wr.flags = nic::kSendSignaled;
   wr.wr_id = kProbeWrFlag;
   for (const auto& [qpn, c] : w.conns) {
+    if (halted.load(std::memory_order_relaxed)) break;
     if (c->qp->state() != nic::QpState::kRts || w.sends_outstanding >= kMaxSendsOutstanding) continue;
     if (c->qp->post_send(wr).ok()) ++w.sends_outstanding;
   }
@@ -285,6 +287,11 @@ void Server::Impl::send_response(Worker& w, Connection& c, uint32_t slot, uint32
   // handshake to end (RTS, or ERROR if it fails; never RTR again). Posting
   // on RTR would be refused and the reply lost.
   while (c.qp->state() == nic::QpState::kRtr && running.load(std::memory_order_acquire)) wait_for_completions(w);
+  if (halted.load(std::memory_order_seq_cst)) {
+    w.free_slots.push_back(slot);  // the host crashed: what it would send now never leaves it
+    w.counters.dropped.inc();
+    return;
+  }
   uint8_t* out = w.response_memory.data() + static_cast<size_t>(slot) * options.max_response_bytes;
   const nic::Sge sge = w.response_mr->sge(static_cast<size_t>(out - w.response_memory.data()), size);
   nic::SendWr wr;

@@ -247,10 +247,13 @@ Status Cluster::crash_server(uint32_t i) {
   // workers' appends in flight then fail, unacknowledged. (Stopping the
   // workers first would let every append in flight complete everywhere,
   // and no recovery would ever meet a torn replica.)
+  // Its CPUs stop first: a worker whose append meets the fence below must
+  // not tell its client so, since a crashed host sends nothing.
+  dead.rpc->halt();
   for (auto& s : c.servers) {
     if (s.get() != c.servers[i].get()) s->impl().backup->fence(dead.log_id);
   }
-  // Its CPUs stop: no request is served from now on, as a backup either.
+  // No request is served from now on, as a backup either.
   dead.alive = false;
   dead.running = false;
   dead.rpc->stop();

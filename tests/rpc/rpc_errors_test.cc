@@ -240,5 +240,41 @@ TEST_F(RnrTest, WithFiniteRnrRetriesTheCallFailsWithAClearErrorAndTheConnectionI
   EXPECT_EQ(again.code(), Code::kUnavailable) << "the connection is known to have failed";
 }
 
+// A crash of the host (Server::halt) in the middle of a handler: the handler
+// finishes, but nothing leaves the host any more -- not its reply, and no
+// later request is executed. (LogKv's crash halts first, then fences the
+// log: a worker whose append meets the fence must not tell its client.)
+class HaltTest : public RpcSim {
+ protected:
+  void SetUp() override {
+    ServerOptions so;
+    so.mode = Mode::kRawRpc;
+    so.workers = 1;
+    so.on_execute = [this](const Request& r) {
+      if (r.type == kAppend) server_->halt();
+    };
+    build(so);
+    peer_ = std::make_unique<RawPeer>(*client_nic_, *server_, 0);
+  }
+  void TearDown() override {
+    peer_.reset();
+    RpcSim::TearDown();
+  }
+  std::unique_ptr<RawPeer> peer_;
+};
+
+TEST_F(HaltTest, AHandlerRunningAtTheCrashFinishesButItsReplyNeverLeavesAndNothingRunsAfter) {
+  peer_->send(peer_->build(kGet, 0, "k", "", 1));
+  ASSERT_TRUE(drive([&] { return peer_->count(nic::WcOpcode::kRecv) == 1; })) << "served before the crash";
+  peer_->send(peer_->build(kAppend, 0, "k", "x", 2));
+  ASSERT_TRUE(drive([&] { return kv_.appends[0] == 1; }));
+  EXPECT_EQ(kv_.parts[0]["k"], "x") << "the handler ran to its end";
+  EXPECT_EQ(server_->counters().dropped, 1u) << "its reply was dropped, counted";
+  peer_->send(peer_->build(kGet, 0, "k", "", 3));
+  EXPECT_FALSE(drive([&] { return peer_->count(nic::WcOpcode::kRecv) > 1; }, 50'000'000))
+      << "no reply to the append, and the get after the crash is not answered";
+  EXPECT_EQ(server_->counters().requests, 2u) << "nothing executed after the crash";
+}
+
 }  // namespace
 }  // namespace ferry::rpc::testing

@@ -208,7 +208,7 @@ struct WorkerCounters {
   uint64_t replies = 0;         // software responses sent (replies, ACKs, errors)
   uint64_t acks = 0;            // DeferredExec software ACKs
   uint64_t errors = 0;          // kError responses (unknown type, not nilext, ...)
-  uint64_t dropped = 0;         // requests not executed and not answerable (bad checksum, truncated, ...)
+  uint64_t dropped = 0;         // requests not executed and not answerable (bad checksum, truncated, ...), replies after halt()
   uint64_t recv_errors = 0;     // receive completions with an error status
   uint64_t fillers = 0;         // multi-packet buffers retired by the NIC with a filler
   uint64_t reposts = 0;         // RECVs posted again after their buffer was executed
@@ -266,6 +266,13 @@ class Server {
   // Stops the worker threads (idempotent). Requests already committed by an
   // ACK but not executed stay unexecuted (durable mode: in PM, for recovery).
   void stop();
+  // A crash of the host, as far as this server goes: from now on no worker
+  // executes a request or sends anything (a handler already running
+  // finishes, but its reply, ACK or probe is dropped), as a CPU that stopped
+  // sends nothing. Thread-safe; call
+  // stop() after it to join the workers. A crash test calls it before it cuts
+  // the host off elsewhere, so a handler that sees the cut cannot report it.
+  void halt();
 
   // Manual mode: one pass of worker w (poll its CQ, execute what is next in
   // buffer order, repost buffers). Returns the completions handled.
