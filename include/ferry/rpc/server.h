@@ -208,8 +208,7 @@ struct WorkerCounters {
   uint64_t replies = 0;         // software responses sent (replies, ACKs, errors)
   uint64_t acks = 0;            // DeferredExec software ACKs
   uint64_t errors = 0;          // kError responses (unknown type, not nilext, ...)
-  uint64_t dropped =
-      0;  // requests not executed and not answerable (bad checksum, truncated, ...), replies after halt()
+  uint64_t dropped = 0;         // not executed and not answerable (bad checksum, ...), or a reply after halt()
   uint64_t recv_errors = 0;     // receive completions with an error status
   uint64_t fillers = 0;         // multi-packet buffers retired by the NIC with a filler
   uint64_t reposts = 0;         // RECVs posted again after their buffer was executed
