@@ -109,6 +109,17 @@ const MrEntry* NicCore::find_mr(uint32_t key) const {
   return (mr.valid && mr.key == key) ? &mr : nullptr;
 }
 
+bool NicCore::segs_live(const LocalSeg* segs, uint32_t n) const {
+  for (uint32_t i = 0; i < n; ++i) {
+    if (segs[i].lkey == 0) continue;
+    const MrEntry* mr = find_mr(segs[i].lkey);
+    // The key's variant is 8 bits: a key reused 255 registrations later is
+    // caught by the bounds.
+    if (mr == nullptr || segs[i].ptr < mr->base || segs[i].ptr + segs[i].length > mr->base + mr->length) return false;
+  }
+  return true;
+}
+
 uint32_t NicCore::alloc_pd() {
   const uint32_t handle = next_pd_++;
   pd_refs_.push_back(0);

@@ -174,6 +174,10 @@ struct SrqCore {
 struct LocalSeg {
   uint8_t* ptr = nullptr;
   uint32_t length = 0;
+  // The MR it was translated through (0: memory the NIC owns, an SRQ's
+  // strides). Every later DMA through it checks the MR is still registered
+  // (NicCore::segs_live): a WQE outlives a deregistration, its memory may not.
+  uint32_t lkey = 0;
 };
 
 // Requester state of one started WQE, at slot (index % depth).
@@ -523,6 +527,12 @@ class NicCore {
   QpCore* find_qp(uint32_t qpn) const;
   CqCore* find_cq(uint32_t number) const;
   const MrEntry* find_mr(uint32_t key) const;
+  // True if every segment's MR is still registered over its bytes. A NIC
+  // translates each DMA through the MR's key, so a message whose MR was
+  // deregistered while it was outstanding (a retransmission, its later
+  // packets, a READ response or an atomic's result landing) fails with a
+  // local protection error; it never touches memory that may be unmapped.
+  bool segs_live(const LocalSeg* segs, uint32_t n) const;
 
  private:
   // requester.cc

@@ -56,7 +56,7 @@ WcStatus NicCore::resolve_local_sges(QpCore* qp, SendSlot& s, const DecodedSendW
     if (need_write && !(mr->access & kAccessLocalWrite)) return WcStatus::kLocProtErr;
     uint8_t* host = nullptr;
     if (!mr->resolve(seg.addr, seg.length, &host)) return WcStatus::kLocProtErr;
-    segs[s.nsge++] = LocalSeg{host, seg.length};
+    segs[s.nsge++] = LocalSeg{host, seg.length, seg.lkey};
     total += seg.length;
   }
   if (total > kMaxMessageBytes) return WcStatus::kLocLenErr;
@@ -273,6 +273,12 @@ bool NicCore::send_request_packet(QpCore* qp, uint64_t index, uint64_t now) {
       }
       h.bth.opcode = opcode;
       if (last && imm) h.imm = s.imm_data;
+      if (!s.inline_data && !segs_live(qp->sges_of(index), s.nsge)) {
+        s.status = WcStatus::kLocProtErr;  // its MR was deregistered while it was outstanding
+        s.done = true;
+        enter_error(qp);
+        return false;  // the caller finds the QP no longer in RTS
+      }
       h.bth.solicited = last && (s.flags & kSendSolicited) && (is_send || imm);
       h.bth.ack_req = last || ((i + 1) % kAckReqInterval == 0);
       p.payload = gather_payload(fabric_, qp, s, index, offset, len, p);

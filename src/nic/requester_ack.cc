@@ -149,6 +149,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
 
   if (op == wire::kAtomicAcknowledge) {
     if (!is_atomic(s) || s.first_psn != psn) return;  // duplicate or stale
+    if (!segs_live(qp->sges_of(index), s.nsge)) return fail_wqe_at_psn(qp, psn, WcStatus::kLocProtErr);
     const uint64_t original = h.atomic_ack_orig;
     memory_->dma_write(qp->qpn, qp->sges_of(index)[0].ptr, reinterpret_cast<const uint8_t*>(&original),
                        sizeof(original));
@@ -179,6 +180,7 @@ void NicCore::on_response(QpCore* qp, const Headers& h, const uint8_t* payload, 
   }
   // Scatter into the local SGEs at offset resp_bytes.
   const LocalSeg* segs = qp->sges_of(index);
+  if (!segs_live(segs, s.nsge)) return fail_wqe_at_psn(qp, s.first_psn, WcStatus::kLocProtErr);
   uint32_t offset = s.resp_bytes;
   uint32_t placed = 0;
   for (uint8_t i = 0; i < s.nsge && placed < len; ++i) {

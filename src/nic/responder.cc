@@ -239,7 +239,7 @@ bool NicCore::take_recv(QpCore* qp, int64_t first_len) {
       r.status = WcStatus::kLocProtErr;
       return true;
     }
-    r.sges[r.nsge++] = LocalSeg{host, seg.length};
+    r.sges[r.nsge++] = LocalSeg{host, seg.length, seg.lkey};
     capacity += seg.length;
   }
   r.capacity = static_cast<uint32_t>(std::min<uint64_t>(capacity, UINT32_MAX));
@@ -347,6 +347,9 @@ void NicCore::on_request(QpCore* qp, const Headers& h, const uint8_t* payload, u
       if (!info.last && len != qp->mtu) {
         responder_fail(qp, psn, wire::kNakInvalidRequest, now);
         return;
+      }
+      if (qp->recv.status == WcStatus::kSuccess && !segs_live(qp->recv.sges, qp->recv.nsge)) {
+        qp->recv.status = WcStatus::kLocProtErr;  // their MR was deregistered mid-message
       }
       if (qp->recv.status != WcStatus::kSuccess) {
         // The RECV's own buffers failed local checks.

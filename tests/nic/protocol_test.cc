@@ -444,7 +444,108 @@ TEST_F(ProtocolTest, DeregisteringTheTargetOfAnUnfinishedWriteNaksItsNextPacket)
   EXPECT_EQ(qp_->state(), QpState::kError);
 }
 
+TEST_F(ProtocolTest, DeregisteringTheBuffersOfARecvMidMessageFailsItsNextPacketAndWritesNothingMore) {
+  AlignedBytes buf = aligned_bytes(1024);
+  auto mr = dut_->nic->reg_mr(*dut_->pd, buf.get(), 1024, kAccessLocalWrite).value();
+  const Sge rs = mr->sge(0, 1024);
+  ASSERT_TRUE(qp_->post_recv(RecvWr{1, std::span<const Sge>(&rs, 1)}).ok());
+  Headers first;
+  first.bth.opcode = wire::kSendFirst;
+  first.bth.psn = kPsn;
+  inject(first, bytes(256, 1));
+  EXPECT_TRUE(take().empty());
+  EXPECT_EQ(buf[0], 1);
+  mr.reset();  // the application deregisters the buffer of a RECV in use
+  Headers last;
+  last.bth.opcode = wire::kSendLast;
+  last.bth.psn = kPsn + 1;
+  last.bth.ack_req = true;
+  inject(last, bytes(256, 2));
+  auto out = take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::syndrome_type(out[0].h.aeth.syndrome), wire::kAckTypeNak);
+  EXPECT_EQ(wire::syndrome_value(out[0].h.aeth.syndrome), wire::kNakRemoteOperationalError);
+  EXPECT_EQ(std::count(buf.get() + 256, buf.get() + 512, 0), 256) << "nothing placed after the deregistration";
+  EXPECT_EQ(qp_->state(), QpState::kError);
+}
+
 // ---- requester ---------------------------------------------------------------
+
+// A WQE outlives a deregistration of its local buffer (the verbs do not
+// forbid it; the memory may be unmapped right after). The NIC translates
+// every DMA through the key, so whatever the WQE would still read or write
+// fails with LOC_PROT_ERR: a go-back-N resend, a READ's response, an
+// atomic's result. (The Tailwind simulator found an emulator crash here: a
+// resend borrowing a log segment already freed.)
+TEST_F(ProtocolTest, AResendAfterItsLocalBufferWasDeregisteredFailsInsteadOfReadingIt) {
+  AlignedBytes src = aligned_bytes(1024, 0x5a);
+  auto mr = dut_->nic->reg_mr(*dut_->pd, src.get(), 1024, kAccessLocalWrite).value();
+  const Sge sge = mr->sge(0, 600);
+  ASSERT_TRUE(qp_->post_send(write_wr(1, &sge, 0x1000, 0x42)).ok());
+  ASSERT_EQ(take().size(), 3u);
+  mr.reset();
+  src.reset();  // unmapped, as far as the NIC knows
+  inject(ack(kPsn, wire::make_syndrome(wire::kAckTypeNak, wire::kNakPsnSequenceError)));
+  EXPECT_TRUE(take().empty()) << "nothing resent from memory no longer registered";
+  auto wcs = completions();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(qp_->state(), QpState::kError);
+}
+
+TEST_F(ProtocolTest, AReadResponseForABufferDeregisteredMeanwhileIsNotPlaced) {
+  AlignedBytes dst = aligned_bytes(64);
+  auto mr = dut_->nic->reg_mr(*dut_->pd, dst.get(), 64, kAccessLocalWrite).value();
+  const Sge local = mr->sge(0, 8);
+  SendWr read;
+  read.wr_id = 1;
+  read.opcode = WrOpcode::kRdmaRead;
+  read.flags = kSendSignaled;
+  read.sg_list = std::span<const Sge>(&local, 1);
+  read.remote_addr = 0x2000;
+  read.rkey = 0x42;
+  ASSERT_TRUE(qp_->post_send(read).ok());
+  ASSERT_EQ(take().size(), 1u);
+  mr.reset();
+  Headers resp;
+  resp.bth.opcode = wire::kReadResponseOnly;
+  resp.bth.psn = kPsn;
+  resp.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
+  inject(resp, bytes(8, 0x30));
+  auto wcs = completions();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(std::count(dst.get(), dst.get() + 8, 0), 8) << "the response was not placed";
+  EXPECT_EQ(qp_->state(), QpState::kError);
+}
+
+TEST_F(ProtocolTest, AnAtomicResultForABufferDeregisteredMeanwhileIsNotPlaced) {
+  AlignedBytes dst = aligned_bytes(64);
+  auto mr = dut_->nic->reg_mr(*dut_->pd, dst.get(), 64, kAccessLocalWrite).value();
+  const Sge local = mr->sge(0, 8);
+  SendWr faa;
+  faa.wr_id = 1;
+  faa.opcode = WrOpcode::kAtomicFetchAndAdd;
+  faa.flags = kSendSignaled;
+  faa.sg_list = std::span<const Sge>(&local, 1);
+  faa.remote_addr = 0x2000;
+  faa.rkey = 0x42;
+  faa.compare_add = 1;
+  ASSERT_TRUE(qp_->post_send(faa).ok());
+  ASSERT_EQ(take().size(), 1u);
+  mr.reset();
+  Headers resp;
+  resp.bth.opcode = wire::kAtomicAcknowledge;
+  resp.bth.psn = kPsn;
+  resp.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
+  resp.atomic_ack_orig = 0x1122334455667788ULL;
+  inject(resp);
+  auto wcs = completions();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(std::count(dst.get(), dst.get() + 8, 0), 8) << "the original value was not placed";
+}
 
 TEST_F(ProtocolTest, RequesterCompletesAFlushOnItsEmptyReadResponse) {
   SendWr flush;
