@@ -239,16 +239,16 @@ Status Cluster::crash_server(uint32_t i) {
   Server::Impl& dead = c.servers[i]->impl();
   if (!dead.running) return failed_precondition(dead.name + " has already crashed");
   const bool member = dead.alive;  // false: partitioned earlier, the others replaced it already
-  // The host stops now, mid-protocol: from this instant nothing it sends
-  // lands anywhere. Every backup cuts its log at once (a fence: the host
+  // The host stops now, mid-protocol. Its CPUs first: from this instant no
+  // worker starts a request or sends anything, so a worker whose append
+  // meets the fence below cannot tell its client (a crashed host sends
+  // nothing). Then every backup cuts its log at once (a fence: the host
   // never comes back), so an append in flight is placed on some backups
   // and not on others, and a WRITE of several packets may stop half placed
   // -- Figure 6's torn cases, which recovery's scan must handle. The
-  // workers' appends in flight then fail, unacknowledged. (Stopping the
-  // workers first would let every append in flight complete everywhere,
-  // and no recovery would ever meet a torn replica.)
-  // Its CPUs stop first: a worker whose append meets the fence below must
-  // not tell its client so, since a crashed host sends nothing.
+  // appends in flight then fail, their replies dropped. (Joining the
+  // workers before the fence would let every append in flight complete
+  // everywhere, and no recovery would ever meet a torn replica.)
   dead.rpc->halt();
   for (auto& s : c.servers) {
     if (s.get() != c.servers[i].get()) s->impl().backup->fence(dead.log_id);
