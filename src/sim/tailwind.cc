@@ -117,6 +117,10 @@ class Run {
   uint32_t clients_running_ = 0;
   bool control_done_ = false;
   uint32_t lost_ = 0;                 // servers gone for good
+  // How many the workload's faults may lose for good: servers - (r + 1)
+  // keeps r + 1 live; one fewer, in half the seeds, leaves the finale a
+  // server to crash and recover (it needs r + 2 live).
+  uint32_t max_lost_ = kServers - (kReplicas + 1);
   std::vector<uint64_t> slow_until_;  // per server: its cores run rarely until then (0: normal)
   uint64_t next_value_id_ = 1;
   std::vector<FiberId> client_fiber_ = std::vector<FiberId>(kClients, 0);  // each client's current fiber
@@ -200,6 +204,7 @@ bool Run::build() {
   }
   client_ = std::move(client).value();
   slow_until_.assign(kServers, 0);
+  if (world_.rng().below(2) == 0) max_lost_ = kServers - (kReplicas + 2);
   world_.event(std::string("cluster up: ") + std::to_string(kServers) + " servers, r=" + std::to_string(kReplicas) +
                ", " + std::string(tailwind::replication_name(mode_)) + " replication, tx_burst " +
                std::to_string(o.engine.tx_burst) + ", faults " + world_.rates().to_string());
@@ -386,8 +391,8 @@ void Run::control() {
       }
       const std::vector<uint32_t> up = live();
       const uint32_t victim = up[world_.fault_below(up.size())];
-      // At most servers - (r + 1) servers are lost for good: every log keeps r + 1 live servers.
-      const bool may_lose = lost_ < kServers - (kReplicas + 1) && up.size() > kReplicas + 1;
+      // At most max_lost_ servers are lost for good: every log keeps r + 1 live servers.
+      const bool may_lose = lost_ < max_lost_ && up.size() > kReplicas + 1;
       if (may_lose && world_.strike(FaultKind::kProcessCrash)) fault_crash(victim);
       if (!ok()) return;
       if (may_lose && cluster_->alive(victim) && world_.strike(FaultKind::kPartition)) fault_partition(victim);
@@ -425,6 +430,11 @@ void Run::control() {
 
 // After the faults: a fresh client reads every key; these reads come last,
 // so an acknowledged write lost or a deleted value back breaks linearizability.
+// Then, where the cluster can lose one more server (r + 2 live), the
+// cleaner runs a full pass on every server, one live server crashes and is
+// recovered, and every key is read again: what its log held must come back
+// from the backups exactly (nothing acknowledged lost, nothing deleted or
+// overwritten back), which the second reads put in the history.
 bool Run::finale() {
   world_.event("finale: a fresh client reads every key");
   logkv::ClientOptions co;
@@ -436,18 +446,38 @@ bool Run::finale() {
   }
   bool done = false;
   Thread t = rt_.spawn("reader", "clients", [&] {
+    auto read_all = [&] {
+      for (uint64_t k = 0; k < kKeys && ok(); ++k) {
+        const uint64_t t0 = world_.now();
+        auto got = (*reader)->get(0, table_, as_bytes(key_name(k)));
+        if (got.ok()) {
+          history_.push_back(KvOp::get(kClients, k, id_of(got->value), t0, world_.now()));
+        } else if (got.status().code() == Code::kNotFound) {
+          history_.push_back(KvOp::get(kClients, k, std::nullopt, t0, world_.now()));
+        } else {
+          fail("live", "the final read of " + key_name(k) + ": " + got.status().to_string());
+        }
+      }
+    };
     // Quiescence for the state checks: the cleaner's appends are the last
     // writes that could still be in flight.
     cluster_->stop_cleaner();
-    for (uint64_t k = 0; k < kKeys && ok(); ++k) {
-      const uint64_t t0 = world_.now();
-      auto got = (*reader)->get(0, table_, as_bytes(key_name(k)));
-      if (got.ok()) {
-        history_.push_back(KvOp::get(kClients, k, id_of(got->value), t0, world_.now()));
-      } else if (got.status().code() == Code::kNotFound) {
-        history_.push_back(KvOp::get(kClients, k, std::nullopt, t0, world_.now()));
+    read_all();
+    const std::vector<uint32_t> up = live();
+    if (ok() && up.size() >= kReplicas + 2) {
+      auto cleaned = cluster_->clean();
+      world_.event("finale: a cleaner pass on every server: " +
+                   (cleaned.ok() ? std::to_string(cleaned->segments_cleaned) + " segments cleaned, " +
+                                       std::to_string(cleaned->tombstones_dropped) + " tombstones dropped"
+                                 : cleaned.status().to_string()));
+      const uint32_t victim = up[world_.fault_below(up.size())];
+      world_.event("finale: crash server " + std::to_string(victim) + ", recover it, read every key again");
+      const Status st = cluster_->crash_server(victim);
+      if (!st.ok()) {
+        fail("crashes", "crashing server " + std::to_string(victim) + ": " + st.to_string());
       } else {
-        fail("live", "the final read of " + key_name(k) + ": " + got.status().to_string());
+        ++lost_;
+        if (recover(victim)) read_all();
       }
     }
     done = true;
