@@ -326,9 +326,18 @@ void Engine::park_on_sockets(uint64_t timeout_ns) {
     ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000ULL);
     tsp = &ts;
   }
-  if (ppoll(fds, n, tsp, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+  const int ready = ppoll(fds, n, tsp, nullptr);
+  if (ready > 0 && (fds[0].revents & POLLIN)) {
     uint64_t count;
     (void)!read(wake_fd_, &count, sizeof(count));  // rearm: the wakeup has been taken
+  }
+  // Receive next only on the sockets ppoll reported (an error too: the
+  // receive call clears it). A datagram arriving after ppoll returned is
+  // taken by a later pass, or wakes the next ppoll at once.
+  if (ready >= 0) {
+    for (size_t i = 1; i < n; ++i) {
+      if ((fds[i].revents & (POLLIN | POLLERR)) == 0) fabric_->udp_not_readable(wait_set_[i - 1].nic);
+    }
   }
 }
 

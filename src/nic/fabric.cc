@@ -419,9 +419,14 @@ bool Fabric::udp_tx_pending() const {
 }
 
 void Fabric::udp_wait_set(std::vector<UdpWait>* out) const {
-  for (const auto& port : ports_) {
-    if (port != nullptr) out->push_back(UdpWait{port->fd(), port->waiting_for_socket()});
+  for (uint32_t address = 0; address < ports_.size(); ++address) {
+    const auto& port = ports_[address];
+    if (port != nullptr) out->push_back(UdpWait{port->fd(), port->waiting_for_socket(), address});
   }
+}
+
+void Fabric::udp_not_readable(uint32_t nic) {
+  if (nic < ports_.size() && ports_[nic] != nullptr) ports_[nic]->skip_next_receive();
 }
 
 bool Fabric::poll_udp(uint64_t now_ns, size_t budget) {

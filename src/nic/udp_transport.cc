@@ -150,6 +150,11 @@ size_t UdpPort::flush() {
 size_t UdpPort::receive(std::span<RxDatagram> out) {
   const size_t n = std::min(out.size(), rx_hdrs_.size());
   if (n == 0) return 0;
+  if (skip_next_rx_) {
+    skip_next_rx_ = false;
+    counters_.rx_skipped.inc();
+    return 0;
+  }
   for (size_t i = 0; i < n; ++i) {
     rx_iovs_[i] = iovec{rx_memory_.data() + i * kRxSlotBytes, kRxSlotBytes};
     msghdr& m = rx_hdrs_[i].msg_hdr;
@@ -163,7 +168,11 @@ size_t UdpPort::receive(std::span<RxDatagram> out) {
   do {
     got = recvmmsg(fd_, rx_hdrs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
   } while (got < 0 && errno == EINTR);
-  if (got <= 0) return 0;  // EAGAIN: nothing there
+  counters_.rx_calls.inc();
+  if (got <= 0) {
+    counters_.rx_empty_calls.inc();
+    return 0;  // EAGAIN: nothing there
+  }
   for (int i = 0; i < got; ++i) {
     const mmsghdr& h = rx_hdrs_[i];
     const sockaddr_in& from = rx_from_[i];
@@ -183,6 +192,9 @@ UdpCounters UdpPort::snapshot() const {
   c.rx_malformed = counters_.rx_malformed;
   c.rx_bad_icrc = counters_.rx_bad_icrc;
   c.rx_unknown_qp = counters_.rx_unknown_qp;
+  c.rx_calls = counters_.rx_calls;
+  c.rx_empty_calls = counters_.rx_empty_calls;
+  c.rx_skipped = counters_.rx_skipped;
   c.rx_unconnected = counters_.rx_unconnected;
   c.tx_datagrams = counters_.tx_datagrams;
   c.tx_eagain = counters_.tx_eagain;

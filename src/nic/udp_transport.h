@@ -76,10 +76,15 @@ class UdpPort {
   // blocking. Their bytes stay valid until the next receive().
   size_t receive(std::span<RxDatagram> out);
   size_t rx_batch() const { return rx_hdrs_.size(); }
+  // The engine's ppoll just found the socket not readable: the next
+  // receive() returns 0 without a system call (a datagram that arrived
+  // since is taken by the pass after, or wakes the next ppoll at once).
+  void skip_next_receive() { skip_next_rx_ = true; }
 
   // ---- counters (engine writes, anyone reads) ----
   struct CounterSet {
     Counter rx_datagrams, rx_malformed, rx_bad_icrc, rx_unknown_qp, rx_unconnected;
+    Counter rx_calls, rx_empty_calls, rx_skipped;
     Counter tx_datagrams, tx_eagain, tx_backpressure, tx_queue_full, tx_errors, tx_queue_max;
   };
   CounterSet& counters() { return counters_; }
@@ -118,6 +123,7 @@ class UdpPort {
   std::vector<sockaddr_in> rx_from_;
 
   CounterSet counters_;
+  bool skip_next_rx_ = false;
 };
 
 }  // namespace ferry::nic::detail

@@ -188,8 +188,13 @@ class Fabric {
   struct UdpWait {
     int fd;
     bool writable;
+    uint32_t nic;  // the NIC whose socket it is
   };
   void udp_wait_set(std::vector<UdpWait>* out) const;
+  // The engine's ppoll found NIC `nic`'s socket not readable: its next
+  // poll_udp makes no receive call on it (issue 31: a daemon woken by a
+  // doorbell made an empty recvmmsg per wakeup).
+  void udp_not_readable(uint32_t nic);
 
   // ---- white-box testing ----
   // Handles `bytes` as a datagram received on NIC `nic`'s UDP socket from

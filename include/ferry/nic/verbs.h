@@ -300,6 +300,9 @@ struct UdpCounters {
   uint64_t rx_bad_icrc = 0;      // ICRC mismatch
   uint64_t rx_unknown_qp = 0;    // no QP with the BTH's DestQP
   uint64_t rx_unconnected = 0;   // the QP exists but its peer is not the datagram's source address/port
+  uint64_t rx_calls = 0;         // receive system calls (recvmmsg) made
+  uint64_t rx_empty_calls = 0;   // of those, the ones that found nothing
+  uint64_t rx_skipped = 0;       // receive calls not made: the engine's ppoll had just reported the socket idle
   uint64_t tx_datagrams = 0;     // accepted by the socket
   uint64_t tx_eagain = 0;        // sends the socket refused for now (EAGAIN/ENOBUFS): retried next pass
   uint64_t tx_backpressure = 0;  // times a requester was held back: the TX queue was above its high-water mark
