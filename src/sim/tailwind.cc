@@ -40,7 +40,10 @@ constexpr uint64_t kMs = 1'000'000;
 std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-std::string key_name(uint64_t k) { return "hot-" + std::to_string(k); }
+// Keys below kKeys are the hot ones; above, cold keys each written once.
+std::string key_name(uint64_t k) {
+  return k < kKeys ? "hot-" + std::to_string(k) : "cold-" + std::to_string(k - kKeys);
+}
 
 // A value names the PUT that wrote it: 8 bytes of id, then padding.
 std::string value_of(uint64_t id, size_t padding) {
@@ -123,6 +126,8 @@ class Run {
   uint32_t max_lost_ = kServers - (kReplicas + 1);
   std::vector<uint64_t> slow_until_;  // per server: its cores run rarely until then (0: normal)
   uint64_t next_value_id_ = 1;
+  uint64_t cold_percent_ = 0;  // of operations: a PUT of a new cold key (by seed: 0, 25 or 50)
+  uint64_t next_cold_ = 0;
   std::vector<FiberId> client_fiber_ = std::vector<FiberId>(kClients, 0);  // each client's current fiber
   struct AckedPut {
     uint64_t key, version, invoke_ns, complete_ns;
@@ -205,9 +210,11 @@ bool Run::build() {
   client_ = std::move(client).value();
   slow_until_.assign(kServers, 0);
   if (world_.rng().below(2) == 0) max_lost_ = kServers - (kReplicas + 2);
+  cold_percent_ = 25 * world_.rng().below(3);
   world_.event(std::string("cluster up: ") + std::to_string(kServers) + " servers, r=" + std::to_string(kReplicas) +
                ", " + std::string(tailwind::replication_name(mode_)) + " replication, tx_burst " +
-               std::to_string(o.engine.tx_burst) + ", faults " + world_.rates().to_string());
+               std::to_string(o.engine.tx_burst) + ", " + std::to_string(cold_percent_) + "% cold writes, at most " +
+               std::to_string(max_lost_) + " servers lost, faults " + world_.rates().to_string());
   return true;
 }
 
@@ -226,9 +233,13 @@ void Run::client(uint32_t c, uint32_t generation) {
   while (next_op_ < ops_ && ok()) {
     ++next_op_;
     Rng& rng = world_.rng();
-    const uint64_t k = rng.below(kKeys);
+    // A cold key is written once, unconditionally, with 1-4 KB: it keeps
+    // segments live, so the cleaner leaves some that hold a hot key's old
+    // version while it cleans the ones around them.
+    const bool cold = cold_percent_ != 0 && rng.below(100) < cold_percent_;
+    const uint64_t k = cold ? kKeys + next_cold_++ : rng.below(kKeys);
     const std::string key = key_name(k);
-    const uint64_t roll = rng.below(100);
+    const uint64_t roll = cold ? 0 : rng.below(100);
     const uint64_t t0 = world_.now();
     std::string what;
     std::optional<KvOp> op;  // recorded unless the outcome says nothing
@@ -238,7 +249,9 @@ void Run::client(uint32_t c, uint32_t generation) {
       std::optional<uint64_t> expected;
       if (roll >= 35) expected = seen.count(k) != 0 ? seen[k] : 0;
       // Mostly small values; one in eight of 20-30 KB (a WRITE of many packets a crash can tear).
-      const size_t padding = rng.below(8) == 0 ? 20000 + rng.below(10000) : rng.below(600);
+      const size_t padding = cold                ? 1000 + rng.below(3000)
+                             : rng.below(8) == 0 ? 20000 + rng.below(10000)
+                                                 : rng.below(600);
       auto v = client_->put(c, table_, as_bytes(key), as_bytes(value_of(id, padding)), expected);
       if (rt_.cancelled()) {
         op = KvOp::put(c, k, id, t0, std::nullopt);
@@ -447,7 +460,13 @@ bool Run::finale() {
   bool done = false;
   Thread t = rt_.spawn("reader", "clients", [&] {
     auto read_all = [&] {
-      for (uint64_t k = 0; k < kKeys && ok(); ++k) {
+      // Every hot key, and up to 16 cold ones spread over those written.
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < kKeys; ++k) keys.push_back(k);
+      const uint64_t stride = std::max<uint64_t>(1, (next_cold_ + 15) / 16);
+      for (uint64_t n = 0; n < next_cold_; n += stride) keys.push_back(kKeys + n);
+      for (uint64_t k : keys) {
+        if (!ok()) break;
         const uint64_t t0 = world_.now();
         auto got = (*reader)->get(0, table_, as_bytes(key_name(k)));
         if (got.ok()) {
