@@ -268,10 +268,10 @@ class Server {
   void stop();
   // A crash of the host, as far as this server goes: from now on no worker
   // executes a request or sends anything (a handler already running
-  // finishes, but its reply, ACK or probe is dropped), as a CPU that stopped
-  // sends nothing. Thread-safe; call
-  // stop() after it to join the workers. A crash test calls it before it cuts
-  // the host off elsewhere, so a handler that sees the cut cannot report it.
+  // finishes, but its reply, ACK or probe is dropped), as a CPU that
+  // stopped sends nothing. Thread-safe; stop() after it joins the workers.
+  // A crash test calls it before it cuts the host off elsewhere, so a
+  // handler that sees the cut cannot report it.
   void halt();
 
   // Manual mode: one pass of worker w (poll its CQ, execute what is next in
