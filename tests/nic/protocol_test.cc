@@ -494,57 +494,57 @@ TEST_F(ProtocolTest, AResendAfterItsLocalBufferWasDeregisteredFailsInsteadOfRead
   EXPECT_EQ(qp_->state(), QpState::kError);
 }
 
-TEST_F(ProtocolTest, AReadResponseForABufferDeregisteredMeanwhileIsNotPlaced) {
-  AlignedBytes dst = aligned_bytes(64);
-  auto mr = dut_->nic->reg_mr(*dut_->pd, dst.get(), 64, kAccessLocalWrite).value();
-  const Sge local = mr->sge(0, 8);
+// A READ or an atomic (remote 0x2000/0x42) into one 8-byte local SGE in a
+// fresh region: sent, then the region deregistered before its answer.
+class DeregisteredMeanwhileTest : public ProtocolTest {
+ protected:
+  AlignedBytes post_then_deregister(SendWr wr) {
+    AlignedBytes dst = aligned_bytes(64);
+    auto mr = dut_->nic->reg_mr(*dut_->pd, dst.get(), 64, kAccessLocalWrite).value();
+    const Sge local = mr->sge(0, 8);
+    wr.wr_id = 1;
+    wr.flags = kSendSignaled;
+    wr.sg_list = std::span<const Sge>(&local, 1);
+    wr.remote_addr = 0x2000;
+    wr.rkey = 0x42;
+    EXPECT_TRUE(qp_->post_send(wr).ok());
+    EXPECT_EQ(take().size(), 1u);
+    return dst;  // `mr` goes here: deregistered with the request outstanding
+  }
+  // The one completion is LOC_PROT_ERR and nothing was placed in `dst`.
+  void expect_failed_unplaced(const AlignedBytes& dst) {
+    auto wcs = completions();
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kLocProtErr);
+    EXPECT_EQ(std::count(dst.get(), dst.get() + 8, 0), 8) << "nothing placed in the deregistered region";
+    EXPECT_EQ(qp_->state(), QpState::kError);
+  }
+};
+
+TEST_F(DeregisteredMeanwhileTest, AReadResponseForABufferDeregisteredMeanwhileIsNotPlaced) {
   SendWr read;
-  read.wr_id = 1;
   read.opcode = WrOpcode::kRdmaRead;
-  read.flags = kSendSignaled;
-  read.sg_list = std::span<const Sge>(&local, 1);
-  read.remote_addr = 0x2000;
-  read.rkey = 0x42;
-  ASSERT_TRUE(qp_->post_send(read).ok());
-  ASSERT_EQ(take().size(), 1u);
-  mr.reset();
+  const AlignedBytes dst = post_then_deregister(read);
   Headers resp;
   resp.bth.opcode = wire::kReadResponseOnly;
   resp.bth.psn = kPsn;
   resp.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
   inject(resp, bytes(8, 0x30));
-  auto wcs = completions();
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].status, WcStatus::kLocProtErr);
-  EXPECT_EQ(std::count(dst.get(), dst.get() + 8, 0), 8) << "the response was not placed";
-  EXPECT_EQ(qp_->state(), QpState::kError);
+  expect_failed_unplaced(dst);
 }
 
-TEST_F(ProtocolTest, AnAtomicResultForABufferDeregisteredMeanwhileIsNotPlaced) {
-  AlignedBytes dst = aligned_bytes(64);
-  auto mr = dut_->nic->reg_mr(*dut_->pd, dst.get(), 64, kAccessLocalWrite).value();
-  const Sge local = mr->sge(0, 8);
+TEST_F(DeregisteredMeanwhileTest, AnAtomicResultForABufferDeregisteredMeanwhileIsNotPlaced) {
   SendWr faa;
-  faa.wr_id = 1;
   faa.opcode = WrOpcode::kAtomicFetchAndAdd;
-  faa.flags = kSendSignaled;
-  faa.sg_list = std::span<const Sge>(&local, 1);
-  faa.remote_addr = 0x2000;
-  faa.rkey = 0x42;
   faa.compare_add = 1;
-  ASSERT_TRUE(qp_->post_send(faa).ok());
-  ASSERT_EQ(take().size(), 1u);
-  mr.reset();
+  const AlignedBytes dst = post_then_deregister(faa);
   Headers resp;
   resp.bth.opcode = wire::kAtomicAcknowledge;
   resp.bth.psn = kPsn;
   resp.aeth.syndrome = wire::make_syndrome(wire::kAckTypeAck, wire::kAckNoCredit);
   resp.atomic_ack_orig = 0x1122334455667788ULL;
   inject(resp);
-  auto wcs = completions();
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].status, WcStatus::kLocProtErr);
-  EXPECT_EQ(std::count(dst.get(), dst.get() + 8, 0), 8) << "the original value was not placed";
+  expect_failed_unplaced(dst);
 }
 
 TEST_F(ProtocolTest, RequesterCompletesAFlushOnItsEmptyReadResponse) {

@@ -15,6 +15,7 @@ class RpcErrorsTest : public RpcSim {
     so.max_request_bytes = 512;
     so.buffer_bytes = 1024;
     so.buffers = 4;
+    adjust(so);
     build(so);
     peer_ = std::make_unique<RawPeer>(*client_nic_, *server_, 0);
   }
@@ -22,6 +23,7 @@ class RpcErrorsTest : public RpcSim {
     peer_.reset();
     RpcSim::TearDown();
   }
+  virtual void adjust(ServerOptions&) {}  // a derived fixture's options
   std::unique_ptr<RawPeer> peer_;
 };
 
@@ -244,23 +246,13 @@ TEST_F(RnrTest, WithFiniteRnrRetriesTheCallFailsWithAClearErrorAndTheConnectionI
 // finishes, but nothing leaves the host any more -- not its reply, and no
 // later request is executed. (LogKv's crash halts first, then fences the
 // log: a worker whose append meets the fence must not tell its client.)
-class HaltTest : public RpcSim {
+class HaltTest : public RpcErrorsTest {
  protected:
-  void SetUp() override {
-    ServerOptions so;
-    so.mode = Mode::kRawRpc;
-    so.workers = 1;
+  void adjust(ServerOptions& so) override {
     so.on_execute = [this](const Request& r) {
       if (r.type == kAppend) server_->halt();
     };
-    build(so);
-    peer_ = std::make_unique<RawPeer>(*client_nic_, *server_, 0);
   }
-  void TearDown() override {
-    peer_.reset();
-    RpcSim::TearDown();
-  }
-  std::unique_ptr<RawPeer> peer_;
 };
 
 TEST_F(HaltTest, AHandlerRunningAtTheCrashFinishesButItsReplyNeverLeavesAndNothingRunsAfter) {
