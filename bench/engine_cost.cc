@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ferry/common/tsc.h"
+#include "ferry/nic/engine.h"
 
 namespace ferry::bench {
 
@@ -24,7 +25,7 @@ int find_engine_thread(pid_t pid) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     std::ifstream in(dir + "/" + e->d_name + "/comm");
     std::string comm;
-    if (std::getline(in, comm) && comm == kEngineThreadName) {
+    if (std::getline(in, comm) && comm == nic::kEngineThreadName) {
       found = std::atoi(e->d_name);
       ++matches;
     }

@@ -26,10 +26,8 @@ struct EngineWork {
   uint64_t rx_packets = 0;  // packets its NICs received
 };
 
-// The name src/nic/engine.cc gives every engine thread.
-inline constexpr char kEngineThreadName[] = "ferry-engine";
-
-// The kernel thread id of process `pid`'s engine thread (by its name), or 0
+// The kernel thread id of process `pid`'s engine thread (by its name,
+// nic::kEngineThreadName), or 0
 // if it has none or several.
 int find_engine_thread(pid_t pid);
 

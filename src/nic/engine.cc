@@ -19,9 +19,6 @@
 
 namespace ferry::nic {
 
-// The engine thread's name (bench/engine_cost.h finds daemons' engines by it).
-constexpr char kEngineThreadName[] = "ferry-engine";
-
 static Clock* default_clock() {
   // The engine reads the time every pass; the TSC is cheaper where invariant.
   if (Tsc::invariant()) return &TscClock::instance();
@@ -254,9 +251,6 @@ Status Engine::simulate(const std::function<bool()>* pred, uint64_t max_time_ns)
 }
 
 void Engine::thread_main() {
-  // Named so that tools (top -H, perf) and other processes find it: `bench
-  // nic --transport udp` reads a daemon's engine thread's CPU time by this
-  // name in /proc/<pid>/task/*/comm (at most 15 characters).
   (void)pthread_setname_np(pthread_self(), kEngineThreadName);
   if (options_.cpu >= 0) (void)pin_current_thread(options_.cpu);
   if (options_.fifo_priority > 0) (void)set_current_thread_fifo(options_.fifo_priority);

@@ -460,10 +460,8 @@ class NicCore {
   void prefetch_qp(const Packet& packet) const {
     // The BTH's destination QP, unchecked: prefetching the wrong QP (or
     // none) only wastes the prefetch; on_packet checks everything.
-    static_assert(wire::kBthBytes >= 8);
     if (packet.header_len < wire::kBthBytes) return;
-    const uint32_t qpn = (static_cast<uint32_t>(packet.header[5]) << 16) |
-                         (static_cast<uint32_t>(packet.header[6]) << 8) | packet.header[7];
+    const uint32_t qpn = wire::peek_dest_qp(packet.header);
     const QpCore* qp = qps_[qpn & ((1u << qp_index_bits_) - 1)].get();
     if (qp == nullptr) return;
     const char* base = reinterpret_cast<const char*>(qp);

@@ -180,6 +180,18 @@ TEST(WireBytes, WriteOnlyMatchesHandComputedBthAndReth) {
   EXPECT_EQ(pkt[287], 0);
 }
 
+TEST(WireBytes, PeekDestQpReadsTheBthsDestQpWithoutParsing) {
+  for (const uint32_t qpn : {0u, 1u, 0x000777u, 0x123456u, 0xFFFFFFu}) {
+    Headers h;
+    h.bth.opcode = kSendOnly;
+    h.bth.dest_qp = qpn;
+    h.bth.psn = 0xABCDEF;
+    const Bytes b = serialize(h);
+    ASSERT_GE(b.size(), kBthBytes);
+    EXPECT_EQ(peek_dest_qp(b.data()), qpn);
+  }
+}
+
 TEST(WireBytes, AckCarriesSyndromeAndMsnInAeth) {
   Headers h;
   h.bth.opcode = kAcknowledge;

@@ -39,14 +39,20 @@
 
 namespace ferry::nic {
 
+// The name every engine thread carries (pthread_setname_np), so that tools
+// (top -H, perf) and `bench nic --transport udp` find a daemon's engine in
+// /proc/<pid>/task/*/comm (at most 15 characters).
+inline constexpr char kEngineThreadName[] = "ferry-engine";
+
 struct EngineOptions {
   bool threaded = true;
   Clock* clock = nullptr;           // TSC (or CLOCK_MONOTONIC) when null; FakeClock for simulation
   int cpu = -1;                     // pin the engine thread to this CPU (-1: no pinning)
   int fifo_priority = 0;            // SCHED_FIFO priority for the engine thread (0: normal)
   uint64_t spin_ns = 200'000;       // keep polling this long after the last work
-  // A QP that rang its doorbell is watched (its doorbell record polled every
-  // pass, so posts need no doorbell queue or wakeup) until it is quiet this long.
+  // A QP whose doorbell rang twice within this long is watched (its doorbell
+  // record polled every pass, so posts need no doorbell queue or wakeup)
+  // until it is quiet this long.
   uint64_t doorbell_watch_ns = 100'000;
   size_t fabric_queue_packets = 8192;  // per-NIC inbound queue
   size_t fabric_buffers = 2048;        // 4 KiB payload buffers in the pool

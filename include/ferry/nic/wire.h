@@ -41,6 +41,11 @@ enum Opcode : uint8_t {
 };
 
 constexpr size_t kBthBytes = 12;
+// The BTH's DestQP (bytes 5-7) of serialized headers at least kBthBytes
+// long, without parsing or checking the rest.
+inline uint32_t peek_dest_qp(const uint8_t* header) {
+  return (static_cast<uint32_t>(header[5]) << 16) | (static_cast<uint32_t>(header[6]) << 8) | header[7];
+}
 constexpr size_t kRethBytes = 16;
 constexpr size_t kAethBytes = 4;
 constexpr size_t kAtomicEthBytes = 28;
