@@ -213,6 +213,15 @@ nlohmann::json engine_packets_json(const PacketCost& c, const std::string& measu
   return j;
 }
 
+void add_engine_fields(nlohmann::json& j, const Placement& placement, const std::string& mode, double cpu_busy) {
+  j["engine"] = placement_json(placement);
+  j["engine"]["mode"] = mode;
+  j["engine"]["cpu_busy_fraction"] = cpu_busy;
+  j["client_cpu"] = placement.client_cpu;
+  j["load"] = placement.load;
+  add_provenance(j);
+}
+
 // The fields every row has, whatever the transport: the point, its latency
 // distribution and rate, and its cross-thread ping-pong / memcpy reference.
 nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, const Point& p, double mops, double gbps,
@@ -305,19 +314,13 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
                                run_point(bed.link(), op, size, window, std::min<uint64_t>(iters / 10, 5000), iters));
         const double mops = static_cast<double>(p.iters) / p.seconds / 1e6;
         const double gbps = static_cast<double>(p.iters) * size * 8 / p.seconds / 1e9;
-        const double p50_over_ref =
-            static_cast<double>(p.latency.percentile(0.5)) / static_cast<double>(std::max<uint64_t>(ref_p50, 1));
+        const double p50_over_ref = ratio(p.latency.percentile(0.5), ref_p50);
         const double gbps_over_ref = ref_gbps > 0 ? gbps / ref_gbps : 0.0;
         const PacketCost cost = inproc_packet_cost(p);
         if (o.json) {
           nlohmann::json j = row_json(op, size, window, p, mops, gbps, ref_p50, ref_gbps);
           if (!p.engines.empty()) j["engine_packets"] = engine_packets_json(cost, bed.cpu_measured(), p.engines[0]);
-          j["engine"] = placement_json(placement);
-          j["engine"]["mode"] = o.inline_engine ? "inline" : "thread";
-          j["engine"]["cpu_busy_fraction"] = p.engine_cpu_fraction;
-          j["client_cpu"] = placement.client_cpu;
-          j["load"] = placement.load;
-          add_provenance(j);
+          add_engine_fields(j, placement, o.inline_engine ? "inline" : "thread", p.engine_cpu_fraction);
           out << j.dump() << std::endl;
         } else {
           out << fmt::format(

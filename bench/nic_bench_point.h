@@ -1,9 +1,11 @@
 // The pieces of a `ferry bench nic` point that the in-process sweep
-// (nic_bench.cc) and the UDP transport (nic_bench_udp.cc) share: what a
-// point runs on (Link), runs (run_point) and reports (row_json), and the
-// in-process testbed. Internal to those two files.
+// (nic_bench.cc), the UDP transport (nic_bench_udp.cc) and the per-QP
+// points (nic_qp_scale.cc) share: what a point runs on (Link), runs
+// (run_point) and reports (row_json, engine_fields_json), and the
+// in-process testbed. Internal to those files.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -42,15 +44,22 @@ struct Point {
   std::vector<EngineWork> engines;  // each engine's thread CPU and packets over the window
 };
 
+// Zeroed page-aligned memory of at least `n` bytes (`size`, whole pages).
 struct Aligned {
   explicit Aligned(size_t n)
-      : size(n), ptr(static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) & ~size_t{4095}))) {
+      : size(std::max<size_t>((n + 4095) & ~size_t{4095}, 4096)),
+        ptr(static_cast<uint8_t*>(std::aligned_alloc(4096, size))) {
     std::memset(ptr, 0, size);
   }
   ~Aligned() { std::free(ptr); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
   size_t size;
   uint8_t* ptr;
 };
+
+// Whose CPU time an in-process threaded engine's cost per packet divides.
+inline constexpr char kEngineThreadCpu[] = "CLOCK_THREAD_CPUTIME_ID of the engine thread (both NICs)";
 
 // What a point runs on: a connected client (requester) QP and server
 // (responder) QP with their CQs and memory, wherever their NICs are.
@@ -95,7 +104,7 @@ class Testbed {
   // Whose CPU time the cost per packet divides.
   std::string cpu_measured() const {
     return inline_ ? "CLOCK_THREAD_CPUTIME_ID of the measuring thread (inline: it runs the engine and the application)"
-                   : "CLOCK_THREAD_CPUTIME_ID of the engine thread (both NICs)";
+                   : kEngineThreadCpu;
   }
 
  private:
@@ -124,6 +133,9 @@ double ratio(uint64_t num, uint64_t den);
 PacketCost inproc_packet_cost(const Point& p);
 // packet_cost_json plus the window's tx/rx packet counts.
 nlohmann::json engine_packets_json(const PacketCost& c, const std::string& measured, const EngineWork& w);
+// Adds what an in-process row says of where it ran ("engine": placement,
+// `mode`, its busy fraction; "client_cpu", "load") and the provenance.
+void add_engine_fields(nlohmann::json& j, const Placement& placement, const std::string& mode, double cpu_busy);
 // The fields every row has, whatever the transport: the point, its latency
 // distribution and rate, and its cross-thread ping-pong / memcpy reference.
 nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, const Point& p, double mops, double gbps,

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +18,7 @@
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
 #include "ferry/nic/verbs.h"
+#include "nic_bench_point.h"
 #include "report.h"
 
 namespace ferry::bench {
@@ -51,18 +50,6 @@ MemorySample sample_memory() {
 double per_pair(uint64_t before, uint64_t after, uint32_t pairs) {
   return (static_cast<double>(after) - static_cast<double>(before)) / pairs;
 }
-
-struct Buffer {
-  explicit Buffer(size_t n)
-      : size((n + 4095) & ~size_t{4095}), ptr(static_cast<uint8_t*>(std::aligned_alloc(4096, size))) {
-    std::memset(ptr, 0, size);
-  }
-  ~Buffer() { std::free(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  size_t size;
-  uint8_t* ptr;
-};
 
 // What one (N, op, size) point measured.
 struct ScaleResult {
@@ -249,7 +236,7 @@ class ScaleBed {
  private:
   uint32_t pairs_;
   uint32_t size_;
-  Buffer client_mem_, server_mem_;
+  nic_point::Aligned client_mem_, server_mem_;
   std::unique_ptr<Engine> engine_;
   Nic* client_ = nullptr;
   Nic* server_ = nullptr;
@@ -324,15 +311,8 @@ Status run_nic_qp_scale(const NicBenchOptions& o, std::ostream& out, std::ostrea
           add_percentiles_ns(j, r.latency);
           j["mops"] = mops;
           j["us_per_message"] = us_per_message;
-          j["engine_packets"] = packet_cost_json(cost, "CLOCK_THREAD_CPUTIME_ID of the engine thread (both NICs)");
-          j["engine_packets"]["tx_packets"] = r.engine.tx_packets;
-          j["engine_packets"]["rx_packets"] = r.engine.rx_packets;
-          j["engine"] = placement_json(placement);
-          j["engine"]["mode"] = "thread";
-          j["engine"]["cpu_busy_fraction"] = engine_busy;
-          j["client_cpu"] = placement.client_cpu;
-          j["load"] = placement.load;
-          add_provenance(j);
+          j["engine_packets"] = nic_point::engine_packets_json(cost, nic_point::kEngineThreadCpu, r.engine);
+          nic_point::add_engine_fields(j, placement, "thread", engine_busy);
           out << j.dump() << std::endl;
         } else {
           out << fmt::format(
