@@ -34,7 +34,6 @@ inline std::optional<uint64_t> value_number(std::string_view text) {
   return std::strtoull(std::string(text.substr(0, dot)).c_str(), nullptr, 10);
 }
 
-
 // (client generation * sessions + session, key) -> the history indices of
 // that session's writes to the key, in order: what went down one QP.
 using WritesByQp = std::map<std::pair<uint64_t, uint64_t>, std::vector<size_t>>;

@@ -279,11 +279,11 @@ TEST_F(ReplicationBackpressureTest, OpenWaitsForABackupWithRoomInsteadOfFailing)
   auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
   // Room comes back once backups refused two opens for their limit (a
   // whole round of the third segment's candidates: its open is then
-  // waiting, or about to): the first
-  // segment's replicas are freed (segment ids start at 1; the log's own lock
-  // is held by the waiting append, so the freer asks the backups, not the
-  // log). Not a fixed delay: filling two segments took over 300 ms under TSan
-  // on a loaded machine, and room came back before anyone needed it.
+  // waiting, or about to): the first segment's replicas are freed (segment
+  // ids start at 1; the log's own lock is held by the waiting append, so
+  // the freer asks the backups, not the log). Not a fixed delay: filling two
+  // segments took over 300 ms under TSan on a loaded machine, and room came
+  // back before anyone needed it.
   std::atomic<bool> freeing{false};  // set before the first buffer is freed
   std::thread freer([&] {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
