@@ -1,8 +1,5 @@
 #include "oq_setup.h"
 
-#include <fmt/format.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <span>
@@ -10,6 +7,7 @@
 
 #include "common.h"
 #include "ferry/common/cpu.h"
+#include "ferry/common/temp_dir.h"
 
 namespace ferry::bench::oq_bench {
 namespace {
@@ -26,24 +24,20 @@ rpc::Mode mode_of(const std::string& system) {
 
 PmHost::~PmHost() {
   domain.reset();
-  for (const std::string& f : files) {
-    std::error_code ec;
-    std::filesystem::remove(f, ec);
-  }
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
 }
 
 Result<std::unique_ptr<PmHost>> make_pm_host(const OqBenchOptions& o) {
   auto h = std::make_unique<PmHost>();
   h->domain = std::make_unique<pm::PersistenceDomain>(pm::PlatformConfig{});
-  const std::string dir = o.pm_dir.empty() ? "/dev/shm" : o.pm_dir;
-  const std::string prefix = fmt::format("{}/ferry-oq-bench-{}-", dir, getpid());
+  FERRY_ASSIGN_OR_RETURN(h->dir, make_temp_dir(o.pm_dir.empty() ? "/dev/shm" : o.pm_dir, "ferry-oq-bench"));
   const size_t area = rpc::DurableLayout{kMpBuffers, kMpBufferBytes, 64}.area_bytes();
   const size_t srq_bytes = (o.workers * area + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-  h->files.push_back(prefix + "srq");
-  FERRY_ASSIGN_OR_RETURN(h->srq, h->domain->map_pm(h->files.back(), srq_bytes, true));
+  FERRY_ASSIGN_OR_RETURN(h->srq, h->domain->map_pm(h->dir + "/srq", srq_bytes, true));
   for (uint32_t w = 0; w < o.workers; ++w) {
-    h->files.push_back(prefix + "data" + std::to_string(w));
-    FERRY_ASSIGN_OR_RETURN(pm::Region * r, h->domain->map_pm(h->files.back(), o.pm_region_bytes, true));
+    FERRY_ASSIGN_OR_RETURN(pm::Region * r,
+                           h->domain->map_pm(h->dir + "/data" + std::to_string(w), o.pm_region_bytes, true));
     h->data.push_back(r);
   }
   return h;

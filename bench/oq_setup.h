@@ -43,12 +43,12 @@ inline constexpr uint32_t kMaxCallsInFlight = 128;
 // The server host's persistent memory (JUNE BERRY-D): one persistence domain
 // for the run (DDIO off: the server NIC's DMA reaches PM once drained), with
 // a region for the durable SRQ areas and one PmKv region per worker. Files
-// live in pm_dir and are removed with the PmHost.
+// live in a new directory under pm_dir, removed with the PmHost.
 struct PmHost {
   std::unique_ptr<pm::PersistenceDomain> domain;
   pm::Region* srq = nullptr;
   std::vector<pm::Region*> data;
-  std::vector<std::string> files;
+  std::string dir;
   ~PmHost();
 };
 Result<std::unique_ptr<PmHost>> make_pm_host(const OqBenchOptions& o);

@@ -4,10 +4,8 @@
 // SEND, a power failure before the server executed them, and recovery.
 // Every step is verified; a failed check exits non-zero.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,6 +13,7 @@
 
 #include "demo.h"
 #include "ferry/common/clock.h"
+#include "ferry/common/temp_dir.h"
 #include "ferry/nic/engine.h"
 #include "ferry/pm/domain.h"
 #include "ferry/rpc/client.h"
@@ -139,10 +138,13 @@ class JuneBerryDemo {
                 "with DDIO off. Each put is a SEND followed, in the same doorbell, by a 1-byte READ: the server "
                 "NIC answers the READ only once the SEND's bytes are durable. The worker is held still, so the "
                 "puts are committed but never executed -- then the power fails.");
-    const auto dir = std::filesystem::path(std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp") /
-                     ("ferry-demo-jb-" + std::to_string(getpid()));
+    auto made = make_temp_dir("ferry-demo-jb");
+    if (!steps_.check(made.ok(),
+                      "a new directory for the PM files: " + (made.ok() ? made.value() : made.status().to_string()))) {
+      return;
+    }
+    const std::filesystem::path dir = made.value();
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
     pm::PersistenceDomain domain(pm::PlatformConfig{.ddio = false, .eadr = false});
     rpc::ServerOptions so;
     so.mode = rpc::Mode::kOrderedQueue;

@@ -3,8 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
+
+#include "ferry/common/temp_dir.h"
 
 namespace ferry::hyperloop::detail {
 
@@ -26,7 +27,6 @@ std::string pm_directory(const GroupOptions& options) {
 
 Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& name, const GroupOptions& options,
                                         bool pm) {
-  static std::atomic<uint64_t> counter{0};
   auto host = std::make_unique<Host>();
   host->name = name;
   host->domain = std::make_unique<pm::PersistenceDomain>(options.platform);
@@ -40,8 +40,16 @@ Result<std::unique_ptr<Host>> make_host(nic::Engine& engine, const std::string& 
   if (!pd.ok()) return pd.status();
   host->pd = std::move(pd).value();
   if (pm) {
-    host->pm_path = pm_directory(options) + "/ferry-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(counter.fetch_add(1)) + "-" + name + ".pm";
+    // A new group's region starts zeroed, so its file must be new: created
+    // exclusively under a name no earlier file has. A name made of the pid
+    // and a counter was reused when a process that died without unlinking
+    // its files (killed, crashed) had the same pid, and the new group
+    // started with the dead one's bytes.
+    auto path = make_temp_file(pm_directory(options), "ferry-" + std::to_string(::getpid()) + "-" + name, ".pm");
+    if (!path.ok()) {
+      return Status(path.status().code(), "group host " + name + ": PM (set pm_dir): " + path.status().message());
+    }
+    host->pm_path = std::move(path).value();
     auto region = host->domain->map_pm(host->pm_path, options.region_bytes, /*create=*/true);
     if (!region.ok()) {
       ::unlink(host->pm_path.c_str());

@@ -34,7 +34,6 @@
 // executed in the order it sent them, every get's bytes written by some put,
 // every worker's PmKv consistent, and every session able to read every key
 // once the faults stop (liveness).
-#include <unistd.h>
 
 #include <array>
 #include <filesystem>
@@ -45,17 +44,18 @@
 #include <string>
 #include <vector>
 
+#include "dying_client.h"
+#include "ferry/common/temp_dir.h"
 #include "ferry/nic/engine.h"
 #include "ferry/pm/domain.h"
 #include "ferry/rpc/client.h"
 #include "ferry/rpc/format.h"
 #include "ferry/rpc/server.h"
-#include "dying_client.h"
-#include "juneberry_checks.h"
 #include "ferry/sim/linearizability.h"
 #include "ferry/sim/systems.h"
 #include "ferry/store/kv_service.h"
 #include "ferry/workload/zipf.h"
+#include "juneberry_checks.h"
 
 namespace ferry::sim {
 
@@ -149,9 +149,6 @@ class JuneBerrySim {
       so_.max_request_bytes = 1024;
       so_.buffer_bytes = std::max<uint32_t>(so_.buffer_bytes, 2048);
     }
-    dir_ = (std::filesystem::temp_directory_path() /
-            ("ferry-sim-juneberry-" + std::to_string(getpid()) + "-" + std::to_string(options.seed)))
-               .string();
     world_.event("juneberry: keys=" + std::to_string(keys_) + " buffers=" + std::to_string(so_.buffers) + "x" +
                  std::to_string(so_.buffer_bytes) + " group=" + std::to_string(so_.req_to_execute_group) +
                  " weights=" + std::to_string(worker_weight_) + ":" + std::to_string(session_weight_) +
@@ -170,7 +167,14 @@ class JuneBerrySim {
 
   RunResult run() {
     RunResult result;
-    std::filesystem::create_directories(dir_);
+    // A new directory: one named by pid and seed could be a dead process's,
+    // whose PM files the server would recover from.
+    auto dir = make_temp_dir("ferry-sim-juneberry");
+    if (!dir.ok()) {
+      fail(&result, "setup", dir.status().to_string());
+      return finish(std::move(result));
+    }
+    dir_ = std::move(dir).value();
     if (!boot(&result)) return finish(std::move(result));
     // Faults happen during the workload; then they stop, the network heals,
     // and every session must be able to read every key (liveness), which

@@ -8,8 +8,6 @@
 // one-sided WRITEs or the RPC baseline), the workload, the interleaving and
 // the faults; every client history is checked for linearizability, with a
 // fresh reader of every key after the faults.
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/common/temp_dir.h"
 #include "ferry/sim/linearizability.h"
 #include "ferry/sim/runtime.h"
 #include "ferry/sim/systems.h"
@@ -62,8 +61,8 @@ std::optional<uint64_t> id_of(const std::vector<uint8_t>& value) {
 std::string make_run_dir() {
   const std::filesystem::path base =
       std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
-  std::string pattern = (base / "ferry-sim-tailwind-XXXXXX").string();
-  return ::mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
+  auto dir = make_temp_dir(base, "ferry-sim-tailwind");
+  return dir.ok() ? std::move(dir).value() : std::string();
 }
 
 class Run {

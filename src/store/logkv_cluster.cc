@@ -1,8 +1,6 @@
 // A LogKv cluster in one process: building the servers, the coordinator's
 // tablet map and replica versions, a server's crash and the recovery of its
 // tablets on the others.
-#include <stdlib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <unordered_map>
 
 #include "ferry/common/cpu.h"
+#include "ferry/common/temp_dir.h"
 #include "ferry/tailwind/format.h"
 #include "logkv_internal.h"
 
@@ -35,10 +34,10 @@ Result<std::string> make_dir(const std::string& requested, bool* own) {
     *own = false;
     return requested;
   }
-  std::string pattern = (std::filesystem::temp_directory_path() / "ferry-logkv-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) return unavailable("logkv: mkdtemp failed in " + pattern);
+  auto dir = make_temp_dir("ferry-logkv");
+  if (!dir.ok()) return Status(dir.status().code(), "logkv: " + dir.status().message());
   *own = true;
-  return pattern;
+  return dir;
 }
 
 Status check_options(const ClusterOptions& o) {

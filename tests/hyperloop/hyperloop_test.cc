@@ -3,9 +3,13 @@
 #include "ferry/hyperloop/hyperloop.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -738,6 +742,49 @@ TEST(HyperLoop, BadGroupOptionsAreRejected) {
   auto bad = f.client->create_group(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("/nonexistent/ferry"), std::string::npos) << bad.status().message();
+}
+
+// A process that dies without unlinking its PM files (killed, crashed)
+// leaves them behind, and pids are reused. A new group's region must start
+// zeroed anyway: before, its file was named by pid and a counter and opened
+// if it existed, so a group in a later process with the same pid started
+// with the dead one's bytes (CI saw a replica hold 70 at byte 0 of a fresh
+// group). The stale files here carry every name that scheme gave this
+// process's first hosts.
+TEST(HyperLoop, AGroupStartsZeroedBesideTheFilesADeadProcessLeft) {
+  std::string dir = (std::filesystem::temp_directory_path() / "ferry-stale-pm-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::vector<uint8_t> stale(64, 70);
+  size_t stale_files = 0;
+  for (int counter = 0; counter < 256; ++counter) {
+    for (int g = 0; g < 2; ++g) {
+      for (int r = 0; r < 3; ++r) {
+        const std::string name = dir + "/ferry-" + std::to_string(::getpid()) + "-" + std::to_string(counter) + "-g" +
+                                 std::to_string(g) + "-r" + std::to_string(r) + ".pm";
+        std::ofstream(name, std::ios::binary).write(reinterpret_cast<const char*>(stale.data()), 64);
+        ++stale_files;
+      }
+    }
+  }
+  {
+    Fixture f;
+    GroupOptions o;
+    o.replicas = 3;
+    o.region_bytes = 64 << 10;
+    o.media = pm::Media::kPm;
+    o.ring_ops = 16;
+    o.window = 4;
+    o.pm_dir = dir;
+    auto g = f.client->create_group(o);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    for (uint32_t r = 0; r < 3; ++r) {
+      const uint8_t* data = f.replica(g.value(), r);
+      EXPECT_TRUE(std::all_of(data, data + (64 << 10), [](uint8_t b) { return b == 0; })) << "replica " << r;
+    }
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), stale_files + 3) << "one new file each";
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), stale_files) << "the group's files removed";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(HyperLoop, SeveralGroupsAreIndependent) {

@@ -10,9 +10,12 @@
 //    append executed twice; recovery executed none.
 // FERRY_RPC_POWER_SEEDS sets the number of seeds (default 2000; the full
 // campaign is 20000), FERRY_SEED the first (default 0).
+#include <filesystem>
 #include <optional>
+#include <string>
 
 #include "ferry/common/rng.h"
+#include "ferry/common/temp_dir.h"
 #include "rpc_test_util.h"
 #include "test_seed.h"
 
@@ -25,11 +28,27 @@ constexpr uint16_t kRegGet = 13;     // u32 key (+ 8 ignored bytes) -> register[
 constexpr uint32_t kKeysPerSession = 3;
 constexpr uint32_t kLogCapacity = 120;
 
-std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ferry-rpc-test-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+// This process's own new directory (a pid-named one could hold a dead
+// process's files, which map_pm would open), removed after the last test.
+const std::string& temp_dir() {
+  static const std::string dir = [] {
+    auto d = make_temp_dir("ferry-rpc-test");
+    if (!d.ok()) ADD_FAILURE() << d.status().to_string();
+    return d.ok() ? std::move(d).value() : std::string();
+  }();
+  return dir;
 }
+
+class TempDirCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(temp_dir(), ignored);
+  }
+};
+::testing::Environment* const kTempDirCleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
+
+std::string temp_path(const std::string& name) { return temp_dir() + "/" + name; }
 
 // The service's own durable state, in a PM region of the server host:
 // registers (one 64 B line each) and append logs (count + tokens).
