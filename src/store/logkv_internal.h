@@ -55,6 +55,18 @@ struct IndexEntry {
 struct Partition {
   mutable Mutex mu;
   std::unordered_map<std::string, IndexEntry> map;  // table id (8 bytes) + key
+  // Keys whose last append failed after its entry was in the log
+  // (ReplicatedLog's `written`): the log may hold what the index does not
+  // (a failed PUT's object, a failed DELETE's tombstone), which the next
+  // appends replicate and a recovery would replay. Settled before the key's
+  // next write and by every cleaner pass (Server::Impl::settle_locked).
+  struct InDoubt {
+    uint64_t table_id = 0;
+    std::vector<uint8_t> key;
+    uint64_t version = 0;     // the highest version an in-doubt object or tombstone names
+    uint64_t segment_id = 0;  // where that entry is
+  };
+  std::map<std::string, InDoubt> in_doubt;
 };
 
 std::string index_key(uint64_t table_id, std::span<const uint8_t> key);
@@ -234,7 +246,7 @@ struct Server::Impl {
   struct Counters {
     std::atomic<uint64_t> puts{0}, gets{0}, removes{0}, conditional_failures{0}, wrong_server{0},
         replication_failures{0}, segments_cleaned{0}, objects_relocated{0}, tombstones_relocated{0},
-        tombstones_dropped{0}, objects_recovered{0};
+        tombstones_dropped{0}, objects_recovered{0}, keys_settled{0};
   } counters;
 
   uint32_t client_workers() const { return options.workers; }
@@ -260,6 +272,15 @@ struct Server::Impl {
   Result<detail::IndexEntry> append_and_index(detail::Partition& p, const std::string& ikey, uint64_t table_id,
                                               uint64_t version, std::span<const uint8_t> key,
                                               std::span<const uint8_t> value, bool tombstone_replaced = false);
+  // After a failed append whose entry is in the log (written.bytes != 0).
+  static void note_in_doubt(detail::Partition& p, const std::string& ikey, uint64_t table_id,
+                            std::span<const uint8_t> key, uint64_t version, const tailwind::LogPosition& written);
+  // Makes the log say what the index says for a key in doubt, with one more
+  // append: the indexed object again at a new version (above every version
+  // the log names for the key), or, with nothing indexed, a tombstone for the
+  // in-doubt version. The partition's lock must be held.
+  Status settle_locked(detail::Partition& p, const std::string& ikey);
+  Status settle_all();
   Result<CleanResult> clean();
   void bump_version(uint64_t above);
 };

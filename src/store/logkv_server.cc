@@ -1,11 +1,15 @@
 // A LogKv storage server: the request handlers over the hash index and the
 // replicated log, and the log cleaner.
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "ferry/common/checksum.h"
 #include "ferry/tailwind/format.h"
@@ -73,9 +77,15 @@ Result<detail::IndexEntry> Server::Impl::append_and_index(detail::Partition& p, 
                                                           bool tombstone_replaced) {
   auto old = p.map.find(ikey);
   const bool replaces = tombstone_replaced && old != p.map.end();
-  FERRY_ASSIGN_OR_RETURN(auto pos, replaces ? log->append_object_replacing(table_id, version, key, value,
-                                                                           old->second.version, old->second.segment_id)
-                                            : log->append_object(table_id, version, key, value));
+  tailwind::LogPosition written;
+  auto appended = replaces ? log->append_object_replacing(table_id, version, key, value, old->second.version,
+                                                          old->second.segment_id, &written)
+                           : log->append_object(table_id, version, key, value, &written);
+  if (!appended.ok()) {
+    note_in_doubt(p, ikey, table_id, key, version, written);
+    return appended.status();
+  }
+  const tailwind::LogPosition pos = *appended;
   // The tombstone after the object is not counted live: the segment's
   // liveness, which picks the cleaner's victims, is its objects' (and
   // deletes'); a cleaned segment carries the tombstone on while the old
@@ -96,6 +106,58 @@ Result<detail::IndexEntry> Server::Impl::append_and_index(detail::Partition& p, 
   return e;
 }
 
+void Server::Impl::note_in_doubt(detail::Partition& p, const std::string& ikey, uint64_t table_id,
+                                 std::span<const uint8_t> key, uint64_t version, const tailwind::LogPosition& written) {
+  if (written.bytes == 0) return;  // nothing reached the log
+  detail::Partition::InDoubt& d = p.in_doubt[ikey];
+  d.table_id = table_id;
+  d.key.assign(key.begin(), key.end());
+  if (version >= d.version) {
+    d.version = version;
+    d.segment_id = written.segment_id;
+  }
+}
+
+Status Server::Impl::settle_locked(detail::Partition& p, const std::string& ikey) {
+  auto doubt = p.in_doubt.find(ikey);
+  if (doubt == p.in_doubt.end()) return ok_status();
+  const detail::Partition::InDoubt d = doubt->second;
+  auto it = p.map.find(ikey);
+  if (it != p.map.end()) {
+    // The newest version wins a replay: the indexed value again, above
+    // whatever the failed append wrote (its tombstone for the old version
+    // rides along, as a PUT's does).
+    const detail::IndexEntry e = it->second;
+    const std::span<const uint8_t> seg = log->segment(e.segment_id);
+    const std::vector<uint8_t> value(seg.begin() + e.value_offset, seg.begin() + e.value_offset + e.value_bytes);
+    const uint64_t version = next_version.fetch_add(1);
+    FERRY_RETURN_IF_ERROR(
+        append_and_index(p, ikey, d.table_id, version, d.key, value, /*tombstone_replaced=*/true).status());
+  } else {
+    tailwind::LogPosition written;
+    auto pos = log->append_tombstone(d.table_id, d.version, d.segment_id, d.key, &written);
+    if (!pos.ok()) {
+      note_in_doubt(p, ikey, d.table_id, d.key, d.version, written);
+      return pos.status();
+    }
+    add_live(pos->segment_id, static_cast<int64_t>(pos->bytes));  // as a DELETE's tombstone
+  }
+  p.in_doubt.erase(ikey);
+  ++counters.keys_settled;
+  return ok_status();
+}
+
+Status Server::Impl::settle_all() {
+  for (const auto& part : partitions) {
+    std::lock_guard lk(part->mu);
+    while (!part->in_doubt.empty()) {
+      const std::string ikey = part->in_doubt.begin()->first;
+      FERRY_RETURN_IF_ERROR(settle_locked(*part, ikey));
+    }
+  }
+  return ok_status();
+}
+
 Status Server::Impl::register_handlers() {
   Impl* s = this;
   FERRY_RETURN_IF_ERROR(rpc->register_handler(kLogKvPut, {"logkv-put", false}, [s](const rpc::Request& r,
@@ -111,6 +173,11 @@ Status Server::Impl::register_handlers() {
     detail::Partition& p = s->partition(hash);
     const std::string ikey = detail::index_key(q.header.table_id, q.key);
     std::lock_guard lk(p.mu);
+    if (const Status settled = s->settle_locked(p, ikey); !settled.ok()) {
+      ++s->counters.replication_failures;
+      s->note_append_failure(settled);
+      return out.set_status(kUnavailable);
+    }
     auto it = p.map.find(ikey);
     const uint64_t current = it == p.map.end() ? 0 : it->second.version;
     if ((q.header.flags & detail::kConditional) != 0 && current != q.header.expected_version) {
@@ -161,8 +228,14 @@ Status Server::Impl::register_handlers() {
       return out.set_status(kWrongServer);
     }
     detail::Partition& p = s->partition(hash);
+    const std::string ikey = detail::index_key(q.header.table_id, q.key);
     std::lock_guard lk(p.mu);
-    auto it = p.map.find(detail::index_key(q.header.table_id, q.key));
+    if (const Status settled = s->settle_locked(p, ikey); !settled.ok()) {
+      ++s->counters.replication_failures;
+      s->note_append_failure(settled);
+      return out.set_status(kUnavailable);
+    }
+    auto it = p.map.find(ikey);
     const uint64_t current = it == p.map.end() ? 0 : it->second.version;
     if ((q.header.flags & detail::kConditional) != 0 && current != q.header.expected_version) {
       ++s->counters.conditional_failures;
@@ -171,8 +244,11 @@ Status Server::Impl::register_handlers() {
     }
     if (it == p.map.end()) return out.set_status(kNotFound);
     const detail::IndexEntry old = it->second;
-    auto pos = s->log->append_tombstone(q.header.table_id, old.version, old.segment_id, q.key);
+    tailwind::LogPosition written;
+    auto pos = s->log->append_tombstone(q.header.table_id, old.version, old.segment_id, q.key, &written);
     if (!pos.ok()) {
+      // The tombstone may be in the log while the index keeps the object.
+      note_in_doubt(p, ikey, q.header.table_id, q.key, old.version, written);
       ++s->counters.replication_failures;
       s->note_append_failure(pos.status());
       return out.set_status(kUnavailable);
@@ -180,7 +256,7 @@ Status Server::Impl::register_handlers() {
     // The tombstone stays live until the cleaner finds its object's segment gone.
     s->add_live(pos->segment_id, static_cast<int64_t>(pos->bytes));
     s->add_live(old.segment_id, -static_cast<int64_t>(old.bytes));
-    p.map.erase(it);
+    p.map.erase(ikey);
     put_u64(out, old.version);
     out.set_status(kOk);
   }));
@@ -191,6 +267,9 @@ Status Server::Impl::register_handlers() {
 // are below clean_below of the segment size is compacted.
 Result<CleanResult> Server::Impl::clean() {
   std::lock_guard cl(clean_mu);
+  // Keys in doubt are settled first: the log then says what the index says,
+  // so what the pass drops as dead is dead for a recovery too.
+  FERRY_RETURN_IF_ERROR(settle_all());
   CleanResult result;
   const uint64_t open = log->open_segment_id();
   std::vector<uint64_t> victims;
@@ -297,6 +376,7 @@ ServerCounters Server::counters() const {
   out.tombstones_relocated = c.tombstones_relocated;
   out.tombstones_dropped = c.tombstones_dropped;
   out.objects_recovered = c.objects_recovered;
+  out.keys_settled = c.keys_settled;
   for (const auto& p : impl_->partitions) {
     std::lock_guard lk(p->mu);
     out.objects += p->map.size();
@@ -340,6 +420,128 @@ std::vector<std::tuple<std::vector<uint8_t>, uint64_t, std::vector<uint8_t>>> Se
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+Status Server::settle() {
+  if (!impl_->alive) return unavailable(impl_->name + " has crashed");
+  return impl_->settle_all();
+}
+
+size_t Server::in_doubt() const {
+  size_t n = 0;
+  for (const auto& p : impl_->partitions) {
+    std::lock_guard lk(p->mu);
+    n += p->in_doubt.size();
+  }
+  return n;
+}
+
+Status Server::verify_index() const {
+  if (!impl_->alive) return unavailable(impl_->name + " has crashed");
+  Impl& s = *impl_;
+  std::lock_guard cl(s.clean_mu);
+  std::vector<std::unique_lock<Mutex>> held;
+  for (const auto& p : s.partitions) held.emplace_back(p->mu);
+  const std::string who = s.name + ": ";
+  auto key_text = [](std::string_view ikey) {
+    uint64_t t = 0;
+    std::memcpy(&t, ikey.data(), sizeof t);
+    std::string key(ikey.substr(8));
+    for (char& c : key) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+    return "table " + std::to_string(t) + " key '" + key + "'";
+  };
+
+  // What a recovery would rebuild from this log, and each segment's bytes.
+  const std::vector<uint64_t> ids = s.log->segment_ids();
+  std::unordered_map<std::string, detail::Replayed> replayed;
+  std::map<uint64_t, uint64_t> tombstone_bytes;
+  struct Object {
+    std::string ikey;
+    uint64_t version, value_offset, value_bytes, bytes;
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Object> objects;  // (segment, offset) -> the object there
+  for (uint64_t id : ids) {
+    const std::span<const uint8_t> seg = s.log->segment(id);
+    const Status st = tailwind::for_each_entry(seg, [&](const tailwind::Entry& e) {
+      if (e.type != tailwind::EntryType::kObject && e.type != tailwind::EntryType::kTombstone) return;
+      const std::string ikey = detail::index_key(e.table_id, e.key);
+      detail::Replayed& r = replayed[ikey];
+      if (e.type == tailwind::EntryType::kTombstone) {
+        r.tombstone_version = std::max(r.tombstone_version, e.version);
+        tombstone_bytes[id] += tailwind::tombstone_append_bytes(e.key.size());
+      } else {
+        r.object_version = std::max(r.object_version, e.version);
+        objects[{id, e.offset}] = {ikey, e.version, static_cast<uint64_t>(e.value.data() - seg.data()), e.value.size(),
+                                   tailwind::object_append_bytes(e.key.size(), e.value.size())};
+      }
+    });
+    if (!st.ok()) return internal_error(who + "segment " + std::to_string(id) + " does not parse: " + st.message());
+  }
+
+  // A key in doubt (a failed append's entry in the log) is compared once
+  // settled: at its next write or the next cleaner pass (settle()).
+  auto in_doubt = [&](const std::string& ikey) {
+    for (const auto& p : s.partitions) {
+      if (p->in_doubt.count(ikey) != 0) return true;
+    }
+    return false;
+  };
+  std::map<uint64_t, uint64_t> index_bytes;
+  size_t indexed = 0;
+  for (const auto& p : s.partitions) {
+    for (const auto& [ikey, e] : p->map) {
+      ++indexed;
+      const std::string what = who + key_text(ikey) + " v" + std::to_string(e.version) + " at segment " +
+                               std::to_string(e.segment_id) + " offset " + std::to_string(e.offset);
+      if (!std::binary_search(ids.begin(), ids.end(), e.segment_id)) return internal_error(what + ": no such segment");
+      const std::span<const uint8_t> seg = s.log->segment(e.segment_id);
+      if (e.offset + e.bytes > seg.size()) return internal_error(what + ": past the segment's valid bytes");
+      auto at = objects.find({e.segment_id, e.offset});
+      if (at == objects.end() || at->second.ikey != ikey || at->second.version != e.version ||
+          at->second.value_offset != e.value_offset || at->second.value_bytes != e.value_bytes ||
+          at->second.bytes != e.bytes) {
+        return internal_error(what + ": the log holds no such object there");
+      }
+      auto r = replayed.find(ikey);
+      if (in_doubt(ikey)) {
+        // compared once settled
+      } else if (r == replayed.end() || !r->second.live() || r->second.object_version != e.version) {
+        return internal_error(what + ": a recovery from this log would " +
+                              (r == replayed.end() || !r->second.live()
+                                   ? std::string("not have the key")
+                                   : "give v" + std::to_string(r->second.object_version)));
+      }
+      if (e.version >= s.next_version.load()) return internal_error(what + ": above the next version to assign");
+      index_bytes[e.segment_id] += e.bytes;
+    }
+  }
+  for (const auto& [ikey, r] : replayed) {
+    if (!r.live() || in_doubt(ikey)) continue;
+    bool in_index = false;
+    for (const auto& p : s.partitions) in_index = in_index || p->map.count(ikey) != 0;
+    if (!in_index) {
+      return internal_error(who + key_text(ikey) + ": a recovery from this log would bring back v" +
+                            std::to_string(r.object_version) + ", which the index does not hold");
+    }
+  }
+
+  std::lock_guard lk(s.live_mu);
+  for (const auto& [id, bytes] : s.live) {
+    if (!std::binary_search(ids.begin(), ids.end(), id)) {
+      return internal_error(who + "live bytes counted for segment " + std::to_string(id) + ", not in the log");
+    }
+  }
+  for (uint64_t id : ids) {
+    auto it = s.live.find(id);
+    const int64_t counted = it == s.live.end() ? 0 : it->second;
+    const int64_t objects = static_cast<int64_t>(index_bytes[id]);
+    if (counted < objects || counted > objects + static_cast<int64_t>(tombstone_bytes[id])) {
+      return internal_error(who + "segment " + std::to_string(id) + " counts " + std::to_string(counted) +
+                            " live bytes; its index entries take " + std::to_string(objects) + " and its tombstones " +
+                            std::to_string(tombstone_bytes[id]));
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace ferry::store::logkv

@@ -531,7 +531,7 @@ struct ReplicatedLog::Impl {
 
   using AppendFn = std::function<Result<SegmentWriter::Appended>(SegmentWriter&)>;
 
-  Result<LogPosition> append(const AppendFn& write_entry) {
+  Result<LogPosition> append(const AppendFn& write_entry, LogPosition* written) {
     std::unique_lock lock(mu);
     wait_roll_locked(lock);
     if (fenced) return fenced_error();
@@ -555,6 +555,7 @@ struct ReplicatedLog::Impl {
     ++counters.appends;
     counters.bytes += appended->bytes;
     const LogPosition position{s.id, appended->offset, appended->bytes};
+    if (written != nullptr) *written = position;
     while (true) {
       wait_replicated_locked(s, end, lock);
       if (fenced) return fenced_error();
@@ -617,32 +618,37 @@ Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std:
 }
 
 Result<LogPosition> ReplicatedLog::append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
-                                                 std::span<const uint8_t> value) {
-  return impl_->append([&](SegmentWriter& w) { return w.append_object(table_id, version, key, value); });
+                                                 std::span<const uint8_t> value, LogPosition* written) {
+  return impl_->append([&](SegmentWriter& w) { return w.append_object(table_id, version, key, value); }, written);
 }
 
 Result<LogPosition> ReplicatedLog::append_object_replacing(uint64_t table_id, uint64_t version,
                                                            std::span<const uint8_t> key, std::span<const uint8_t> value,
-                                                           uint64_t replaced_version, uint64_t replaced_segment) {
+                                                           uint64_t replaced_version, uint64_t replaced_segment,
+                                                           LogPosition* written) {
   size_t object_bytes = 0;
-  auto position = impl_->append([&](SegmentWriter& w) -> Result<SegmentWriter::Appended> {
-    // Both or neither: the object alone in a full segment would be left
-    // behind, unacknowledged, when the append moves to the next one.
-    const size_t need = 2 * (kEntryHeaderBytes + key.size() + kChecksumEntryBytes) + kObjectFixedBytes + value.size() +
-                        kTombstoneFixedBytes;
-    if (need > w.capacity() - w.offset()) return resource_exhausted("segment full");
-    FERRY_ASSIGN_OR_RETURN(auto object, w.append_object(table_id, version, key, value));
-    FERRY_ASSIGN_OR_RETURN(auto tombstone, w.append_tombstone(table_id, replaced_version, replaced_segment, key));
-    object_bytes = object.bytes;
-    return SegmentWriter::Appended{object.offset, object.bytes + tombstone.bytes, tombstone.checksum};
-  });
+  auto position = impl_->append(
+      [&](SegmentWriter& w) -> Result<SegmentWriter::Appended> {
+        // Both or neither: the object alone in a full segment would be left
+        // behind, unacknowledged, when the append moves to the next one.
+        const size_t need = 2 * (kEntryHeaderBytes + key.size() + kChecksumEntryBytes) + kObjectFixedBytes +
+                            value.size() + kTombstoneFixedBytes;
+        if (need > w.capacity() - w.offset()) return resource_exhausted("segment full");
+        FERRY_ASSIGN_OR_RETURN(auto object, w.append_object(table_id, version, key, value));
+        FERRY_ASSIGN_OR_RETURN(auto tombstone, w.append_tombstone(table_id, replaced_version, replaced_segment, key));
+        object_bytes = object.bytes;
+        return SegmentWriter::Appended{object.offset, object.bytes + tombstone.bytes, tombstone.checksum};
+      },
+      written);
   if (position.ok()) position->bytes = object_bytes;
+  if (written != nullptr && written->bytes != 0) written->bytes = object_bytes;
   return position;
 }
 
 Result<LogPosition> ReplicatedLog::append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
-                                                    std::span<const uint8_t> key) {
-  return impl_->append([&](SegmentWriter& w) { return w.append_tombstone(table_id, version, object_segment_id, key); });
+                                                    std::span<const uint8_t> key, LogPosition* written) {
+  return impl_->append([&](SegmentWriter& w) { return w.append_tombstone(table_id, version, object_segment_id, key); },
+                       written);
 }
 
 Status ReplicatedLog::close_open_segment() {

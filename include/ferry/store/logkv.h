@@ -136,6 +136,7 @@ struct ServerCounters {
   uint64_t tombstones_relocated = 0;
   uint64_t tombstones_dropped = 0;   // their object's segment was freed
   uint64_t objects_recovered = 0;    // replayed into this server by recovery
+  uint64_t keys_settled = 0;         // keys a failed append left in doubt, settled (Server::in_doubt)
 };
 
 // What recovery reports as it goes (segments replayed of those found).
@@ -268,6 +269,26 @@ class Server {
   Result<std::pair<uint64_t, std::vector<uint8_t>>> lookup(uint64_t table_id, std::span<const uint8_t> key) const;
   // Every live object of a table here, as (key, version, value).
   std::vector<std::tuple<std::vector<uint8_t>, uint64_t, std::vector<uint8_t>>> dump(uint64_t table_id) const;
+  // Keys whose last append failed after its entry reached the log (a
+  // failed PUT's object, a failed DELETE's tombstone: replicated by the next
+  // appends, replayed by a recovery, yet not in the index). Each is settled
+  // before its key's next write and by every cleaner pass: one more append
+  // makes the log say what the index says (the indexed object again at a new
+  // version, or a tombstone for the failed one). settle() does it now.
+  size_t in_doubt() const;
+  Status settle();
+  // Checks the index against the log, as a quiescent server must pass it
+  // (the simulator calls it; it takes every lock, so it never sees an append
+  // half done): every index entry names an object of its table, key and
+  // version within the valid bytes of a segment still in the log; what a
+  // recovery would rebuild from this log (per key the newest object unless
+  // a tombstone at or above its version kills it) is exactly the index, so
+  // nothing the index dropped can come back and nothing it holds is missing;
+  // and each segment's live-byte count is its index entries' bytes plus at
+  // most its tombstones', for segments in the log only. Keys in doubt are
+  // left out until settled. kInternal naming the first mismatch;
+  // kUnavailable on a crashed server.
+  Status verify_index() const;
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -184,10 +184,16 @@ class ReplicatedLog {
   // refused it: its primary was declared failed and the log recovered
   // elsewhere); every later append fails so too, and the caller must stop
   // serving what the log holds.
+  //
+  // `written`, when given, is set (bytes != 0) once the entry is in the open
+  // segment, before it is replicated: an append that fails after that point
+  // (a repair or a version report that failed) leaves the entry in the log,
+  // where the next appends replicate it and a recovery replays it. The
+  // caller must then treat the entry as in doubt, neither applied nor not.
   Result<LogPosition> append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
-                                    std::span<const uint8_t> value);
+                                    std::span<const uint8_t> value, LogPosition* written = nullptr);
   Result<LogPosition> append_tombstone(uint64_t table_id, uint64_t version, uint64_t object_segment_id,
-                                       std::span<const uint8_t> key);
+                                       std::span<const uint8_t> key, LogPosition* written = nullptr);
   // An overwrite, as RAMCloud writes one: the new object and, right after it
   // in the same append (one replication), a tombstone for the version it
   // replaces (`replaced_version`, which lives in `replaced_segment`). The
@@ -198,7 +204,7 @@ class ReplicatedLog {
   // (and its bytes) is the object's.
   Result<LogPosition> append_object_replacing(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
                                               std::span<const uint8_t> value, uint64_t replaced_version,
-                                              uint64_t replaced_segment);
+                                              uint64_t replaced_segment, LogPosition* written = nullptr);
 
   // Closes the open segment on its backups (the next append opens another).
   Status close_open_segment();
