@@ -99,6 +99,7 @@ class Run {
   void check_history();
   void check_replicas();
   void check_index(const char* when);
+  void check_buffers();
   void check_versions();
   // Drives the scheduler until `done`; a deadlock or the step budget fails "live".
   bool drive(const std::function<bool()>& done, const std::string& what);
@@ -483,6 +484,7 @@ bool Run::finale() {
     cluster_->stop_cleaner();
     read_all();
     check_index("after the workload");
+    check_buffers();
     const std::vector<uint32_t> up = live();
     if (ok() && up.size() >= kReplicas + 2) {
       auto cleaned = cluster_->clean();
@@ -501,6 +503,7 @@ bool Run::finale() {
         if (recover(victim)) {
           read_all();
           check_index("after the finale's recovery");
+          check_buffers();
         }
       }
     }
@@ -567,6 +570,64 @@ void Run::check_index(const char* when) {
   }
   world_.event(std::string("index matches log ") + when + " on " + std::to_string(servers) + " servers (" +
                std::to_string(settled) + " keys in doubt settled)");
+}
+
+// At quiescence, every replica a live backup holds is accounted for: a
+// segment its live log counts on that backup, or one the log still means to
+// free there (an orphan). A crashed log's replicas were freed by its
+// recovery. Anything else is a backup buffer (or stored segment) leaked for
+// good. And no backup holds more closed-but-unflushed buffers than its
+// limit.
+void Run::check_buffers() {
+  if (!ok()) return;
+  size_t held = 0;
+  for (uint32_t j : live()) {
+    tailwind::Backup& backup = cluster_->server(j).backup();
+    const tailwind::BackupCounters bc = backup.counters();
+    if (bc.closed_unflushed > bc.max_open_buffers) {
+      return fail("buffers-accounted", "server " + std::to_string(j) + "'s backup holds " +
+                                           std::to_string(bc.closed_unflushed) + " closed unflushed buffers, above " +
+                                           std::to_string(bc.max_open_buffers));
+    }
+    for (uint32_t i = 0; i < cluster_->servers(); ++i) {
+      if (i == j) continue;
+      const std::vector<tailwind::ReplicaInfo> replicas = backup.find(i + 1);
+      held += replicas.size();
+      if (replicas.empty()) continue;
+      std::string why;
+      if (!cluster_->alive(i)) {
+        why = "server " + std::to_string(i) + " crashed and its log was recovered (segments";
+        for (const tailwind::ReplicaInfo& r : replicas) {
+          why += " " + std::to_string(r.segment_id) + (r.closed ? " closed" : " open");
+        }
+        why += ")";
+      } else {
+        logkv::Server& owner = cluster_->server(i);
+        const std::vector<uint32_t> to = owner.backup_servers();
+        const size_t b = static_cast<size_t>(std::find(to.begin(), to.end(), j) - to.begin());
+        const std::vector<uint64_t> ids = owner.log().segment_ids();
+        const auto orphans = owner.log().orphans();
+        for (const tailwind::ReplicaInfo& r : replicas) {
+          const bool counted = std::binary_search(ids.begin(), ids.end(), r.segment_id) && [&] {
+            const auto at = owner.log().replicas_of(r.segment_id);
+            return std::find(at.begin(), at.end(), b) != at.end();
+          }();
+          const bool orphan =
+              std::find(orphans.begin(), orphans.end(), std::make_pair(b, r.segment_id)) != orphans.end();
+          if (!counted && !orphan) {
+            why = "server " + std::to_string(i) + "'s log neither counts segment " + std::to_string(r.segment_id) +
+                  " there nor will free it";
+            break;
+          }
+        }
+        if (why.empty()) continue;
+      }
+      return fail("buffers-accounted", "server " + std::to_string(j) + "'s backup holds " +
+                                           std::to_string(replicas.size()) + " replica(s) of log " +
+                                           std::to_string(i + 1) + ": " + why);
+    }
+  }
+  world_.event("buffers accounted: " + std::to_string(held) + " replicas held on live backups");
 }
 
 // Per key, an acknowledged PUT that began after another ended got a higher

@@ -425,14 +425,16 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
     std::unique_lock lk(m.own_mu);
     m.owned.insert(tablet);
   }
-  // The crashed log's replicas are no longer needed: freed on record first,
+  // The crashed log's replicas are no longer needed -- every one found, the
+  // ignored ones too (a segment opened but never reported, a stale copy),
+  // or they hold their backups' buffers for good: freed on record first,
   // so a copy a free does not reach is never replayed.
   {
     std::lock_guard lk(c.coordinator.mu);
-    for (const auto& seg : segments) c.coordinator.min_versions[dead.log_id][seg.segment_id] = tailwind::kFreedSegment;
+    for (uint64_t id : result.log.segments_found) c.coordinator.min_versions[dead.log_id][id] = tailwind::kFreedSegment;
   }
-  for (const auto& seg : segments) {
-    for (auto* l : raw) (void)l->free(seg.segment_id);
+  for (uint64_t id : result.log.segments_found) {
+    for (auto* l : raw) (void)l->free(id);
   }
   result.elapsed_ns = c.runtime->clock().now_ns() - t0;
   return result;

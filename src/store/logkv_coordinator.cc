@@ -367,14 +367,15 @@ Status CoordinatorService::Impl::recover(uint32_t dead) {
     std::lock_guard lk(mu);
     for (const auto& [tablet, owner] : moves) tables[tablet.first - 1].owners[tablet.second] = owner;
   }
-  // The crashed log's replicas are no longer needed: freed on record first,
-  // so a copy a free does not reach is never replayed.
+  // The crashed log's replicas are no longer needed -- every one found, the
+  // ignored ones too, or they hold their backups' buffers for good: freed on
+  // record first, so a copy a free does not reach is never replayed.
   {
     std::lock_guard lk(mu);
-    for (const auto& seg : segments) min_versions[dead_log][seg.segment_id] = tailwind::kFreedSegment;
+    for (uint64_t id : report.segments_found) min_versions[dead_log][id] = tailwind::kFreedSegment;
   }
-  for (const auto& seg : segments) {
-    for (auto* l : raw) (void)l->free(seg.segment_id);
+  for (uint64_t id : report.segments_found) {
+    for (auto* l : raw) (void)l->free(id);
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   event("event=recovered server=" + std::to_string(dead) + " segments=" + std::to_string(segments.size()) +

@@ -32,6 +32,7 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       by_segment[r.segment_id].push_back({b, r});
     }
   }
+  for (const auto& [segment_id, candidates] : by_segment) rep.segments_found.push_back(segment_id);
   // Completeness: every segment the coordinator lists (the log reported it
   // before its first append) and that is not freed must be found. A backup
   // that did not answer may hold the only replicas of one: recovery waits

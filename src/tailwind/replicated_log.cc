@@ -721,6 +721,13 @@ Status ReplicatedLog::free_segment(uint64_t segment_id) {
   return ok_status();
 }
 
+std::vector<std::pair<size_t, uint64_t>> ReplicatedLog::orphans() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<std::pair<size_t, uint64_t>> out;
+  for (const auto& [where, in_flight] : impl_->orphans) out.push_back(where);
+  return out;
+}
+
 std::span<const uint8_t> ReplicatedLog::segment(uint64_t segment_id) const {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->segments.find(segment_id);

@@ -228,6 +228,10 @@ class ReplicatedLog {
   // Backups (indices into the create() list) holding replicas of a segment.
   std::vector<size_t> replicas_of(uint64_t segment_id) const;
   uint64_t replica_version(uint64_t segment_id) const;
+  // Replicas dropped from a backup that could not be freed then (it was
+  // declared failed, or a free did not get through), as (backup index,
+  // segment): each roll sends their frees again until they land.
+  std::vector<std::pair<size_t, uint64_t>> orphans() const;
   // A backup fenced this log (see append); for good.
   bool fenced() const;
   LogCounters counters() const;
@@ -284,6 +288,10 @@ struct RecoveryReport {
   uint64_t bytes = 0;
   uint64_t backups_unreachable = 0;
   uint64_t unlisted_ignored = 0;   // replicas of segments the coordinator never heard of (nothing appended)
+  // Every segment a replica was found of, used or ignored: once the
+  // recovery is done, all of them are garbage and must be freed, or the
+  // ignored ones hold their backups' buffers for good.
+  std::vector<uint64_t> segments_found;
 };
 Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
                                                   const std::optional<std::map<uint64_t, uint64_t>>& record,
