@@ -100,6 +100,8 @@ class Run {
   void check_replicas();
   void check_index(const char* when);
   void check_buffers();
+  void coordinator_outage(uint64_t ms);
+  void wait_for_coordinator();
   void check_versions();
   // Drives the scheduler until `done`; a deadlock or the step budget fails "live".
   bool drive(const std::function<bool()>& done, const std::string& what);
@@ -126,6 +128,8 @@ class Run {
   // server to crash and recover (it needs r + 2 live).
   uint32_t max_lost_ = kServers - (kReplicas + 1);
   std::vector<uint64_t> slow_until_;  // per server: its cores run rarely until then (0: normal)
+  uint64_t coordinator_back_at_ = 0;  // the coordinator is unreachable until then (0: reachable)
+  uint32_t outages_ = 0;              // outage fibers spawned (names them)
   uint64_t next_value_id_ = 1;
   uint64_t cold_percent_ = 0;  // of operations: a PUT of a new cold key (by seed: 0, 25 or 50)
   uint64_t next_cold_ = 0;
@@ -316,6 +320,7 @@ void Run::client(uint32_t c, uint32_t generation) {
 }
 
 bool Run::recover(uint32_t server) {
+  wait_for_coordinator();
   auto rec = cluster_->recover_server(server);
   if (!rec.ok()) {
     fail("recovers", "recovering server " + std::to_string(server) + ": " + rec.status().to_string());
@@ -423,14 +428,7 @@ void Run::control() {
         rt_.set_host_weight("server-" + std::to_string(slow), 0.05);
         world_.event("server " + std::to_string(slow) + " slow");
       }
-      if (world_.strike(FaultKind::kMembershipDown)) {
-        const uint64_t ms = 5 + world_.fault_below(50);
-        world_.event("the coordinator is unreachable for " + std::to_string(ms) + " ms");
-        cluster_->set_coordinator_down(true);
-        rt_.sleep_for_ns(ms * kMs);
-        cluster_->set_coordinator_down(false);
-        world_.event("the coordinator is back");
-      }
+      if (world_.strike(FaultKind::kMembershipDown)) coordinator_outage(5 + world_.fault_below(50));
       if (world_.strike(FaultKind::kClientCrash)) {
         const uint32_t c = static_cast<uint32_t>(world_.fault_below(kClients));
         rt_.cancel(client_fiber_[c]);  // it notices at its next wait, mid-call
@@ -438,8 +436,40 @@ void Run::control() {
       }
     }
   }
+  wait_for_coordinator();
   for (uint32_t s = 0; s < kServers; ++s) rt_.set_host_weight("server-" + std::to_string(s), 1.0);
   control_done_ = true;
+}
+
+// The coordinator is unreachable for `ms` (longer if an outage is on). The
+// control fiber goes on meanwhile, so the faults that follow overlap it: a
+// backup declared failed, whose repairs cannot report their versions, a
+// crash, a partition. Only recoveries wait for it (a recovery is the
+// coordinator's own work).
+void Run::coordinator_outage(uint64_t ms) {
+  const uint64_t until = world_.now() + ms * kMs;
+  world_.event("the coordinator is unreachable for " + std::to_string(ms) + " ms" +
+               (coordinator_back_at_ != 0 ? " (an outage is on)" : ""));
+  coordinator_back_at_ = std::max(coordinator_back_at_, until);
+  cluster_->set_coordinator_down(true);
+  threads_.push_back(rt_.spawn("outage-" + std::to_string(outages_++), "control", [this, until] {
+    if (world_.now() < until) rt_.sleep_for_ns(until - world_.now());
+    if (coordinator_back_at_ != until) return;  // a later outage ends later
+    cluster_->set_coordinator_down(false);
+    coordinator_back_at_ = 0;
+    world_.event("the coordinator is back");
+  }));
+}
+
+void Run::wait_for_coordinator() {
+  while (coordinator_back_at_ != 0 && ok()) {
+    const uint64_t now = world_.now();
+    if (now < coordinator_back_at_) {
+      rt_.sleep_for_ns(coordinator_back_at_ - now);
+    } else {
+      rt_.idle();  // the outage's fiber is due: let it run
+    }
+  }
 }
 
 // After the faults: a fresh client reads every key; these reads come last,
