@@ -27,8 +27,7 @@ struct EngineWork {
 };
 
 // The kernel thread id of process `pid`'s engine thread (by its name,
-// nic::kEngineThreadName), or 0
-// if it has none or several.
+// nic::kEngineThreadName), or 0 if it has none or several.
 int find_engine_thread(pid_t pid);
 
 // b - a, field by field (b sampled after a).

@@ -1,7 +1,7 @@
 // The pieces of a `ferry bench nic` point that the in-process sweep
 // (nic_bench.cc), the UDP transport (nic_bench_udp.cc) and the per-QP
 // points (nic_qp_scale.cc) share: what a point runs on (Link), runs
-// (run_point) and reports (row_json, engine_fields_json), and the
+// (run_point) and reports (row_json, add_engine_fields), and the
 // in-process testbed. Internal to those files.
 #pragma once
 

@@ -177,12 +177,7 @@ Result<std::unordered_map<std::string, Replayed>> replay(
       Replayed& r = objects[index_key(e.table_id, e.key)];
       r.table_id = e.table_id;
       if (r.key.empty() && !e.key.empty()) r.key.assign(e.key.begin(), e.key.end());
-      if (e.type == tailwind::EntryType::kTombstone) {
-        r.tombstone_version = std::max(r.tombstone_version, e.version);
-      } else if (e.version > r.object_version) {
-        r.object_version = e.version;
-        r.value.assign(e.value.begin(), e.value.end());
-      }
+      if (r.fold(e)) r.value.assign(e.value.begin(), e.value.end());
     });
     if (!st.ok()) {
       return Status(st.code(), "logkv: replaying segment " + std::to_string(seg.segment_id) + ": " + st.message());

@@ -2,6 +2,7 @@
 // index and ownership, the cluster's coordinator state.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -199,6 +200,17 @@ struct Replayed {
   uint64_t tombstone_version = 0;
   std::vector<uint8_t> key, value;
   bool live() const { return object_version != 0 && object_version > tombstone_version; }
+  // Folds one object or tombstone of the key in (the rule every replay and
+  // verify_index use); true if `e` is now the key's newest object.
+  bool fold(const tailwind::Entry& e) {
+    if (e.type == tailwind::EntryType::kTombstone) {
+      tombstone_version = std::max(tombstone_version, e.version);
+      return false;
+    }
+    if (e.version <= object_version) return false;
+    object_version = e.version;
+    return true;
+  }
 };
 // Replays `segments` keeping the entries of tablets in `moves` (tablet_counts
 // gives each table's tablet count); calls `progress` after each segment.

@@ -465,12 +465,10 @@ Status Server::verify_index() const {
     const Status st = tailwind::for_each_entry(seg, [&](const tailwind::Entry& e) {
       if (e.type != tailwind::EntryType::kObject && e.type != tailwind::EntryType::kTombstone) return;
       const std::string ikey = detail::index_key(e.table_id, e.key);
-      detail::Replayed& r = replayed[ikey];
+      replayed[ikey].fold(e);
       if (e.type == tailwind::EntryType::kTombstone) {
-        r.tombstone_version = std::max(r.tombstone_version, e.version);
         tombstone_bytes[id] += tailwind::tombstone_append_bytes(e.key.size());
       } else {
-        r.object_version = std::max(r.object_version, e.version);
         objects[{id, e.offset}] = {ikey, e.version, static_cast<uint64_t>(e.value.data() - seg.data()), e.value.size(),
                                    tailwind::object_append_bytes(e.key.size(), e.value.size())};
       }
@@ -478,19 +476,19 @@ Status Server::verify_index() const {
     if (!st.ok()) return internal_error(who + "segment " + std::to_string(id) + " does not parse: " + st.message());
   }
 
+  // The partition an index key belongs to (table id, then the key).
+  auto partition_of = [&](std::string_view ikey) -> const detail::Partition& {
+    uint64_t t = 0;
+    std::memcpy(&t, ikey.data(), sizeof t);
+    const auto key = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(ikey.data()) + 8, ikey.size() - 8);
+    return s.partition(key_hash(t, key));
+  };
   // A key in doubt (a failed append's entry in the log) is compared once
   // settled: at its next write or the next cleaner pass (settle()).
-  auto in_doubt = [&](const std::string& ikey) {
-    for (const auto& p : s.partitions) {
-      if (p->in_doubt.count(ikey) != 0) return true;
-    }
-    return false;
-  };
+  auto in_doubt = [&](const std::string& ikey) { return partition_of(ikey).in_doubt.count(ikey) != 0; };
   std::map<uint64_t, uint64_t> index_bytes;
-  size_t indexed = 0;
   for (const auto& p : s.partitions) {
     for (const auto& [ikey, e] : p->map) {
-      ++indexed;
       const std::string what = who + key_text(ikey) + " v" + std::to_string(e.version) + " at segment " +
                                std::to_string(e.segment_id) + " offset " + std::to_string(e.offset);
       if (!std::binary_search(ids.begin(), ids.end(), e.segment_id)) return internal_error(what + ": no such segment");
@@ -517,9 +515,7 @@ Status Server::verify_index() const {
   }
   for (const auto& [ikey, r] : replayed) {
     if (!r.live() || in_doubt(ikey)) continue;
-    bool in_index = false;
-    for (const auto& p : s.partitions) in_index = in_index || p->map.count(ikey) != 0;
-    if (!in_index) {
+    if (partition_of(ikey).map.count(ikey) == 0) {
       return internal_error(who + key_text(ikey) + ": a recovery from this log would bring back v" +
                             std::to_string(r.object_version) + ", which the index does not hold");
     }

@@ -15,6 +15,7 @@
 
 #include "ferry/common/clock.h"
 #include "ferry/common/rng.h"
+#include "ferry/common/temp_dir.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/wqe.h"
 #include "group_test_util.h"
@@ -752,8 +753,9 @@ TEST(HyperLoop, BadGroupOptionsAreRejected) {
 // group). The stale files here carry every name that scheme gave this
 // process's first hosts.
 TEST(HyperLoop, AGroupStartsZeroedBesideTheFilesADeadProcessLeft) {
-  std::string dir = (std::filesystem::temp_directory_path() / "ferry-stale-pm-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto made = make_temp_dir("ferry-stale-pm");
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  const std::string dir = made.value();
   const std::vector<uint8_t> stale(64, 70);
   size_t stale_files = 0;
   for (int counter = 0; counter < 256; ++counter) {

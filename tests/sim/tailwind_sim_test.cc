@@ -6,6 +6,9 @@
 // its first seed. Every failure names its seed and the command that replays it.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 #include "ferry/sim/sim.h"
 #include "ferry/sim/systems.h"
 #include "sim/system_campaign.h"
@@ -17,6 +20,15 @@ namespace {
 const System& tailwind() {
   static const System s = tailwind_system();
   return s;
+}
+
+// Runs one seed with its default options; a failure names its verdict.
+RunResult run_clean(uint64_t seed) {
+  RunOptions o;
+  o.seed = seed;
+  RunResult r = tailwind().run(o);
+  EXPECT_TRUE(r.ok) << r.summary() << "\n" << r.invariant << ": " << r.detail;
+  return r;
 }
 
 TEST(TailwindSim, ASeedRunTwiceGivesTheSameDigestAndResult) {
@@ -33,10 +45,7 @@ TEST(TailwindSim, ACampaignOfSeedsRunsCleanAndEveryFaultKindFires) {
 TEST(TailwindSim, TheFinaleCrashesAServerAfterACleanerPassAndReadsEveryKeyAgain) {
   uint64_t with_finale_crash = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    RunOptions o;
-    o.seed = seed;
-    const RunResult r = tailwind().run(o);
-    EXPECT_TRUE(r.ok) << r.summary() << "\n" << r.invariant << ": " << r.detail;
+    const RunResult r = run_clean(seed);
     bool crashed = false, recovered = false;
     for (const std::string& line : r.tail) {
       crashed |= line.find("finale: crash server") != std::string::npos;
@@ -58,13 +67,10 @@ TEST(TailwindSim, TheFinaleCrashesAServerAfterACleanerPassAndReadsEveryKeyAgain)
 TEST(TailwindSim, AFailedAppendsEntryInTheLogIsSettledSoTheIndexMatchesTheLog) {
   uint64_t settled = 0;
   for (uint64_t seed = 13; seed <= 16; ++seed) {
-    RunOptions o;
-    o.seed = seed;
-    const RunResult r = tailwind().run(o);
-    EXPECT_TRUE(r.ok) << r.summary() << "\n" << r.invariant << ": " << r.detail;
-    for (const std::string& line : r.tail) {
-      const auto at = line.find("keys in doubt settled: ");
-      if (at != std::string::npos) settled += std::stoull(line.substr(at + 23));
+    constexpr std::string_view kSettled = "keys in doubt settled: ";
+    for (const std::string& line : run_clean(seed).tail) {
+      const auto at = line.find(kSettled);
+      if (at != std::string::npos) settled += std::stoull(line.substr(at + kSettled.size()));
     }
   }
   EXPECT_GT(settled, 0u) << "no append failed with its entry in the log: the scenario did not happen";
@@ -77,12 +83,7 @@ TEST(TailwindSim, AFailedAppendsEntryInTheLogIsSettledSoTheIndexMatchesTheLog) {
 // buffers-accounted reports (first at seed 28: an open replica of a
 // partitioned primary's unreported segment).
 TEST(TailwindSim, ARecoveryFreesEveryReplicaOfTheDeadLogItFoundEvenTheIgnoredOnes) {
-  for (uint64_t seed : {25, 28, 30}) {
-    RunOptions o;
-    o.seed = seed;
-    const RunResult r = tailwind().run(o);
-    EXPECT_TRUE(r.ok) << r.summary() << "\n" << r.invariant << ": " << r.detail;
-  }
+  for (uint64_t seed : {25, 28, 30}) run_clean(seed);
 }
 
 }  // namespace
