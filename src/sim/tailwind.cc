@@ -55,7 +55,8 @@ bool Run::build() {
   logkv::ClusterOptions o;
   o.servers = kServers;
   o.dir = dir_;
-  o.server.replicas = kReplicas;
+  replicas_ = world_.rng().below(2) == 0 ? 1 : 2;
+  o.server.replicas = replicas_;
   o.server.workers = 2;
   mode_ = world_.rng().below(2) == 0 ? tailwind::Replication::kTailwind : tailwind::Replication::kRpc;
   o.server.replication = mode_;
@@ -105,9 +106,10 @@ bool Run::build() {
   }
   client_ = std::move(client).value();
   slow_until_.assign(kServers, 0);
-  if (world_.rng().below(2) == 0) max_lost_ = kServers - (kReplicas + 2);
+  max_lost_ = kServers - (replicas_ + 1);
+  if (world_.rng().below(2) == 0) max_lost_ = kServers - (replicas_ + 2);
   cold_percent_ = 25 * world_.rng().below(3);
-  world_.event(std::string("cluster up: ") + std::to_string(kServers) + " servers, r=" + std::to_string(kReplicas) +
+  world_.event(std::string("cluster up: ") + std::to_string(kServers) + " servers, r=" + std::to_string(replicas_) +
                ", " + std::string(tailwind::replication_name(mode_)) + " replication, tx_burst " +
                std::to_string(o.engine.tx_burst) + ", " + std::to_string(cold_percent_) + "% cold writes, at most " +
                std::to_string(max_lost_) + " servers lost, faults " + world_.rates().to_string());
@@ -210,17 +212,103 @@ void Run::client(uint32_t c, uint32_t generation) {
   --clients_running_;
 }
 
+// Recovers a lost server's tablets. A recovery may wait (kUnavailable)
+// only while a backup that may hold what it needs is down: that host then
+// restarts (its backup only, from its PM) and the recovery runs again.
 bool Run::recover(uint32_t server) {
   wait_for_coordinator();
-  auto rec = cluster_->recover_server(server);
-  if (!rec.ok()) {
-    fail("recovers", "recovering server " + std::to_string(server) + ": " + rec.status().to_string());
+  while (ok()) {
+    auto rec = cluster_->recover_server(server);
+    if (rec.ok()) {
+      world_.event("server " + std::to_string(server) + " recovered: " + std::to_string(rec->log.segments) +
+                   " segments, " + std::to_string(rec->progress.objects_restored) + " objects, " +
+                   std::to_string(rec->log.torn_open) + " torn replicas, " + std::to_string(rec->log.stale_ignored) +
+                   " stale ignored");
+      return true;
+    }
+    const std::vector<uint32_t> off = down(server);
+    if (rec.status().code() != Code::kUnavailable || off.empty()) {
+      fail("recovers", "recovering server " + std::to_string(server) + ": " + rec.status().to_string());
+      return false;
+    }
+    world_.event("recovery of server " + std::to_string(server) + " waits: " + rec.status().message());
+    rt_.sleep_for_ns((1 + world_.fault_below(20)) * kMs);
+    if (!restart(off[world_.fault_below(off.size())])) return false;
+    wait_for_coordinator();
+  }
+  return false;
+}
+
+std::vector<uint32_t> Run::down(uint32_t except) const {
+  std::vector<uint32_t> out;
+  for (uint32_t s = 0; s < kServers; ++s) {
+    if (s != except && !cluster_->backup_up(s)) out.push_back(s);
+  }
+  return out;
+}
+
+// A crashed or powered-off host comes back, its backup only.
+bool Run::restart(uint32_t server) {
+  auto r = cluster_->restart_backup(server);
+  if (!r.ok()) {
+    fail("restarts", "restarting server " + std::to_string(server) + "'s backup: " + r.status().to_string());
     return false;
   }
-  world_.event("server " + std::to_string(server) + " recovered: " + std::to_string(rec->log.segments) + " segments, " +
-               std::to_string(rec->progress.objects_restored) + " objects, " + std::to_string(rec->log.torn_open) +
-               " torn replicas");
+  ++restarts_;
+  world_.event("server " + std::to_string(server) +
+               "'s backup restarted from its PM: " + std::to_string(r->replicas_kept) + " replicas kept, " +
+               std::to_string(r->replicas_freed) + " freed, " + std::to_string(r->logs_fenced) + " logs fenced");
   return true;
+}
+
+// Power fails on `victim`'s host right after one of its appends posted its
+// WRITEs (if one comes soon; at once while a backup is out). Correlated (one rack, one power feed): the
+// hosts of its open segment's replicas fail with it, as far as the cluster
+// may lose them (`out`: a server whose backup is declared failed meanwhile,
+// which the live logs cannot use). Then the newest appends' only current
+// copies are on powered-off hosts, and what a recovery can reach of that
+// segment is at most a replica a repair left behind (the replica version
+// must make it wait, not rebuild from it); and PM keeps only what was
+// flushed. The victims are recovered, their hosts restarted as needed.
+void Run::fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> out) {
+  if (!out) {  // (while a backup is out, at once: the appends since its repair are what matters)
+    const uint64_t before = cluster_->server(victim).log().counters().appends;
+    for (int i = 0; i < 2000 && cluster_->server(victim).log().counters().appends == before; ++i) rt_.idle();
+  }
+  if (!cluster_->alive(victim)) return;  // lost meanwhile (a partition)
+  std::vector<uint32_t> hosts{victim};
+  const size_t live_now = live().size();
+  if (correlated) {
+    logkv::Server& s = cluster_->server(victim);
+    const std::vector<uint32_t> to = s.backup_servers();
+    for (size_t b : s.log().replicas_of(s.log().open_segment_id())) {
+      const bool room = lost_ + hosts.size() < max_lost_ && live_now - hosts.size() > replicas_ + 1 + (out ? 1 : 0);
+      if (b < to.size() && to[b] != out && cluster_->alive(to[b]) && room) hosts.push_back(to[b]);
+    }
+  }
+  std::string names;
+  for (uint32_t h : hosts) names += (names.empty() ? "" : ", ") + std::to_string(h);
+  world_.event("power fails on server" + std::string(hosts.size() > 1 ? "s " : " ") + names +
+               (hosts.size() > 1 ? " (the victim and its open segment's replicas)" : ""));
+  for (uint32_t h : hosts) {
+    auto report = cluster_->power_fail_server(h, world_.fault_below(UINT64_MAX));
+    if (!report.ok()) {
+      return fail("crashes", "power failure of server " + std::to_string(h) + ": " + report.status().to_string());
+    }
+    ++lost_;
+    ++power_failures_;
+    world_.event("server " + std::to_string(h) + " off: " + std::to_string(report->nic_writes_pending) +
+                 " NIC writes pending, " + std::to_string(report->nic_writes_kept) + " kept, " +
+                 std::to_string(report->nic_write_torn) + " torn");
+  }
+  rt_.sleep_for_ns(world_.fault_below(20) * kMs);
+  for (uint32_t h : hosts) {
+    if (!recover(h)) return;
+  }
+  // Some hosts come back soon (their backups serve later recoveries).
+  for (uint32_t h : down(kServers)) {
+    if (world_.fault_below(2) == 0 && !restart(h)) return;
+  }
 }
 
 // A server dies right after one of its appends posted its WRITEs (if one
@@ -256,9 +344,50 @@ void Run::fault_partition(uint32_t victim) {
 // `crash_meanwhile`, another server crashes while that backup is out, and is
 // recovered only once the backup is back: its recovery then meets the
 // replicas it left there, behind the versions its log moved on to.
-void Run::fault_backup(uint32_t victim, bool crash_meanwhile) {
+// With `power_meanwhile`, the power fails on another server and its open
+// segment's replicas while that backup is out: a recovery then reaches the
+// copy the repair left there, and nothing newer.
+void Run::fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhile) {
+  // The power failure strikes a log whose open segment has a replica on the
+  // victim: the repair moves that replica, and the copy left behind is what
+  // a recovery finds next.
+  std::vector<uint32_t> targets;
+  // Only where the cluster may lose a log and all its replicas' hosts at once.
+  if (power_meanwhile && lost_ + 1 + replicas_ <= max_lost_ && live().size() > 2 * replicas_ + 2) {
+    for (uint32_t s : live()) {
+      if (s == victim) continue;
+      logkv::Server& server = cluster_->server(s);
+      const std::vector<uint32_t> to = server.backup_servers();
+      for (size_t b : server.log().replicas_of(server.log().open_segment_id())) {
+        if (b < to.size() && to[b] == victim) targets.push_back(s);
+      }
+    }
+  }
+  // Sometimes the coordinator is unreachable as the repair runs: the new
+  // replica's version cannot be reported, and no append may be acknowledged
+  // on it until it is -- in particular not one whose WRITEs were in flight
+  // when the repair ran under it, which is when the declaration comes here.
+  std::optional<uint32_t> target;
+  if (!targets.empty()) {
+    target = targets[world_.fault_below(targets.size())];
+    if (world_.strike(FaultKind::kMembershipDown, 40.0)) coordinator_outage(10 + world_.fault_below(20));
+    const uint64_t before = cluster_->server(*target).log().counters().appends;
+    for (int i = 0;
+         i < 2000 && cluster_->alive(*target) && cluster_->server(*target).log().counters().appends == before; ++i) {
+      rt_.idle();
+    }
+  }
   world_.event("backup of server " + std::to_string(victim) + " declared failed");
   (void)cluster_->declare_backup_failed(victim);  // a log that finds no other backup waits for it
+  if (target) {
+    rt_.sleep_for_ns((1 + world_.fault_below(8)) * kMs);  // a few appends on the new replicas
+    if (cluster_->alive(*target)) {
+      world_.event("while that backup is out, power fails on server " + std::to_string(*target) +
+                   " and its open segment's replicas");
+      fault_power(*target, /*correlated=*/true, victim);
+      if (!ok()) return;
+    }
+  }
   rt_.sleep_for_ns((10 + world_.fault_below(60)) * kMs);
   std::optional<uint32_t> crashed;
   if (crash_meanwhile) {
@@ -302,7 +431,7 @@ void Run::control() {
       const std::vector<uint32_t> up = live();
       const uint32_t victim = up[world_.fault_below(up.size())];
       // At most max_lost_ servers are lost for good: every log keeps r + 1 live servers.
-      const bool may_lose = lost_ < max_lost_ && up.size() > kReplicas + 1;
+      const bool may_lose = lost_ < max_lost_ && up.size() > replicas_ + 1;
       if (may_lose && world_.strike(FaultKind::kProcessCrash)) fault_crash(victim);
       if (!ok()) return;
       if (may_lose && cluster_->alive(victim) && world_.strike(FaultKind::kPartition)) fault_partition(victim);
@@ -310,7 +439,20 @@ void Run::control() {
       if (cluster_->alive(victim) && world_.strike(FaultKind::kMemberReplace)) {
         // A crash meanwhile only with every server up: the logs left need r
         // backups among the live servers but the one out.
-        fault_backup(victim, lost_ == 0 && world_.fault_below(3) == 0);
+        const bool crash = lost_ == 0 && world_.fault_below(3) == 0;
+        fault_backup(victim, crash, !crash && world_.strike(FaultKind::kPowerFailure, 100.0));
+      }
+      if (!ok()) return;
+      if (may_lose && cluster_->alive(victim) && world_.strike(FaultKind::kPowerFailure)) {
+        // Half the time the power failure follows a repair: a backup of the
+        // victim's open segment is declared failed first (fault_backup).
+        logkv::Server& v = cluster_->server(victim);
+        const std::vector<size_t> at = v.log().replicas_of(v.log().open_segment_id());
+        if (world_.fault_below(2) == 0 && !at.empty() && at.front() < v.backup_servers().size()) {
+          fault_backup(v.backup_servers()[at.front()], false, true);
+        } else {
+          fault_power(victim, world_.fault_below(2) == 0, std::nullopt);
+        }
       }
       if (!ok()) return;
       if (world_.strike(FaultKind::kSlowHost)) {
@@ -385,7 +527,8 @@ RunResult Run::run(uint64_t ops) {
   if (cluster_ != nullptr) {
     uint64_t settled = 0;
     for (uint32_t i = 0; i < cluster_->servers(); ++i) settled += cluster_->server(i).counters().keys_settled;
-    world_.event("keys in doubt settled: " + std::to_string(settled));
+    world_.event("keys in doubt settled: " + std::to_string(settled) + "; " + std::to_string(power_failures_) +
+                 " hosts powered off, " + std::to_string(restarts_) + " backups restarted");
   }
   world_.event("schedule digest " + std::to_string(rt_.trace_digest()));
   result_.ok = ok();
@@ -414,13 +557,13 @@ System tailwind_system() {
   System s;
   s.name = "tailwind";
   s.description =
-      "LogKv on Tailwind (or the RPC baseline, by seed): five servers, r=2, PM backups, the cleaner on, four clients "
-      "on ten hot keys, all as fibers of one SimRuntime; crashes mid-WRITE with recovery, partitioned old "
-      "primaries, backups declared failed and back, the coordinator unreachable, slow hosts, client crashes and "
-      "packet faults";
-  s.faults = {FaultKind::kPacketLoss,  FaultKind::kPacketDuplicate, FaultKind::kPacketDelay,
-              FaultKind::kPartition,   FaultKind::kProcessCrash,    FaultKind::kSlowHost,
-              FaultKind::kClientCrash, FaultKind::kMemberReplace,   FaultKind::kMembershipDown};
+      "LogKv on Tailwind (or the RPC baseline, by seed): five servers, r=2 or 1, PM backups, the cleaner on, four "
+      "clients on ten hot keys, all as fibers of one SimRuntime; crashes mid-WRITE with recovery, power failures "
+      "(some taking a segment's every current replica) with backups restarted from PM, partitioned old primaries, "
+      "backups declared failed and back, the coordinator unreachable, slow hosts, client crashes and packet faults";
+  s.faults = {FaultKind::kPacketLoss,    FaultKind::kPacketDuplicate, FaultKind::kPacketDelay, FaultKind::kPartition,
+              FaultKind::kProcessCrash,  FaultKind::kPowerFailure,    FaultKind::kSlowHost,    FaultKind::kClientCrash,
+              FaultKind::kMemberReplace, FaultKind::kMembershipDown};
   s.default_ops = 300;
   s.run = [default_ops = s.default_ops](const RunOptions& options) {
     tailwind_sim::Run run(options);

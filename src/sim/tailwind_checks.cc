@@ -10,7 +10,6 @@
 
 namespace ferry::sim::tailwind_sim {
 
-
 // After the faults: a fresh client reads every key; these reads come last,
 // so an acknowledged write lost or a deleted value back breaks linearizability.
 // Then, where the cluster can lose one more server (r + 2 live), the
@@ -29,11 +28,12 @@ bool Run::finale() {
   }
   bool done = false;
   Thread t = rt_.spawn("reader", "clients", [&] {
-    auto read_all = [&] {
-      // Every hot key, and up to 16 cold ones spread over those written.
+    auto read_all = [&](bool every_cold) {
+      // Every hot key, and every cold one (written once: an acknowledged PUT
+      // a recovery lost shows as absent) or 16 spread over those written.
       std::vector<uint64_t> keys;
       for (uint64_t k = 0; k < kKeys; ++k) keys.push_back(k);
-      const uint64_t stride = std::max<uint64_t>(1, (next_cold_ + 15) / 16);
+      const uint64_t stride = every_cold ? 1 : std::max<uint64_t>(1, (next_cold_ + 15) / 16);
       for (uint64_t n = 0; n < next_cold_; n += stride) keys.push_back(kKeys + n);
       for (uint64_t k : keys) {
         if (!ok()) break;
@@ -51,11 +51,15 @@ bool Run::finale() {
     // Quiescence for the state checks: the cleaner's appends are the last
     // writes that could still be in flight.
     cluster_->stop_cleaner();
-    read_all();
+    // Some hosts still down come back (their backups free what no log needs).
+    for (uint32_t h : down(kServers)) {
+      if (world_.fault_below(2) == 0 && !restart(h)) break;
+    }
+    read_all(true);
     check_index("after the workload");
     check_buffers();
     const std::vector<uint32_t> up = live();
-    if (ok() && up.size() >= kReplicas + 2) {
+    if (ok() && up.size() >= replicas_ + 2) {
       auto cleaned = cluster_->clean();
       world_.event("finale: a cleaner pass on every server: " +
                    (cleaned.ok() ? std::to_string(cleaned->segments_cleaned) + " segments cleaned, " +
@@ -63,14 +67,17 @@ bool Run::finale() {
                                  : cleaned.status().to_string()));
       check_index("after the cleaner pass");
       const uint32_t victim = up[world_.fault_below(up.size())];
-      world_.event("finale: crash server " + std::to_string(victim) + ", recover it, read every key again");
-      const Status st = cluster_->crash_server(victim);
+      const bool power = world_.strike(FaultKind::kPowerFailure, 50.0);
+      world_.event("finale: " + std::string(power ? "power fails on" : "crash") + " server " + std::to_string(victim) +
+                   ", recover it, read every key again");
+      const Status st = power ? cluster_->power_fail_server(victim, world_.fault_below(UINT64_MAX)).status()
+                              : cluster_->crash_server(victim);
       if (!st.ok()) {
         fail("crashes", "crashing server " + std::to_string(victim) + ": " + st.to_string());
       } else {
         ++lost_;
         if (recover(victim)) {
-          read_all();
+          read_all(false);
           check_index("after the finale's recovery");
           check_buffers();
         }
@@ -150,7 +157,8 @@ void Run::check_index(const char* when) {
 void Run::check_buffers() {
   if (!ok()) return;
   size_t held = 0;
-  for (uint32_t j : live()) {
+  for (uint32_t j = 0; j < kServers; ++j) {
+    if (!cluster_->backup_up(j)) continue;  // live, or restarted (a partitioned server is stopped by now)
     tailwind::Backup& backup = cluster_->server(j).backup();
     const tailwind::BackupCounters bc = backup.counters();
     if (bc.closed_unflushed > bc.max_open_buffers) {

@@ -25,7 +25,6 @@ namespace ferry::sim::tailwind_sim {
 namespace logkv = store::logkv;
 
 constexpr uint32_t kServers = 5;
-constexpr uint32_t kReplicas = 2;
 constexpr uint32_t kClients = 4;
 constexpr uint64_t kKeys = 10;
 constexpr uint64_t kDelayMaxNs = 200'000;
@@ -82,7 +81,11 @@ class Run {
   void control();
   void fault_crash(uint32_t victim);
   void fault_partition(uint32_t victim);
-  void fault_backup(uint32_t victim, bool crash_meanwhile);
+  void fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhile);
+  void fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> out);
+  bool restart(uint32_t server);
+  // Servers but `except` whose backup is down (crashed or powered off, not restarted).
+  std::vector<uint32_t> down(uint32_t except) const;
   bool recover(uint32_t server);
   bool finale();
   void check_history();
@@ -103,6 +106,7 @@ class Run {
   std::unique_ptr<logkv::Client> client_;
   uint64_t table_ = 0;
   tailwind::Replication mode_ = tailwind::Replication::kTailwind;
+  uint32_t replicas_ = 2;  // r, by seed: 2, or 1 (a correlated power failure then takes every current copy)
   RunResult result_;
   std::vector<KvOp> history_;
   std::vector<Thread> threads_;
@@ -115,9 +119,11 @@ class Run {
   // How many the workload's faults may lose for good: servers - (r + 1)
   // keeps r + 1 live; one fewer, in half the seeds, leaves the finale a
   // server to crash and recover (it needs r + 2 live).
-  uint32_t max_lost_ = kServers - (kReplicas + 1);
+  uint32_t max_lost_ = 0;
   std::vector<uint64_t> slow_until_;  // per server: its cores run rarely until then (0: normal)
   uint64_t coordinator_back_at_ = 0;  // the coordinator is unreachable until then (0: reachable)
+  uint32_t restarts_ = 0;             // backups restarted
+  uint32_t power_failures_ = 0;       // hosts powered off
   uint32_t outages_ = 0;              // outage fibers spawned (names them)
   uint64_t next_value_id_ = 1;
   uint64_t cold_percent_ = 0;  // of operations: a PUT of a new cold key (by seed: 0, 25 or 50)

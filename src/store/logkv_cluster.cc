@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -82,6 +83,7 @@ Cluster::~Cluster() {
   for (auto& s : c.servers) s->impl().log.reset();
   for (auto& s : c.servers) s->impl().links.clear();
   for (auto& s : c.servers) s->impl().rpc.reset();
+  for (auto& s : c.servers) s->impl().retired_rpcs.clear();
   for (auto& s : c.servers) s->impl().backup.reset();
   c.engine.reset();
   c.servers.clear();
@@ -250,11 +252,13 @@ Status Cluster::crash_server(uint32_t i) {
   // everywhere, and no recovery would ever meet a torn replica.)
   dead.rpc->halt();
   for (auto& s : c.servers) {
-    if (s.get() != c.servers[i].get()) s->impl().backup->fence(dead.log_id);
+    // (A host that is off has no backup now; it fences the log at its restart.)
+    if (s.get() != c.servers[i].get() && s->impl().backup != nullptr) s->impl().backup->fence(dead.log_id);
   }
   // No request is served from now on, as a backup either.
   dead.alive = false;
   dead.running = false;
+  dead.backup_up = false;
   dead.rpc->stop();
   {
     std::unique_lock lk(dead.own_mu);
@@ -329,9 +333,18 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   RecoveryResult result;
   result.progress.crashed_server = i;
 
-  std::vector<uint32_t> live;
+  // The recovery masters are the live servers; the backups read are theirs
+  // and the restarted ones. Any other may hold replicas it cannot read now.
+  std::vector<uint32_t> live, readable;
+  size_t down = 0;
   for (uint32_t j = 0; j < c.servers.size(); ++j) {
-    if (c.servers[j]->impl().alive) live.push_back(j);
+    const Server::Impl& sj = c.servers[j]->impl();
+    if (sj.alive) live.push_back(j);
+    if (sj.alive || sj.restarted) {
+      readable.push_back(j);
+    } else if (j != i) {
+      ++down;
+    }
   }
   if (live.empty()) return unavailable("logkv: no live server to recover " + dead.name + " on");
 
@@ -354,14 +367,14 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   // Read the log back from the surviving backups (they fence it first).
   std::vector<std::unique_ptr<tailwind::BackupLink>> links;
   std::vector<tailwind::BackupLink*> raw;
-  for (uint32_t j : live) {
+  for (uint32_t j : readable) {
     Server::Impl& sj = c.servers[j]->impl();
     FERRY_ASSIGN_OR_RETURN(auto link, tailwind::BackupLink::connect(*c.engine, *c.coordinator_nic, *sj.backup,
                                                                     *sj.rpc, dead.log_id, false, sj.backup_worker()));
     raw.push_back(link.get());
     links.push_back(std::move(link));
   }
-  FERRY_ASSIGN_OR_RETURN(auto segments, tailwind::recover_log(dead.log_id, raw, min_versions, &result.log));
+  FERRY_ASSIGN_OR_RETURN(auto segments, tailwind::recover_log(dead.log_id, raw, min_versions, &result.log, down));
   result.progress.segments_total = segments.size();
 
   FERRY_ASSIGN_OR_RETURN(auto objects,
@@ -436,9 +449,95 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   for (uint64_t id : result.log.segments_found) {
     for (auto* l : raw) (void)l->free(id);
   }
+  dead.recovered = true;  // a backup restarted later frees what it holds of this log
   result.elapsed_ns = c.runtime->clock().now_ns() - t0;
   return result;
 }
+
+Result<pm::PowerFailReport> Cluster::power_fail_server(uint32_t i, uint64_t seed) {
+  Impl& c = *impl_;
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  if (c.servers[i]->impl().running) FERRY_RETURN_IF_ERROR(crash_server(i));
+  std::lock_guard ctl(c.control_mu);
+  Server::Impl& s = c.servers[i]->impl();
+  if (s.powered_off) return failed_precondition(s.name + "'s host is already off");
+  if (s.restarted) {  // a restarted backup stops first
+    s.rpc->halt();
+    s.rpc->stop();
+  }
+  s.backup_up = false;
+  s.restarted = false;
+  s.powered_off = true;
+  pm::PowerFailReport report;
+  c.engine->run_control([&] { report = s.domain->power_fail(seed); });
+  // Its NIC's state goes with the power: the backup's registrations and
+  // queue pairs (a WRITE still on the wire finds no buffer), its RPC
+  // server's queues.
+  s.backup.reset();
+  s.retired_rpcs.push_back(std::move(s.rpc));
+  return report;
+}
+
+Result<RestartReport> Cluster::restart_backup(uint32_t i) {
+  Impl& c = *impl_;
+  std::lock_guard ctl(c.control_mu);
+  if (i >= c.servers.size()) return invalid_argument("logkv: no server " + std::to_string(i));
+  Server::Impl& s = c.servers[i]->impl();
+  if (s.running) return failed_precondition(s.name + " is running: crash it first");
+  if (s.backup_up) return failed_precondition(s.name + "'s backup is up already");
+  if (!s.powered_off) {
+    // The process died, the machine did not: DRAM lost, PM kept.
+    c.engine->run_control([&] { s.domain->process_crash(); });
+    s.backup.reset();
+    s.retired_rpcs.push_back(std::move(s.rpc));
+  }
+  FERRY_ASSIGN_OR_RETURN(s.backup, tailwind::Backup::create(*s.nic, s.domain.get(), detail::backup_options(s, true)));
+  FERRY_ASSIGN_OR_RETURN(s.rpc, rpc::Server::create(*s.nic, detail::rpc_options(s.options)));
+  FERRY_RETURN_IF_ERROR(s.backup->register_rpcs(*s.rpc));
+  RestartReport report;
+  std::map<uint64_t, std::set<uint64_t>> freed;  // log -> segments the coordinator recorded freed
+  {
+    std::lock_guard lk(c.coordinator.mu);
+    for (const auto& [log_id, versions] : c.coordinator.min_versions) {
+      for (const auto& [segment_id, version] : versions) {
+        if (version == tailwind::kFreedSegment) freed[log_id].insert(segment_id);
+      }
+    }
+  }
+  for (uint32_t k = 0; k < c.servers.size(); ++k) {
+    if (k == i) continue;
+    Server::Impl& owner = c.servers[k]->impl();
+    // Fences live in DRAM: the coordinator says again which logs are dead.
+    if (!owner.alive) {
+      s.backup->fence(owner.log_id);
+      ++report.logs_fenced;
+    }
+    const size_t b = static_cast<size_t>(std::find(owner.link_server.begin(), owner.link_server.end(), i) -
+                                         owner.link_server.begin());
+    for (const tailwind::ReplicaInfo& r : s.backup->find(owner.log_id)) {
+      // Nobody needs it: a live log that no longer counts it (it replaced
+      // it when this host failed), a recovered log, a freed segment. A
+      // dead log's replica waits for its recovery.
+      bool needed = !owner.recovered && freed[owner.log_id].count(r.segment_id) == 0;
+      if (needed && owner.alive) {
+        const std::vector<size_t> at = owner.log->replicas_of(r.segment_id);
+        needed = std::find(at.begin(), at.end(), b) != at.end();
+      }
+      if (needed) {
+        ++report.replicas_kept;
+      } else if (s.backup->free(owner.log_id, r.segment_id).ok()) {
+        ++report.replicas_freed;
+      }
+    }
+  }
+  FERRY_RETURN_IF_ERROR(s.rpc->start());
+  s.restarted = true;
+  s.powered_off = false;
+  s.backup_up = true;
+  return report;
+}
+
+bool Cluster::backup_up(uint32_t i) const { return i < impl_->servers.size() && impl_->servers[i]->impl().backup_up; }
 
 Result<CleanResult> Cluster::clean(uint32_t server) {
   Impl& c = *impl_;

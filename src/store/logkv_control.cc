@@ -256,6 +256,23 @@ Status Server::Impl::register_control_handlers() {
 
 namespace detail {
 
+tailwind::BackupOptions backup_options(const Server::Impl& si, bool recover) {
+  const ServerOptions& so = si.options;
+  tailwind::BackupOptions bo;
+  bo.name = si.name;
+  bo.buffer_bytes = so.segment_bytes;
+  bo.buffers = so.backup_buffers;
+  bo.media = so.media;
+  bo.pm_path = si.dir + "/" + si.name + ".pm";
+  bo.storage_dir = si.dir + "/" + si.name + "-storage";
+  bo.storage_mode = so.storage_mode;
+  bo.flush_in_background = so.flush_in_background;
+  bo.flusher_cpu = so.worker_cpus.empty() ? -1 : so.worker_cpus.front();
+  bo.runtime = so.runtime;
+  bo.recover = recover;
+  return bo;
+}
+
 // A storage server without its log: NIC, backup, RPC server (started).
 Result<std::unique_ptr<Server::Impl>> build_server(nic::Nic& nic, std::unique_ptr<pm::PersistenceDomain> domain,
                                                    uint32_t index, const ServerOptions& so, const std::string& dir) {
@@ -266,18 +283,8 @@ Result<std::unique_ptr<Server::Impl>> build_server(nic::Nic& nic, std::unique_pt
   si->log_id = index + 1;
   si->domain = std::move(domain);
   si->nic = &nic;
-  tailwind::BackupOptions bo;
-  bo.name = si->name;
-  bo.buffer_bytes = so.segment_bytes;
-  bo.buffers = so.backup_buffers;
-  bo.media = so.media;
-  bo.pm_path = dir + "/" + si->name + ".pm";
-  bo.storage_dir = dir + "/" + si->name + "-storage";
-  bo.storage_mode = so.storage_mode;
-  bo.flush_in_background = so.flush_in_background;
-  bo.flusher_cpu = so.worker_cpus.empty() ? -1 : so.worker_cpus.front();
-  bo.runtime = so.runtime;
-  FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(nic, si->domain.get(), bo));
+  si->dir = dir;
+  FERRY_ASSIGN_OR_RETURN(si->backup, tailwind::Backup::create(nic, si->domain.get(), backup_options(*si, false)));
   FERRY_ASSIGN_OR_RETURN(si->rpc, rpc::Server::create(nic, rpc_options(so)));
   FERRY_RETURN_IF_ERROR(si->backup->register_rpcs(*si->rpc));
   FERRY_RETURN_IF_ERROR(si->register_handlers());

@@ -237,6 +237,17 @@ struct Server::Impl {
   std::atomic<bool> alive{true};        // a member, in the coordinator's view
   std::atomic<bool> running{true};      // its process runs (it serves whoever reaches it)
   std::atomic<bool> partitioned{false}; // cut off from the coordinator: its reports do not land
+  // Its backup answers (find, read, free): a running server's, or one
+  // restarted after a crash (Cluster::restart_backup). False while its host
+  // is down after a crash or a power failure.
+  std::atomic<bool> backup_up{true};
+  bool powered_off = false;            // its host lost power (its backup's memory went through the PM model)
+  bool restarted = false;              // its backup runs again (backup only: no log, no tablets)
+  std::atomic<bool> recovered{false};  // its tablets were rebuilt elsewhere (its log's replicas are garbage)
+  std::string dir;                     // the cluster's directory (its backup's PM file and storage)
+  // RPC servers of earlier lives (stopped), kept until the cluster goes:
+  // other servers' links were made against them.
+  std::vector<std::unique_ptr<rpc::Server>> retired_rpcs;
 
   std::vector<std::unique_ptr<detail::Partition>> partitions;
   std::atomic<uint64_t> next_version{1};
@@ -337,6 +348,8 @@ struct Cluster::Impl {
 };
 
 namespace detail {
+// The options of a server's backup (`recover`: a restart from its PM).
+tailwind::BackupOptions backup_options(const Server::Impl& si, bool recover);
 // A storage server without its log: NIC, backup, RPC server (started).
 Result<std::unique_ptr<Server::Impl>> build_server(nic::Nic& nic, std::unique_ptr<pm::PersistenceDomain> domain,
                                                    uint32_t index, const ServerOptions& so, const std::string& dir);

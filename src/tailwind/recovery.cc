@@ -8,12 +8,13 @@ namespace ferry::tailwind {
 
 Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
                                                   const std::optional<std::map<uint64_t, uint64_t>>& record,
-                                                  RecoveryReport* report) {
+                                                  RecoveryReport* report, size_t backups_down) {
   static const std::map<uint64_t, uint64_t> kNoRecord;
   const std::map<uint64_t, uint64_t>& min_versions = record.has_value() ? *record : kNoRecord;
   RecoveryReport local;
   RecoveryReport& rep = report != nullptr ? *report : local;
   rep = {};
+  rep.backups_unreachable = backups_down;
   struct Candidate {
     size_t backup;
     ReplicaInfo info;
@@ -46,8 +47,8 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
     for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i == 0 ? "" : ", ") + std::to_string(missing[i]);
     if (missing.size() > 8) list += ", ... (" + std::to_string(missing.size()) + " in all)";
     return unavailable("log " + std::to_string(log_id) + ": no reachable backup holds a replica of segment" +
-                       (missing.size() > 1 ? "s " : " ") + list +
-                       " (" + std::to_string(backups.size() - rep.backups_unreachable) + " backups answered, " +
+                       (missing.size() > 1 ? "s " : " ") + list + " (" +
+                       std::to_string(backups.size() + backups_down - rep.backups_unreachable) + " backups answered, " +
                        std::to_string(rep.backups_unreachable) +
                        " did not): recovery must wait until a backup holding it answers");
   }

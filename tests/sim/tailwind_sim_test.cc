@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/sim/sim.h"
 #include "ferry/sim/systems.h"
@@ -48,7 +49,8 @@ TEST(TailwindSim, TheFinaleCrashesAServerAfterACleanerPassAndReadsEveryKeyAgain)
     const RunResult r = run_clean(seed);
     bool crashed = false, recovered = false;
     for (const std::string& line : r.tail) {
-      crashed |= line.find("finale: crash server") != std::string::npos;
+      crashed |= line.find("finale: crash server") != std::string::npos ||
+                 line.find("finale: power fails on server") != std::string::npos;
       recovered |= crashed && line.find("recovered:") != std::string::npos;
     }
     EXPECT_EQ(crashed, recovered) << "seed " << seed << ": a finale crash is followed by its recovery";
@@ -84,6 +86,37 @@ TEST(TailwindSim, AFailedAppendsEntryInTheLogIsSettledSoTheIndexMatchesTheLog) {
 // partitioned primary's unreported segment).
 TEST(TailwindSim, ARecoveryFreesEveryReplicaOfTheDeadLogItFoundEvenTheIgnoredOnes) {
   for (uint64_t seed : {25, 28, 30}) run_clean(seed);
+}
+
+// Power failures (Cluster::power_fail_server) and backups restarted from
+// their PM (Cluster::restart_backup). In these seeds (r = 1) a backup of a
+// primary's open segment is declared failed, the repair moves that replica
+// to another host at a higher version, and then the power fails on the
+// primary and that host together: the only copy a recovery can reach is the
+// one the repair left behind, without the appends acknowledged since. The
+// recovery must wait (kUnavailable) rather than use it, until the powered-off
+// host's backup restarts holding the current replica; then it ignores the
+// stale copy. With recovery's version rule removed
+// (tests/sim/mutations/tailwind-stale-replica-used.patch) these seeds fail.
+TEST(TailwindSim, ARecoveryWaitsForAPoweredOffHostRatherThanUseTheCopyARepairLeftBehind) {
+  for (uint64_t seed : {67, 98}) {
+    std::vector<std::string> events;
+    RunOptions o;
+    o.seed = seed;
+    o.trace = [&](std::string_view line) { events.emplace_back(line); };
+    const RunResult r = tailwind().run(o);
+    EXPECT_TRUE(r.ok) << r.summary() << "\n" << r.invariant << ": " << r.detail;
+    bool waited = false, kept = false, stale = false;
+    for (const std::string& line : events) {
+      waited |= line.find(" waits: ") != std::string::npos;
+      kept |= line.find("restarted from its PM: ") != std::string::npos &&
+              line.find("restarted from its PM: 0 replicas kept") == std::string::npos;
+      stale |= line.find("recovered: ") != std::string::npos && line.find(" 0 stale ignored") == std::string::npos;
+    }
+    EXPECT_TRUE(waited) << "seed " << seed << ": no recovery waited for a powered-off backup";
+    EXPECT_TRUE(kept) << "seed " << seed << ": no restarted backup kept a replica for a recovery";
+    EXPECT_TRUE(stale) << "seed " << seed << ": no recovery ignored a stale replica";
+  }
 }
 
 }  // namespace

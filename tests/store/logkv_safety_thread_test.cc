@@ -6,6 +6,10 @@
 //   - a recovery that cannot reach any replica of one of the crashed log's
 //     segments fails, naming it, instead of rebuilding the tablets without it;
 //   - an old primary whose log was recovered elsewhere acknowledges no PUT;
+//   - a recovery waits for a powered-off backup (kUnavailable) and, once it
+//     restarts from its PM, rebuilds every acknowledged PUT; it never uses
+//     the copy a repair left behind while the current replica is off;
+//   - a restarted backup keeps only the replicas of logs still to recover;
 //   - a crash stops a primary with WRITEs half done (in flight on some
 //     backups, partly placed on others), and recovery keeps every
 //     acknowledged PUT and nothing torn.
@@ -235,6 +239,185 @@ TEST_P(LogKvSafety, AnOldPrimaryWhoseLogWasRecoveredCannotAcknowledgeAPut) {
                           << (late.ok() ? *late : 0) << ")";
   auto removed = client->remove(0, table, as_bytes(keys[1]));
   EXPECT_FALSE(removed.ok()) << "an old primary acknowledged a DELETE after its log was recovered";
+}
+
+// r = 1: the power fails on a primary and on the host of its open
+// segment's only replica. Its recovery must wait for that host (kUnavailable,
+// not kDataLoss: the host may come back), and once its backup restarts from
+// its PM -- which kept the acknowledged WRITEs, FLUSHed before each ack --
+// rebuild every acknowledged PUT from it.
+TEST_P(LogKvSafety, ARecoveryWaitsForAPoweredOffBackupAndRebuildsEveryPutFromItsPmOnceItRestarts) {
+  auto opts = cluster_options(GetParam());
+  opts.server.replicas = 1;
+  auto cluster = Cluster::create(opts).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  const TableMap map = cluster->table(table).value();
+  const uint32_t primary = 0;
+  tailwind::ReplicatedLog& log = cluster->server(primary).log();
+  const auto keys = keys_on(map, primary, "key-", 120);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(
+        client->put(0, table, as_bytes(keys[i]), as_bytes("v" + std::to_string(i) + std::string(300, 'x'))).ok());
+  }
+  const uint64_t open = log.open_segment_id();
+  const uint32_t holder = server_of_link(primary, log.replicas_of(open).front());
+  ASSERT_TRUE(cluster->power_fail_server(primary, 11).ok());
+  ASSERT_TRUE(cluster->power_fail_server(holder, 12).ok());
+  EXPECT_FALSE(cluster->backup_up(holder));
+  EXPECT_EQ(cluster->power_fail_server(holder, 13).status().code(), Code::kFailedPrecondition);
+  auto waiting = cluster->recover_server(primary);
+  ASSERT_FALSE(waiting.ok()) << "recovered without segment " << open;
+  EXPECT_EQ(waiting.status().code(), Code::kUnavailable) << waiting.status().to_string();
+
+  auto restarted = cluster->restart_backup(holder);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+  EXPECT_TRUE(cluster->backup_up(holder));
+  EXPECT_FALSE(cluster->alive(holder));  // a backup only: no tablets, no log
+  EXPECT_GE(restarted->replicas_kept, 1u);
+  EXPECT_EQ(restarted->logs_fenced, 1u);  // the primary's: the only other log that is not a member's
+  EXPECT_EQ(cluster->restart_backup(holder).status().code(), Code::kFailedPrecondition);
+  // The holder's own log needs the primary's backup too (r = 1): both restart.
+  ASSERT_TRUE(cluster->restart_backup(primary).ok());
+  auto rec = cluster->recover_server(primary);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  ASSERT_TRUE(cluster->recover_server(holder).ok());
+  auto reader = Client::create(*cluster).value();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = reader->get(0, table, as_bytes(keys[i]));
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().to_string();
+    EXPECT_EQ(as_string(got->value), "v" + std::to_string(i) + std::string(300, 'x')) << keys[i];
+  }
+}
+
+// r = 1: the primary's open segment has its replica on backup A; A is
+// declared failed and the repair moves the replica to C at a higher version,
+// then more PUTs are acknowledged. The power fails on the primary and on C.
+// A's copy, left behind by the repair, is reachable and lacks those PUTs: the
+// recovery must not rebuild from it (its version is below the one the
+// coordinator recorded), but wait for C.
+TEST_P(LogKvSafety, ARecoveryWaitsRatherThanUseTheCopyARepairLeftBehindWhileTheCurrentReplicaIsOff) {
+  auto opts = cluster_options(GetParam());
+  opts.server.replicas = 1;
+  auto cluster = Cluster::create(opts).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  const TableMap map = cluster->table(table).value();
+  const uint32_t primary = 0;
+  tailwind::ReplicatedLog& log = cluster->server(primary).log();
+  const auto keys = keys_on(map, primary, "key-", 20);
+  for (size_t i = 0; i < 10; ++i) ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("before")).ok());
+  const uint64_t open = log.open_segment_id();
+  const uint32_t a = server_of_link(primary, log.replicas_of(open).front());
+  ASSERT_TRUE(cluster->declare_backup_failed(a).ok());
+  ASSERT_EQ(log.open_segment_id(), open);
+  const uint32_t c = server_of_link(primary, log.replicas_of(open).front());
+  ASSERT_NE(c, a);
+  for (size_t i = 10; i < keys.size(); ++i) {
+    ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("after the repair")).ok());
+  }
+  ASSERT_EQ(log.open_segment_id(), open);
+  ASSERT_TRUE(cluster->power_fail_server(primary, 21).ok());
+  ASSERT_TRUE(cluster->power_fail_server(c, 22).ok());
+  auto rec = cluster->recover_server(primary);
+  ASSERT_FALSE(rec.ok()) << "rebuilt from the copy on server " << a << " that the repair left behind ("
+                         << rec->log.stale_ignored << " stale ignored)";
+  EXPECT_EQ(rec.status().code(), Code::kUnavailable) << rec.status().to_string();
+  ASSERT_TRUE(cluster->restart_backup(c).ok());
+  rec = cluster->recover_server(primary);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_GE(rec->log.stale_ignored, 1u);
+  auto reader = Client::create(*cluster).value();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = reader->get(0, table, as_bytes(keys[i]));
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().to_string();
+    EXPECT_EQ(as_string(got->value), i < 10 ? "before" : "after the repair") << keys[i];
+  }
+}
+
+// The same, with the coordinator unreachable while the repair runs: the new
+// replica's version cannot be reported, so no PUT may be acknowledged on it
+// (a recovery would not know to refuse A's copy). Every PUT acknowledged
+// must survive the power failure of the primary and C, whatever the
+// recovery then rebuilds from.
+TEST_P(LogKvSafety, NoPutIsAcknowledgedOnARepairedReplicaWhoseVersionTheCoordinatorMissed) {
+  auto opts = cluster_options(GetParam());
+  opts.server.replicas = 1;
+  auto cluster = Cluster::create(opts).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  const TableMap map = cluster->table(table).value();
+  const uint32_t primary = 0;
+  tailwind::ReplicatedLog& log = cluster->server(primary).log();
+  const auto keys = keys_on(map, primary, "key-", 20);
+  for (size_t i = 0; i < 10; ++i) ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("before")).ok());
+  const uint64_t open = log.open_segment_id();
+  const uint32_t a = server_of_link(primary, log.replicas_of(open).front());
+  cluster->set_coordinator_down(true);
+  (void)cluster->declare_backup_failed(a);
+  const uint32_t c = server_of_link(primary, log.replicas_of(open).front());
+  ASSERT_NE(c, a);
+  ClientOptions co;
+  co.max_attempts = 1;
+  co.timeout_ns = 200'000'000;
+  co.retry_unknown_writes = false;
+  auto during = Client::create(*cluster, co).value();
+  std::vector<bool> acked(keys.size(), true);
+  for (size_t i = 10; i < keys.size(); ++i) {
+    acked[i] = during->put(0, table, as_bytes(keys[i]), as_bytes("during the outage")).ok();
+  }
+  ASSERT_EQ(log.open_segment_id(), open);
+  ASSERT_TRUE(cluster->power_fail_server(primary, 31).ok());
+  ASSERT_TRUE(cluster->power_fail_server(c, 32).ok());
+  cluster->set_coordinator_down(false);
+  auto rec = cluster->recover_server(primary);
+  if (!rec.ok()) {  // it may wait for C
+    ASSERT_EQ(rec.status().code(), Code::kUnavailable) << rec.status().to_string();
+    ASSERT_TRUE(cluster->restart_backup(c).ok());
+    rec = cluster->recover_server(primary);
+  }
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  auto reader = Client::create(*cluster).value();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!acked[i]) continue;
+    auto got = reader->get(0, table, as_bytes(keys[i]));
+    ASSERT_TRUE(got.ok()) << keys[i] << " (acknowledged): " << got.status().to_string();
+    EXPECT_EQ(as_string(got->value), i < 10 ? "before" : "during the outage") << keys[i];
+  }
+}
+
+// A host restarted after a crash frees what no log needs: the replicas the
+// live logs replaced when it failed, and those of a log already recovered.
+// It keeps a dead log's replicas until that log is recovered, which then
+// frees them there too.
+TEST_P(LogKvSafety, ARestartedBackupKeepsOnlyTheReplicasOfLogsStillToRecover) {
+  auto opts = cluster_options(GetParam());
+  opts.servers = 5;  // two lost, and the three live logs still find r = 2 backups
+  auto cluster = Cluster::create(opts).value();
+  const uint64_t table = cluster->create_table("t").value();
+  auto client = Client::create(*cluster).value();
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_TRUE(client->put(0, table, as_bytes("k" + std::to_string(i)), as_bytes(std::string(200, 'v'))).ok());
+  }
+  const uint32_t host = 1, dead = 2;
+  ASSERT_TRUE(cluster->crash_server(host).ok());
+  ASSERT_TRUE(cluster->recover_server(host).ok());
+  ASSERT_TRUE(cluster->crash_server(dead).ok());  // not recovered yet
+  auto restarted = cluster->restart_backup(host);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+  EXPECT_GT(restarted->replicas_freed, 0u);
+  tailwind::Backup& backup = cluster->server(host).backup();
+  for (uint32_t i = 0; i < cluster->servers(); ++i) {
+    if (i == host) continue;
+    const size_t held = backup.find(i + 1).size();
+    if (i == dead) {
+      EXPECT_EQ(held, restarted->replicas_kept) << "the dead log's replicas are kept for its recovery";
+    } else {
+      EXPECT_EQ(held, 0u) << "server " << i << "'s log replaced its replicas here";
+    }
+  }
+  ASSERT_TRUE(cluster->recover_server(dead).ok());
+  EXPECT_TRUE(backup.find(dead + 1).empty()) << "the recovery frees the dead log's replicas on the restarted backup";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, LogKvSafety,

@@ -156,6 +156,13 @@ struct RecoveryResult {
   uint64_t elapsed_ns = 0;
 };
 
+// What restart_backup found on the restarted backup.
+struct RestartReport {
+  uint64_t replicas_kept = 0;   // of logs not yet recovered: their recovery will read them
+  uint64_t replicas_freed = 0;  // of live logs (they replaced them) and of recovered ones
+  uint64_t logs_fenced = 0;     // logs of servers that are not members
+};
+
 struct CleanResult {
   uint64_t segments_cleaned = 0;
   uint64_t objects_relocated = 0;
@@ -209,8 +216,31 @@ class Cluster {
   Status declare_backup_back(uint32_t i);
   // Rebuilds a crashed server's tablets on the live servers from the
   // backups' replicas. `progress` (optional) is called after each segment.
+  // Reads only backups that are up (live servers' and restarted ones);
+  // while any other server's backup is down, a segment no reachable backup
+  // holds a usable replica of fails the recovery kUnavailable (restart that
+  // backup and retry), not kDataLoss.
   Result<RecoveryResult> recover_server(uint32_t i,
                                         const std::function<void(const RecoveryProgress&)>& progress = {});
+
+  // Power fails on server i's host: crash_server(i) if it runs, then its
+  // persistence domain loses what the PM model says a power failure loses
+  // (DRAM, and the PM writes not yet durable; `seed` picks what of those
+  // survives). Its backup is down, its memory and queues gone, until
+  // restart_backup(i). kFailedPrecondition if its backup is already down.
+  Result<pm::PowerFailReport> power_fail_server(uint32_t i, uint64_t seed);
+  // A crashed or powered-off server's host comes back, as a backup only
+  // (a server's new life would have a new log and no tablets; that is not
+  // modelled): its backup restarts from its PM file and storage
+  // (BackupOptions::recover: open buffers kept, closed ones flushed), is
+  // told by the coordinator which logs are dead and fences them (its fences
+  // lived in DRAM), frees the replicas nobody needs -- of live logs, which
+  // replaced them when it failed, and of recovered ones -- and serves the
+  // recoveries of the logs still to recover. It takes no new replicas.
+  // kFailedPrecondition for a running server or a backup already up.
+  Result<RestartReport> restart_backup(uint32_t i);
+  // Whether server i's backup answers: a live, partitioned or restarted one.
+  bool backup_up(uint32_t i) const;
 
   // The coordinator's store is unavailable (true) or back (false): until it
   // is back, the servers' reports (a segment's version, a freed segment)

@@ -286,15 +286,19 @@ struct RecoveryReport {
   uint64_t torn_open = 0;          // open replicas with bytes after their valid prefix
   uint64_t segments = 0;
   uint64_t bytes = 0;
-  uint64_t backups_unreachable = 0;
+  uint64_t backups_unreachable = 0;  // links that did not answer, plus `backups_down`
   uint64_t unlisted_ignored = 0;   // replicas of segments the coordinator never heard of (nothing appended)
   // Every segment a replica was found of, used or ignored: once the
   // recovery is done, all of them are garbage and must be freed, or the
   // ignored ones hold their backups' buffers for good.
   std::vector<uint64_t> segments_found;
 };
+// `backups_down`: backups the caller knows are down but may come back (a
+// host powered off, to be restarted) and so may hold replicas it cannot
+// read now: with any, a segment without a usable replica makes the
+// recovery wait (kUnavailable), not lose data (kDataLoss).
 Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<BackupLink* const> backups,
                                                   const std::optional<std::map<uint64_t, uint64_t>>& record,
-                                                  RecoveryReport* report = nullptr);
+                                                  RecoveryReport* report = nullptr, size_t backups_down = 0);
 
 }  // namespace ferry::tailwind
