@@ -1,13 +1,16 @@
 // `ferry sim tailwind`: a LogKv cluster on Tailwind replication (five
-// servers, r = 2, 64 KiB segments, PM backups, the background cleaner) run
+// servers, r = 2 or 1, 64 KiB segments, PM backups, the background cleaner) run
 // as fibers of one SimRuntime: every server's RPC workers, backup flusher
 // and recovery masters, the cleaner, four clients on ten hot keys and the
 // fault script, on one OS thread and the World's virtual clock, with the
 // NICs on a manual engine the scheduler steps (docs/simulation.md,
 // "Tailwind / LogKv"). The seed picks the replication mode (Tailwind's
 // one-sided WRITEs or the RPC baseline), the workload, the interleaving and
-// the faults; every client history is checked for linearizability, with a
-// fresh reader of every key after the faults.
+// the faults (crashes, power failures -- correlated with a segment's
+// replicas, right after a repair -- with hosts restarted as backups from
+// their PM, partitions, backups declared failed, coordinator outages, slow
+// hosts, client crashes, packet faults); every client history is checked for
+// linearizability, with a fresh reader of every key after the faults.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -241,53 +242,76 @@ TEST_P(LogKvSafety, AnOldPrimaryWhoseLogWasRecoveredCannotAcknowledgeAPut) {
   EXPECT_FALSE(removed.ok()) << "an old primary acknowledged a DELETE after its log was recovered";
 }
 
+// r = 1, one table: server 0's log, `n` keys it serves.
+struct OneReplicaScene {
+  static constexpr uint32_t kPrimary = 0;
+  static ClusterOptions options(tailwind::Replication mode) {
+    ClusterOptions o = cluster_options(mode);
+    o.server.replicas = 1;
+    return o;
+  }
+  OneReplicaScene(tailwind::Replication mode, size_t n)
+      : cluster(Cluster::create(options(mode)).value()),
+        table(cluster->create_table("t").value()),
+        client(Client::create(*cluster).value()),
+        keys(keys_on(cluster->table(table).value(), kPrimary, "key-", n)) {}
+  tailwind::ReplicatedLog& log() { return cluster->server(kPrimary).log(); }
+  // The server holding the only replica of the primary's open segment.
+  uint32_t open_holder() { return server_of_link(kPrimary, log().replicas_of(log().open_segment_id()).front()); }
+  // A fresh client reads keys[i] for every i that `expected` gives a value.
+  void expect_values(const std::function<std::optional<std::string>(size_t)>& expected) {
+    auto reader = Client::create(*cluster).value();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::optional<std::string> want = expected(i);
+      if (!want) continue;
+      auto got = reader->get(0, table, as_bytes(keys[i]));
+      ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().to_string();
+      EXPECT_EQ(as_string(got->value), *want) << keys[i];
+    }
+  }
+
+  std::unique_ptr<Cluster> cluster;
+  uint64_t table;
+  std::unique_ptr<Client> client;
+  std::vector<std::string> keys;
+};
+
 // r = 1: the power fails on a primary and on the host of its open
 // segment's only replica. Its recovery must wait for that host (kUnavailable,
 // not kDataLoss: the host may come back), and once its backup restarts from
 // its PM -- which kept the acknowledged WRITEs, FLUSHed before each ack --
 // rebuild every acknowledged PUT from it.
 TEST_P(LogKvSafety, ARecoveryWaitsForAPoweredOffBackupAndRebuildsEveryPutFromItsPmOnceItRestarts) {
-  auto opts = cluster_options(GetParam());
-  opts.server.replicas = 1;
-  auto cluster = Cluster::create(opts).value();
-  const uint64_t table = cluster->create_table("t").value();
-  auto client = Client::create(*cluster).value();
-  const TableMap map = cluster->table(table).value();
-  const uint32_t primary = 0;
-  tailwind::ReplicatedLog& log = cluster->server(primary).log();
-  const auto keys = keys_on(map, primary, "key-", 120);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_TRUE(
-        client->put(0, table, as_bytes(keys[i]), as_bytes("v" + std::to_string(i) + std::string(300, 'x'))).ok());
+  OneReplicaScene sc(GetParam(), 120);
+  Cluster& cluster = *sc.cluster;
+  const uint32_t primary = OneReplicaScene::kPrimary;
+  auto value = [](size_t i) { return "v" + std::to_string(i) + std::string(300, 'x'); };
+  for (size_t i = 0; i < sc.keys.size(); ++i) {
+    ASSERT_TRUE(sc.client->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes(value(i))).ok());
   }
-  const uint64_t open = log.open_segment_id();
-  const uint32_t holder = server_of_link(primary, log.replicas_of(open).front());
-  ASSERT_TRUE(cluster->power_fail_server(primary, 11).ok());
-  ASSERT_TRUE(cluster->power_fail_server(holder, 12).ok());
-  EXPECT_FALSE(cluster->backup_up(holder));
-  EXPECT_EQ(cluster->power_fail_server(holder, 13).status().code(), Code::kFailedPrecondition);
-  auto waiting = cluster->recover_server(primary);
+  const uint64_t open = sc.log().open_segment_id();
+  const uint32_t holder = sc.open_holder();
+  ASSERT_TRUE(cluster.power_fail_server(primary, 11).ok());
+  ASSERT_TRUE(cluster.power_fail_server(holder, 12).ok());
+  EXPECT_FALSE(cluster.backup_up(holder));
+  EXPECT_EQ(cluster.power_fail_server(holder, 13).status().code(), Code::kFailedPrecondition);
+  auto waiting = cluster.recover_server(primary);
   ASSERT_FALSE(waiting.ok()) << "recovered without segment " << open;
   EXPECT_EQ(waiting.status().code(), Code::kUnavailable) << waiting.status().to_string();
 
-  auto restarted = cluster->restart_backup(holder);
+  auto restarted = cluster.restart_backup(holder);
   ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
-  EXPECT_TRUE(cluster->backup_up(holder));
-  EXPECT_FALSE(cluster->alive(holder));  // a backup only: no tablets, no log
+  EXPECT_TRUE(cluster.backup_up(holder));
+  EXPECT_FALSE(cluster.alive(holder));  // a backup only: no tablets, no log
   EXPECT_GE(restarted->replicas_kept, 1u);
   EXPECT_EQ(restarted->logs_fenced, 1u);  // the primary's: the only other log that is not a member's
-  EXPECT_EQ(cluster->restart_backup(holder).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(cluster.restart_backup(holder).status().code(), Code::kFailedPrecondition);
   // The holder's own log needs the primary's backup too (r = 1): both restart.
-  ASSERT_TRUE(cluster->restart_backup(primary).ok());
-  auto rec = cluster->recover_server(primary);
+  ASSERT_TRUE(cluster.restart_backup(primary).ok());
+  auto rec = cluster.recover_server(primary);
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
-  ASSERT_TRUE(cluster->recover_server(holder).ok());
-  auto reader = Client::create(*cluster).value();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto got = reader->get(0, table, as_bytes(keys[i]));
-    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().to_string();
-    EXPECT_EQ(as_string(got->value), "v" + std::to_string(i) + std::string(300, 'x')) << keys[i];
-  }
+  ASSERT_TRUE(cluster.recover_server(holder).ok());
+  sc.expect_values(value);
 }
 
 // r = 1: the primary's open segment has its replica on backup A; A is
@@ -297,42 +321,32 @@ TEST_P(LogKvSafety, ARecoveryWaitsForAPoweredOffBackupAndRebuildsEveryPutFromIts
 // recovery must not rebuild from it (its version is below the one the
 // coordinator recorded), but wait for C.
 TEST_P(LogKvSafety, ARecoveryWaitsRatherThanUseTheCopyARepairLeftBehindWhileTheCurrentReplicaIsOff) {
-  auto opts = cluster_options(GetParam());
-  opts.server.replicas = 1;
-  auto cluster = Cluster::create(opts).value();
-  const uint64_t table = cluster->create_table("t").value();
-  auto client = Client::create(*cluster).value();
-  const TableMap map = cluster->table(table).value();
-  const uint32_t primary = 0;
-  tailwind::ReplicatedLog& log = cluster->server(primary).log();
-  const auto keys = keys_on(map, primary, "key-", 20);
-  for (size_t i = 0; i < 10; ++i) ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("before")).ok());
-  const uint64_t open = log.open_segment_id();
-  const uint32_t a = server_of_link(primary, log.replicas_of(open).front());
-  ASSERT_TRUE(cluster->declare_backup_failed(a).ok());
-  ASSERT_EQ(log.open_segment_id(), open);
-  const uint32_t c = server_of_link(primary, log.replicas_of(open).front());
+  OneReplicaScene sc(GetParam(), 20);
+  Cluster& cluster = *sc.cluster;
+  const uint32_t primary = OneReplicaScene::kPrimary;
+  for (size_t i = 0; i < 10; ++i)
+    ASSERT_TRUE(sc.client->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes("before")).ok());
+  const uint64_t open = sc.log().open_segment_id();
+  const uint32_t a = sc.open_holder();
+  ASSERT_TRUE(cluster.declare_backup_failed(a).ok());
+  ASSERT_EQ(sc.log().open_segment_id(), open);
+  const uint32_t c = sc.open_holder();
   ASSERT_NE(c, a);
-  for (size_t i = 10; i < keys.size(); ++i) {
-    ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("after the repair")).ok());
+  for (size_t i = 10; i < sc.keys.size(); ++i) {
+    ASSERT_TRUE(sc.client->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes("after the repair")).ok());
   }
-  ASSERT_EQ(log.open_segment_id(), open);
-  ASSERT_TRUE(cluster->power_fail_server(primary, 21).ok());
-  ASSERT_TRUE(cluster->power_fail_server(c, 22).ok());
-  auto rec = cluster->recover_server(primary);
+  ASSERT_EQ(sc.log().open_segment_id(), open);
+  ASSERT_TRUE(cluster.power_fail_server(primary, 21).ok());
+  ASSERT_TRUE(cluster.power_fail_server(c, 22).ok());
+  auto rec = cluster.recover_server(primary);
   ASSERT_FALSE(rec.ok()) << "rebuilt from the copy on server " << a << " that the repair left behind ("
                          << rec->log.stale_ignored << " stale ignored)";
   EXPECT_EQ(rec.status().code(), Code::kUnavailable) << rec.status().to_string();
-  ASSERT_TRUE(cluster->restart_backup(c).ok());
-  rec = cluster->recover_server(primary);
+  ASSERT_TRUE(cluster.restart_backup(c).ok());
+  rec = cluster.recover_server(primary);
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
   EXPECT_GE(rec->log.stale_ignored, 1u);
-  auto reader = Client::create(*cluster).value();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto got = reader->get(0, table, as_bytes(keys[i]));
-    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().to_string();
-    EXPECT_EQ(as_string(got->value), i < 10 ? "before" : "after the repair") << keys[i];
-  }
+  sc.expect_values([](size_t i) { return std::string(i < 10 ? "before" : "after the repair"); });
 }
 
 // The same, with the coordinator unreachable while the repair runs: the new
@@ -341,49 +355,41 @@ TEST_P(LogKvSafety, ARecoveryWaitsRatherThanUseTheCopyARepairLeftBehindWhileTheC
 // must survive the power failure of the primary and C, whatever the
 // recovery then rebuilds from.
 TEST_P(LogKvSafety, NoPutIsAcknowledgedOnARepairedReplicaWhoseVersionTheCoordinatorMissed) {
-  auto opts = cluster_options(GetParam());
-  opts.server.replicas = 1;
-  auto cluster = Cluster::create(opts).value();
-  const uint64_t table = cluster->create_table("t").value();
-  auto client = Client::create(*cluster).value();
-  const TableMap map = cluster->table(table).value();
-  const uint32_t primary = 0;
-  tailwind::ReplicatedLog& log = cluster->server(primary).log();
-  const auto keys = keys_on(map, primary, "key-", 20);
-  for (size_t i = 0; i < 10; ++i) ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("before")).ok());
-  const uint64_t open = log.open_segment_id();
-  const uint32_t a = server_of_link(primary, log.replicas_of(open).front());
-  cluster->set_coordinator_down(true);
-  (void)cluster->declare_backup_failed(a);
-  const uint32_t c = server_of_link(primary, log.replicas_of(open).front());
+  OneReplicaScene sc(GetParam(), 20);
+  Cluster& cluster = *sc.cluster;
+  const uint32_t primary = OneReplicaScene::kPrimary;
+  for (size_t i = 0; i < 10; ++i)
+    ASSERT_TRUE(sc.client->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes("before")).ok());
+  const uint64_t open = sc.log().open_segment_id();
+  const uint32_t a = sc.open_holder();
+  cluster.set_coordinator_down(true);
+  (void)cluster.declare_backup_failed(a);
+  const uint32_t c = sc.open_holder();
   ASSERT_NE(c, a);
   ClientOptions co;
   co.max_attempts = 1;
   co.timeout_ns = 200'000'000;
   co.retry_unknown_writes = false;
-  auto during = Client::create(*cluster, co).value();
-  std::vector<bool> acked(keys.size(), true);
-  for (size_t i = 10; i < keys.size(); ++i) {
-    acked[i] = during->put(0, table, as_bytes(keys[i]), as_bytes("during the outage")).ok();
+  auto during = Client::create(cluster, co).value();
+  std::vector<bool> acked(sc.keys.size(), true);
+  for (size_t i = 10; i < sc.keys.size(); ++i) {
+    acked[i] = during->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes("during the outage")).ok();
   }
-  ASSERT_EQ(log.open_segment_id(), open);
-  ASSERT_TRUE(cluster->power_fail_server(primary, 31).ok());
-  ASSERT_TRUE(cluster->power_fail_server(c, 32).ok());
-  cluster->set_coordinator_down(false);
-  auto rec = cluster->recover_server(primary);
+  ASSERT_EQ(sc.log().open_segment_id(), open);
+  ASSERT_TRUE(cluster.power_fail_server(primary, 31).ok());
+  ASSERT_TRUE(cluster.power_fail_server(c, 32).ok());
+  cluster.set_coordinator_down(false);
+  auto rec = cluster.recover_server(primary);
   if (!rec.ok()) {  // it may wait for C
     ASSERT_EQ(rec.status().code(), Code::kUnavailable) << rec.status().to_string();
-    ASSERT_TRUE(cluster->restart_backup(c).ok());
-    rec = cluster->recover_server(primary);
+    ASSERT_TRUE(cluster.restart_backup(c).ok());
+    rec = cluster.recover_server(primary);
   }
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
-  auto reader = Client::create(*cluster).value();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!acked[i]) continue;
-    auto got = reader->get(0, table, as_bytes(keys[i]));
-    ASSERT_TRUE(got.ok()) << keys[i] << " (acknowledged): " << got.status().to_string();
-    EXPECT_EQ(as_string(got->value), i < 10 ? "before" : "during the outage") << keys[i];
-  }
+  sc.expect_values([&](size_t i) -> std::optional<std::string> {
+    if (!acked[i]) return std::nullopt;
+    return std::string(i < 10 ? "before" : "during the outage");
+  });
 }
 
 // A host restarted after a crash frees what no log needs: the replicas the
