@@ -84,6 +84,14 @@ class World {
     lo.runtime = &runtime_;
     lo.replication_timeout_ms = 200;
     lo.open_wait_ms = 2000;
+    // The coordinator's record of each segment's version, which
+    // set_coordinator_down makes unreachable.
+    lo.on_version = [this](uint64_t segment_id, uint64_t version) {
+      if (coordinator_down_) return unavailable("the coordinator cannot be reached");
+      uint64_t& v = versions_[segment_id];
+      v = std::max(v, version);
+      return ok_status();
+    };
     log_ = ReplicatedLog::create(*primary_nic_, links, lo).value();
   }
 
@@ -102,6 +110,8 @@ class World {
 
   SimRuntime& runtime() { return runtime_; }
   ReplicatedLog& log() { return *log_; }
+  void set_coordinator_down(bool down) { coordinator_down_ = down; }
+  bool coordinator_down() const { return coordinator_down_; }
   Backup& backup(size_t i) { return *hosts_[i]->backup; }
   Rng& rng() { return rng_; }
 
@@ -171,6 +181,8 @@ class World {
   std::vector<std::unique_ptr<BackupHost>> hosts_;
   std::vector<std::unique_ptr<BackupLink>> links_;
   std::unique_ptr<ReplicatedLog> log_;
+  bool coordinator_down_ = false;
+  std::map<uint64_t, uint64_t> versions_;
 };
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
@@ -307,6 +319,55 @@ TEST_P(TailwindLogSim, ABackupDeclaredFailedMidAppendIsReplaced) {
     w.in_fiber([&] { check_replicas(w, acked, victim, label(seed)); });
   }
   EXPECT_GT(struck_mid_append, 0);
+}
+
+// A backup is declared failed while an append's WRITEs are in flight and the
+// coordinator cannot be reached: the repair re-creates the replica at a new
+// version it cannot report. That append must not be acknowledged until the
+// coordinator knows the version (a recovery that found only the copy left
+// on the failed backup would take it for current and lose the append); the
+// appends that start later check the report first and fail too. Nothing is
+// acknowledged while the coordinator is down; everything after it is back.
+TEST_P(TailwindLogSim, NoAppendIsAcknowledgedWhileARepairsVersionIsUnreported) {
+  int caught_in_flight = 0;
+  for (uint64_t seed = 1; seed <= seeds_to_run(); ++seed) {
+    SCOPED_TRACE(label(seed));
+    World w(seed, options());
+    int acked_while_down = 0, failed_while_down = 0, acked_after = 0;
+    bool in_flight = false;
+    std::vector<Thread> fibers;
+    fibers.push_back(w.runtime().spawn("appender", "primary", [&] {
+      for (int i = 0; i < 2000 && acked_after < 5; ++i) {
+        const std::string key = "k-" + std::to_string(i);
+        auto pos =
+            w.log().append_object(1, static_cast<uint64_t>(i + 1), bytes_of(key), bytes_of(std::string(300, 'v')));
+        if (pos.ok() && w.coordinator_down()) ++acked_while_down;
+        if (!pos.ok() && w.coordinator_down()) ++failed_while_down;
+        if (pos.ok() && !w.coordinator_down() && failed_while_down > 0) ++acked_after;
+        if (!pos.ok() && !w.coordinator_down()) ADD_FAILURE() << "append " << i << ": " << pos.status().to_string();
+        if (!pos.ok()) w.runtime().sleep_for_ns(100'000);  // a client backs off
+      }
+    }));
+    fibers.push_back(w.runtime().spawn("control", "control", [&] {
+      const uint64_t start = 5 + w.rng().below(20);
+      while (w.log().counters().appends < start) w.runtime().idle();
+      // Right after an append posted its WRITEs: it waits for them now.
+      const uint64_t posted = w.log().counters().appends;
+      while (w.log().counters().appends == posted) w.runtime().idle();
+      in_flight = true;
+      const auto replicas = w.log().replicas_of(w.log().open_segment_id());
+      w.set_coordinator_down(true);
+      (void)w.log().backup_failed(replicas[w.rng().below(replicas.size())]);
+      w.runtime().sleep_for_ns(2'000'000);
+      w.set_coordinator_down(false);
+    }));
+    w.join_all(fibers);
+    caught_in_flight += in_flight;
+    EXPECT_EQ(acked_while_down, 0) << "appends acknowledged while the repaired segment's version was unreported";
+    EXPECT_GT(failed_while_down, 0) << "the appender never met the outage";
+    EXPECT_GT(acked_after, 0) << "nothing was acknowledged once the coordinator was back";
+  }
+  EXPECT_GT(caught_in_flight, 0);
 }
 
 // W16: a backup declared failed comes back while the frees of the replicas
