@@ -258,6 +258,10 @@ struct OneReplicaScene {
   tailwind::ReplicatedLog& log() { return cluster->server(kPrimary).log(); }
   // The server holding the only replica of the primary's open segment.
   uint32_t open_holder() { return server_of_link(kPrimary, log().replicas_of(log().open_segment_id()).front()); }
+  // PUTs "before" to keys [0, n), each acknowledged.
+  void put_before(size_t n) {
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(client->put(0, table, as_bytes(keys[i]), as_bytes("before")).ok());
+  }
   // A fresh client reads keys[i] for every i that `expected` gives a value.
   void expect_values(const std::function<std::optional<std::string>(size_t)>& expected) {
     auto reader = Client::create(*cluster).value();
@@ -324,8 +328,7 @@ TEST_P(LogKvSafety, ARecoveryWaitsRatherThanUseTheCopyARepairLeftBehindWhileTheC
   OneReplicaScene sc(GetParam(), 20);
   Cluster& cluster = *sc.cluster;
   const uint32_t primary = OneReplicaScene::kPrimary;
-  for (size_t i = 0; i < 10; ++i)
-    ASSERT_TRUE(sc.client->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes("before")).ok());
+  ASSERT_NO_FATAL_FAILURE(sc.put_before(10));
   const uint64_t open = sc.log().open_segment_id();
   const uint32_t a = sc.open_holder();
   ASSERT_TRUE(cluster.declare_backup_failed(a).ok());
@@ -358,8 +361,7 @@ TEST_P(LogKvSafety, NoPutIsAcknowledgedOnARepairedReplicaWhoseVersionTheCoordina
   OneReplicaScene sc(GetParam(), 20);
   Cluster& cluster = *sc.cluster;
   const uint32_t primary = OneReplicaScene::kPrimary;
-  for (size_t i = 0; i < 10; ++i)
-    ASSERT_TRUE(sc.client->put(0, sc.table, as_bytes(sc.keys[i]), as_bytes("before")).ok());
+  ASSERT_NO_FATAL_FAILURE(sc.put_before(10));
   const uint64_t open = sc.log().open_segment_id();
   const uint32_t a = sc.open_holder();
   cluster.set_coordinator_down(true);
