@@ -6,7 +6,9 @@
 // with reads from every replica (its CPU, under its read locks: one key, or
 // a snapshot of every key) and from the front end, between operations and
 // -- on replicas -- between any two engine steps of an operation or a
-// recovery. The production code is stepped as it is: the simulator only
+// recovery; and by a journal writer on the same log, which acknowledges a
+// record once TxnClient::append returns (a WAL's commit point) and leaves
+// it for the next write or a recovery to execute. The production code is stepped as it is: the simulator only
 // chooses what happens and when, and injects faults from the client's poll
 // hook (between engine steps of a synchronous call) and the fabric's tap.
 //
@@ -24,7 +26,8 @@
 //                     (HyperLoopClient::stop_group on both groups) and a new
 //                     one resumes (restart_group, TxnClient::initialize with
 //                     resume, TxnKv::open).
-//   power             1..3 replicas lose power at a random engine step: PM
+//   power             1..3 replicas lose power at a random engine step (or
+//                     right after a journal append was acknowledged): PM
 //                     keeps what the power-failure model decides, DRAM lock
 //                     words are gone; each replays its log at restart and
 //                     holds its locks until the front end reconciled.
@@ -55,6 +58,8 @@
 //   replicas-identical  every replica's database equals the front end's mirror
 //   locks-free          no lock word stays taken on any replica
 //   durable             every acknowledged write is readable from the front end
+//   journal-durable     every acknowledged journal append is applied once its
+//                       record runs (after a recovery, at the end)
 //   atomic              the operation in flight at a fault applied whole or not
 //                       at all; every replica snapshot is the state after some
 //                       prefix of the writes in issue order
@@ -165,7 +170,7 @@ void Run::teardown() {
 TxnOptions Run::txn_options(bool resume) const {
   TxnOptions to;
   to.log_bytes = kLogBytes;
-  to.db_bytes = hyperloop::txn_kv_db_bytes(ko_);
+  to.db_bytes = hyperloop::txn_kv_db_bytes(ko_) + 8 * kJournalSlots;
   to.lock_timeout_ns = kLockTimeoutNs;
   to.resume = resume;
   return to;
@@ -250,15 +255,7 @@ void Run::poll_hook() {
       (void)client_->stop_group(locks_);
       break;
     case Armed::kPower:
-      world_.event("power fails on replicas " + replica_set(powered_off_));
-      down_ |= powered_off_;
-      for (uint32_t r = 0; r < kReplicas; ++r) {
-        if ((powered_off_ >> r & 1) == 0) continue;
-        client_->replica(data_, r)->domain->power_fail(power_seed_ + 2 * r);
-        client_->replica(locks_, r)->domain->power_fail(power_seed_ + 2 * r + 1);
-      }
-      (void)client_->stop_group(data_);
-      (void)client_->stop_group(locks_);
+      power_fail(powered_off_, power_seed_);
       break;
     case Armed::kReplace:
       world_.event("replica " + std::to_string(victim_) + " dies" + (victim_ == 0 ? " (the head)" : ""));
@@ -269,6 +266,19 @@ void Run::poll_hook() {
     case Armed::kNone:
       break;
   }
+}
+
+void Run::power_fail(uint8_t mask, uint64_t seed) {
+  world_.event("power fails on replicas " + replica_set(mask));
+  powered_off_ = mask;
+  down_ |= mask;
+  for (uint32_t r = 0; r < kReplicas; ++r) {
+    if ((mask >> r & 1) == 0) continue;
+    client_->replica(data_, r)->domain->power_fail(seed + 2 * r);
+    client_->replica(locks_, r)->domain->power_fail(seed + 2 * r + 1);
+  }
+  (void)client_->stop_group(data_);
+  (void)client_->stop_group(locks_);
 }
 
 std::string Run::replica_set(uint8_t mask) {
@@ -330,7 +340,7 @@ void Run::one_operation(uint64_t index) {
   Status st;
   ++result_.ops;
   const std::string prefix = "op " + std::to_string(index) + " c" + std::to_string(client) + " ";
-  switch (rng.below(5)) {
+  switch (rng.below(6)) {
     case 0:
     case 1: {
       const uint64_t v = next_value_++;
@@ -376,6 +386,9 @@ void Run::one_operation(uint64_t index) {
       ops.push_back(KvOp::put(client, k, v, t0, std::nullopt));
       break;
     }
+    case 5:
+      journal_operation(prefix, k % kJournalSlots);
+      return;
     default: {  // a transaction over 2-3 keys: puts, and a remove of one the front end has
       std::vector<uint64_t> keys = {k};
       const uint64_t want = 2 + rng.below(2);
@@ -413,6 +426,7 @@ void Run::one_operation(uint64_t index) {
     }
   }
   const uint64_t t1 = tick();
+  if (st.ok()) journal_backlog_ = 0;  // a write runs every record appended before its own
   const bool done = st.ok() || st.code() == Code::kNotFound;
   if (done && !client_crash_) {
     for (const auto& [key, v] : effects) acked_[key] = v;
@@ -445,6 +459,51 @@ void Run::one_operation(uint64_t index) {
   }
   if (cut_) cut_seen_ = true;
   history_.insert(history_.end(), ops.begin(), ops.end());
+}
+
+void Run::journal_operation(const std::string& prefix, uint64_t slot) {
+  Status st;
+  if (journal_backlog_ >= kJournalBacklog) {
+    world_.event(prefix + "journal: runs the " + std::to_string(journal_backlog_) + " records appended first");
+    st = txn_->execute_all();
+    if (st.ok()) journal_backlog_ = 0;
+  }
+  const bool appending = st.ok();
+  const uint64_t v = next_value_++;
+  if (appending) {
+    world_.event(prefix + "journal append j" + std::to_string(slot) + "=" + std::to_string(v));
+    const std::vector<uint8_t> bytes = value_bytes(v);
+    const hyperloop::TxnWrite write{journal_offset(slot), bytes};
+    st = txn_->append({&write, 1}).status();
+  }
+  if (cut_) cut_seen_ = true;
+  if (st.ok()) {
+    // Acknowledged: durable on every replica, so says the contract, though
+    // nothing has executed it yet. (A client that dies now never learns so;
+    // the front end knows, and the obligation stands.)
+    journal_acked_[slot] = v;
+    journal_pending_[slot].clear();
+    ++journal_backlog_;
+    ++result_.acknowledged;
+    world_.event(prefix + "journal ok (on Append; not yet executed)");
+    if (armed_ == Armed::kNone && !needs_recovery_ && world_.strike(FaultKind::kPowerFailure, kPowerAfterJournal)) {
+      const auto mask = static_cast<uint8_t>(1 + world_.fault_below(7));
+      const uint64_t seed = world_.fault_below(uint64_t{1} << 62);
+      world_.event("right after the acknowledgement:");
+      power_fail(mask, seed);
+      fired_ = Armed::kPower;
+      needs_recovery_ = true;
+    }
+    return;
+  }
+  ++result_.pending;
+  if (appending) journal_pending_[slot].push_back(v);
+  world_.event(prefix + "journal failed: " + st.to_string() + (appending ? " (pending)" : " (before its append)"));
+  if (fired_ == Armed::kNone && !cut_ && !cut_seen_) {
+    fail("no-spurious-error", prefix + "journal failed with no fault: " + st.to_string());
+    return;
+  }
+  needs_recovery_ = true;
 }
 
 void Run::read_everywhere(uint64_t k) {
@@ -556,7 +615,7 @@ void Run::snapshot_replica(uint32_t r, const char* when) {
 
 std::span<const uint8_t> Run::replica_db(uint32_t r) {
   ReplicaView v = client_->replica(data_, r).value();
-  return {v.region->data() + hyperloop::kTxnControlBytes + kLogBytes, hyperloop::txn_kv_db_bytes(ko_)};
+  return {v.region->data() + hyperloop::kTxnControlBytes + kLogBytes, txn_options(false).db_bytes};
 }
 
 }  // namespace hyperloop_store_sim

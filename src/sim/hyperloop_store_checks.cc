@@ -101,7 +101,9 @@ void Run::recover() {
     for (const auto& [k, v] : in_flight_) acked_[k] = v;
   }
   in_flight_.clear();
+  journal_backlog_ = 0;  // the resumed front end ran every record of the log
   check_durable("after the recovery");
+  if (ok()) check_journal("after the recovery");
   for (uint64_t k = 0; k < kKeys && ok(); ++k) read_everywhere(k);
   recovering_ = false;
 }
@@ -211,6 +213,28 @@ void Run::check_durable(const char* when) {
   }
 }
 
+void Run::check_journal(const char* when) {
+  const auto db = txn_->db();
+  for (uint32_t s = 0; s < kJournalSlots; ++s) {
+    uint64_t now = 0;
+    std::memcpy(&now, db.data() + journal_offset(s), 8);
+    std::vector<uint64_t>& pending = journal_pending_[s];
+    const std::string slot = "j" + std::to_string(s);
+    if (now != journal_acked_[s] && std::find(pending.begin(), pending.end(), now) == pending.end()) {
+      std::string doubt;
+      for (uint64_t p : pending) doubt += (doubt.empty() ? "" : ", ") + std::to_string(p);
+      fail("journal-durable", slot + " " + when + ": holds " + std::to_string(now) + ", acknowledged " +
+                                  std::to_string(journal_acked_[s]) +
+                                  (doubt.empty() ? "" : " (in doubt after it: " + doubt + ")"));
+      return;
+    }
+    if (now != journal_acked_[s])
+      world_.event("journal " + slot + ": the append of " + std::to_string(now) + ", in doubt, was applied");
+    journal_acked_[s] = now;
+    pending.clear();
+  }
+}
+
 void Run::finale() {
   armed_ = Armed::kNone;
   cut_armed_ = false;
@@ -233,6 +257,7 @@ void Run::finale() {
   world_.event("workload done; final checks");
   check_state("at the end");
   if (ok()) check_durable("at the end");
+  if (ok()) check_journal("at the end");
   for (uint64_t k = 0; k < kKeys && ok(); ++k) read_everywhere(k);
   result_.sim_ns = world_.now();
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -61,6 +62,16 @@ constexpr uint64_t kHookReadOdds = 100;
 // The membership store's outage is drawn per replacement (the only time the
 // chain manager writes it), at the per-operation rate times this.
 constexpr double kMembershipDownPerReplacement = 20.0;
+// The journal: a log writer that acknowledges on TxnClient::append (a WAL's
+// commit point: "durable on every replica when it returns") and leaves the
+// record for the next write's execution (or a recovery's) to apply. Its
+// slots are 8-byte words past the store's table in the same database.
+constexpr uint32_t kJournalSlots = 4;
+// Records left unexecuted before a journal append runs them first.
+constexpr uint32_t kJournalBacklog = 4;
+// A power failure right after a journal append was acknowledged -- before
+// anything executed or flushed it again -- at the power rate times this.
+constexpr double kPowerAfterJournal = 3.0;
 
 inline TxnKvOptions kv_options() {
   TxnKvOptions o;
@@ -205,6 +216,14 @@ class Run {
 
   uint64_t tick() { return ++now_tick_; }
 
+  // A journal append of a new value to one slot (kJournalSlots), left for
+  // later to execute; maybe a power failure right after its acknowledgement.
+  void journal_operation(const std::string& prefix, uint64_t slot);
+  uint64_t journal_offset(uint64_t slot) const { return hyperloop::txn_kv_db_bytes(ko_) + 8 * slot; }
+  // Power fails on the replicas in `mask` (PM keeps what the power-failure
+  // model decides from `seed`); the front end's data paths stop with them.
+  void power_fail(uint8_t mask, uint64_t seed);
+
   // Reads `k` on every replica that serves and from the front end.
   void read_everywhere(uint64_t k);
 
@@ -249,6 +268,10 @@ class Run {
   // Replicas identical to the mirror, no lock taken.
   void check_state(const char* when);
   void check_durable(const char* when);
+  // Every journal slot holds its acknowledged value or a later one whose
+  // append's outcome is unknown (journal-durable); what it holds is known
+  // from then on.
+  void check_journal(const char* when);
 
   // Everything acknowledged is on every replica, readable from each.
   void finale();
@@ -276,6 +299,11 @@ class Run {
   std::vector<Snapshot> states_;  // expect_state's, in issue order
   uint64_t now_tick_ = 0;         // the history's logical time: every call and return its own instant
   uint64_t next_value_ = 1;
+  // The journal: per slot the acknowledged value (0: none) and the values
+  // appended after it whose outcome the front end never learnt.
+  std::array<uint64_t, kJournalSlots> journal_acked_{};
+  std::array<std::vector<uint64_t>, kJournalSlots> journal_pending_;
+  uint32_t journal_backlog_ = 0;  // journal records appended, not yet executed
   // The armed fault and the one that fired (recovery's case).
   Armed armed_ = Armed::kNone, fired_ = Armed::kNone;
   bool needs_recovery_ = false, recovering_ = false, client_crash_ = false;
