@@ -72,8 +72,13 @@ for patch in "${patches[@]}"; do
   secs=$(($(date +%s) - start))
   seed=$(grep -m1 '^FAIL seed=' <<<"$out" | sed 's/^FAIL seed=\([0-9]*\).*/\1/' || true)
   broke=$(grep -m1 '^FAIL seed=' <<<"$out" | sed 's/.* broke=//' || true)
+  uncovered=$(grep '^COVERAGE ' <<<"$out" | sed 's/^COVERAGE \([^:]*\):.*/\1/' | paste -sd, - || true)
   if [[ -n "$seed" ]]; then
     echo "| $name | $system | $seed | $broke | $secs |"
+  elif [[ -n "$uncovered" ]]; then
+    # No seed broke an invariant, but the campaign missed coverage its
+    # system requires (System::must_cover): found by the campaign as a whole.
+    echo "| $name | $system | the campaign ($max seeds): $uncovered never met | coverage | $secs |"
   elif [[ $status -ne 0 ]]; then
     # The mutant died (an assertion, a crash): found, in the 100 seeds after
     # the last progress line.

@@ -1,10 +1,12 @@
 // `ferry sim <system>`: the deterministic whole-system simulator
 // (docs/simulation.md). One line per seed; for a failure, the broken
 // invariant, the events that led to it, a shrunk run and the command that
-// replays it. Exit code: 0 when every seed ran clean, 1 when one failed,
+// replays it. Exit code: 0 when every seed ran clean, 1 when one failed
+// (or a campaign missed the coverage its system requires, System::must_cover),
 // 2 for bad arguments.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -74,6 +76,8 @@ int run_sim(const sim::System& system, const SimFlags& flags) {
               "one thread, virtual time (NICs on a manual engine)");
   uint64_t failed = 0, ops = 0, acked = 0, pending = 0;
   std::array<uint64_t, sim::kFaultKinds> faults{};
+  std::map<std::string, uint64_t> covered;
+  uint64_t ran = 0;
   for (uint64_t i = 0; i < count; ++i) {
     sim::RunOptions options = base;
     options.seed = flags.seed + i;
@@ -82,6 +86,8 @@ int run_sim(const sim::System& system, const SimFlags& flags) {
     acked += r.acknowledged;
     pending += r.pending;
     for (size_t k = 0; k < sim::kFaultKinds; ++k) faults[k] += r.faults[k];
+    for (const auto& [name, n] : r.coverage) covered[name] += n;
+    ++ran;
     if (!flags.quiet || !r.ok || count == 1) {
       std::printf("%s\n", r.summary().c_str());
     } else if ((i + 1) % 100 == 0) {
@@ -112,11 +118,27 @@ int run_sim(const sim::System& system, const SimFlags& flags) {
                      "=" + std::to_string(faults[k]);
     }
   }
+  if (!covered.empty()) {
+    std::string text;
+    for (const auto& [name, n] : covered) text += (text.empty() ? "" : " ") + name + "=" + std::to_string(n);
+    std::printf("coverage: %s\n", text.c_str());
+  }
+  bool uncovered = false;
+  if (failed == 0) {
+    const std::vector<std::string> missing = sim::missing_coverage(system, base, ran, covered);
+    for (const std::string& name : missing) {
+      std::printf(
+          "COVERAGE %s: never met in %llu seeds (it must be within %llu): a fault no longer does what it is "
+          "there for\n",
+          name.c_str(), static_cast<unsigned long long>(ran), static_cast<unsigned long long>(system.cover_within));
+    }
+    uncovered = !missing.empty();
+  }
   std::printf("%s: %llu failed; %llu ops, %llu acknowledged writes, %llu pending; faults: %s\n",
-              failed == 0 ? "clean" : "FAILED", static_cast<unsigned long long>(failed),
+              failed == 0 && !uncovered ? "clean" : "FAILED", static_cast<unsigned long long>(failed),
               static_cast<unsigned long long>(ops), static_cast<unsigned long long>(acked),
               static_cast<unsigned long long>(pending), faults_text.empty() ? "none" : faults_text.c_str());
-  return failed == 0 ? 0 : 1;
+  return failed == 0 && !uncovered ? 0 : 1;
 }
 
 }  // namespace

@@ -8,9 +8,13 @@
 // one-sided WRITEs or the RPC baseline), the workload, the interleaving and
 // the faults (crashes, power failures -- correlated with a segment's
 // replicas, right after a repair -- with hosts restarted as backups from
-// their PM, partitions, backups declared failed, coordinator outages, slow
-// hosts, client crashes, packet faults); every client history is checked for
-// linearizability, with a fresh reader of every key after the faults.
+// their PM, partitions, backups declared failed -- some first cut off from
+// a primary by the network, some recovered from only once back --
+// coordinator outages, slow hosts, client crashes, packet faults); every
+// client history is checked for linearizability, with a fresh reader of
+// every key after the faults. Each run counts what its recoveries met
+// (RunResult::coverage); a campaign of 2,000 seeds must meet the three the
+// system requires (System::must_cover).
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -218,11 +222,14 @@ void Run::client(uint32_t c, uint32_t generation) {
 // Recovers a lost server's tablets. A recovery may wait (kUnavailable)
 // only while a backup that may hold what it needs is down: that host then
 // restarts (its backup only, from its PM) and the recovery runs again.
-bool Run::recover(uint32_t server) {
+bool Run::recover(uint32_t server, const char* cause) {
   wait_for_coordinator();
   while (ok()) {
     auto rec = cluster_->recover_server(server);
     if (rec.ok()) {
+      result_.coverage[std::string("torn-after-") + cause] += rec->log.torn_open;
+      result_.coverage[std::string("lagging-after-") + cause] += rec->log.lagging_open;
+      result_.coverage["stale-replicas-ignored"] += rec->log.stale_ignored;
       world_.event("server " + std::to_string(server) + " recovered: " + std::to_string(rec->log.segments) +
                    " segments, " + std::to_string(rec->progress.objects_restored) + " objects, " +
                    std::to_string(rec->log.torn_open) + " torn replicas, " + std::to_string(rec->log.stale_ignored) +
@@ -234,6 +241,7 @@ bool Run::recover(uint32_t server) {
       fail("recovers", "recovering server " + std::to_string(server) + ": " + rec.status().to_string());
       return false;
     }
+    ++result_.coverage["recoveries-waited"];
     world_.event("recovery of server " + std::to_string(server) + " waits: " + rec.status().message());
     rt_.sleep_for_ns((1 + world_.fault_below(20)) * kMs);
     if (!restart(off[world_.fault_below(off.size())])) return false;
@@ -272,8 +280,9 @@ bool Run::restart(uint32_t server) {
 // copies are on powered-off hosts, and what a recovery can reach of that
 // segment is at most a replica a repair left behind (the replica version
 // must make it wait, not rebuild from it); and PM keeps only what was
-// flushed. The victims are recovered, their hosts restarted as needed.
-void Run::fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> out) {
+// flushed. The victims are recovered (here, or by the caller if it
+// `deferred` them), their hosts restarted as needed.
+void Run::fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> out, std::vector<uint32_t>* deferred) {
   if (!out) {  // (while a backup is out, at once: the appends since its repair are what matters)
     const uint64_t before = cluster_->server(victim).log().counters().appends;
     for (int i = 0; i < 2000 && cluster_->server(victim).log().counters().appends == before; ++i) rt_.idle();
@@ -304,9 +313,13 @@ void Run::fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> 
                  " NIC writes pending, " + std::to_string(report->nic_writes_kept) + " kept, " +
                  std::to_string(report->nic_write_torn) + " torn");
   }
+  if (deferred != nullptr) {
+    deferred->insert(deferred->end(), hosts.begin(), hosts.end());
+    return;
+  }
   rt_.sleep_for_ns(world_.fault_below(20) * kMs);
   for (uint32_t h : hosts) {
-    if (!recover(h)) return;
+    if (!recover(h, "power")) return;
   }
   // Some hosts come back soon (their backups serve later recoveries).
   for (uint32_t h : down(kServers)) {
@@ -324,7 +337,7 @@ void Run::fault_crash(uint32_t victim) {
   if (!st.ok()) return fail("crashes", "crashing server " + std::to_string(victim) + ": " + st.to_string());
   ++lost_;
   rt_.sleep_for_ns(world_.fault_below(40) * kMs);
-  (void)recover(victim);
+  (void)recover(victim, "crash");
 }
 
 // The coordinator loses a server that runs on and serves clients with an
@@ -335,7 +348,7 @@ void Run::fault_partition(uint32_t victim) {
   if (!st.ok()) return fail("crashes", "partitioning server " + std::to_string(victim) + ": " + st.to_string());
   ++lost_;
   rt_.sleep_for_ns((10 + world_.fault_below(50)) * kMs);
-  if (!recover(victim)) return;
+  if (!recover(victim, "partition")) return;
   rt_.sleep_for_ns((10 + world_.fault_below(60)) * kMs);  // it still serves whoever reaches it
   world_.event("stop the partitioned server " + std::to_string(victim));
   const Status stopped = cluster_->crash_server(victim);
@@ -349,7 +362,11 @@ void Run::fault_partition(uint32_t victim) {
 // replicas it left there, behind the versions its log moved on to.
 // With `power_meanwhile`, the power fails on another server and its open
 // segment's replicas while that backup is out: a recovery then reaches the
-// copy the repair left there, and nothing newer.
+// copy the repair left there, and nothing newer -- at once (the backup still
+// out), or half the time only once the backup is back and the coordinator
+// reachable, the powered-off hosts still off: then the copy left behind is
+// all a recovery finds, and the version the coordinator holds is what says
+// whether it may be used.
 void Run::fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhile) {
   // The power failure strikes a log whose open segment has a replica on the
   // victim: the repair moves that replica, and the copy left behind is what
@@ -370,10 +387,25 @@ void Run::fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhi
   // replica's version cannot be reported, and no append may be acknowledged
   // on it until it is -- in particular not one whose WRITEs were in flight
   // when the repair ran under it, which is when the declaration comes here.
+  // Half the time the network is why: the link from the target to the
+  // victim drops every packet first, so the append in flight at the repair
+  // never reaches the copy left behind (declared while reachable, that copy
+  // gets it, and is current). The cut heals when the target's power fails:
+  // its NIC, retransmitting, goes with it.
   std::optional<uint32_t> target;
+  std::vector<uint32_t> deferred;  // powered-off logs recovered once the backup is back
+  bool cut = false;
   if (!targets.empty()) {
     target = targets[world_.fault_below(targets.size())];
     if (world_.strike(FaultKind::kMembershipDown, 40.0)) coordinator_outage(10 + world_.fault_below(20));
+    cut = world_.fault_below(2) == 0;
+    if (cut) {
+      world_.event("the network drops every packet from server " + std::to_string(*target) + " to server " +
+                   std::to_string(victim));
+      const uint32_t from = cluster_->server(*target).nic_address(), to = cluster_->server(victim).nic_address();
+      cluster_->engine().fabric().set_tap(
+          [from, to](const nic::Packet& p) { return p.src_nic == from && p.dst_nic == to; });
+    }
     const uint64_t before = cluster_->server(*target).log().counters().appends;
     for (int i = 0;
          i < 2000 && cluster_->alive(*target) && cluster_->server(*target).log().counters().appends == before; ++i) {
@@ -385,10 +417,16 @@ void Run::fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhi
   if (target) {
     rt_.sleep_for_ns((1 + world_.fault_below(8)) * kMs);  // a few appends on the new replicas
     if (cluster_->alive(*target)) {
+      const bool defer = world_.fault_below(2) == 0;
       world_.event("while that backup is out, power fails on server " + std::to_string(*target) +
-                   " and its open segment's replicas");
-      fault_power(*target, /*correlated=*/true, victim);
+                   " and its open segment's replicas" + (defer ? " (recovered once the backup is back)" : ""));
+      fault_power(*target, /*correlated=*/true, victim, defer ? &deferred : nullptr);
       if (!ok()) return;
+    }
+    if (cut) {
+      cluster_->engine().fabric().set_tap({});
+      world_.event("the link from server " + std::to_string(*target) + " to server " + std::to_string(victim) +
+                   " heals");
     }
   }
   rt_.sleep_for_ns((10 + world_.fault_below(60)) * kMs);
@@ -414,7 +452,15 @@ void Run::fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhi
     return fail("backup-back", "server " + std::to_string(victim) + "'s backup: " + back.to_string());
   }
   world_.event("backup of server " + std::to_string(victim) + " back");
-  if (crashed) (void)recover(*crashed);
+  if (!deferred.empty()) {
+    for (uint32_t h : deferred) {
+      if (!recover(h, "power")) return;
+    }
+    for (uint32_t h : down(kServers)) {
+      if (world_.fault_below(2) == 0 && !restart(h)) return;
+    }
+  }
+  if (crashed) (void)recover(*crashed, "crash");
 }
 
 // The fault script: at each finished operation, each kind may strike.
@@ -509,6 +555,11 @@ void Run::wait_for_coordinator() {
 }
 RunResult Run::run(uint64_t ops) {
   ops_ = ops;
+  for (const char* name :
+       {"torn-after-crash", "torn-after-power", "torn-after-partition", "lagging-after-crash", "lagging-after-power",
+        "lagging-after-partition", "stale-replicas-ignored", "recoveries-waited"}) {
+    result_.coverage[name] = 0;
+  }
   bool healthy = build();
   if (healthy) {
     for (uint32_t c = 0; c < kClients; ++c) spawn_client(c, 0);
@@ -563,11 +614,18 @@ System tailwind_system() {
       "LogKv on Tailwind (or the RPC baseline, by seed): five servers, r=2 or 1, PM backups, the cleaner on, four "
       "clients on ten hot keys, all as fibers of one SimRuntime; crashes mid-WRITE with recovery, power failures "
       "(some taking a segment's every current replica) with backups restarted from PM, partitioned old primaries, "
-      "backups declared failed and back, the coordinator unreachable, slow hosts, client crashes and packet faults";
+      "backups declared failed and back (some cut off by the network first), the coordinator unreachable, slow hosts, "
+      "client crashes and packet faults";
   s.faults = {FaultKind::kPacketLoss,    FaultKind::kPacketDuplicate, FaultKind::kPacketDelay, FaultKind::kPartition,
               FaultKind::kProcessCrash,  FaultKind::kPowerFailure,    FaultKind::kSlowHost,    FaultKind::kClientCrash,
               FaultKind::kMemberReplace, FaultKind::kMembershipDown};
   s.default_ops = 300;
+  // What the faults are there for, met in any 2,000 seeds (docs/simulation.md,
+  // "Coverage"): a crash that tears an append across replicas, a replica
+  // a repair left behind that a recovery must not use, a recovery that
+  // waits for a powered-off host.
+  s.must_cover = {"lagging-after-crash", "stale-replicas-ignored", "recoveries-waited"};
+  s.cover_within = 2000;
   s.run = [default_ops = s.default_ops](const RunOptions& options) {
     tailwind_sim::Run run(options);
     return run.run(options.ops == 0 ? default_ops : options.ops);

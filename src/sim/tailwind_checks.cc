@@ -76,7 +76,7 @@ bool Run::finale() {
         fail("crashes", "crashing server " + std::to_string(victim) + ": " + st.to_string());
       } else {
         ++lost_;
-        if (recover(victim)) {
+        if (recover(victim, power ? "power" : "crash")) {
           read_all(false);
           check_index("after the finale's recovery");
           check_buffers();

@@ -82,11 +82,17 @@ class Run {
   void fault_crash(uint32_t victim);
   void fault_partition(uint32_t victim);
   void fault_backup(uint32_t victim, bool crash_meanwhile, bool power_meanwhile);
-  void fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> out);
+  // With `deferred`, the hosts are not recovered here: they are added to
+  // it for the caller to recover later.
+  void fault_power(uint32_t victim, bool correlated, std::optional<uint32_t> out,
+                   std::vector<uint32_t>* deferred = nullptr);
   bool restart(uint32_t server);
   // Servers but `except` whose backup is down (crashed or powered off, not restarted).
   std::vector<uint32_t> down(uint32_t except) const;
-  bool recover(uint32_t server);
+  // Recovers a lost server's tablets, restarting powered-off hosts while it
+  // must wait. `cause` ("crash", "power", "partition") names the coverage
+  // counts of what the recovery met (torn-after-crash, ...).
+  bool recover(uint32_t server, const char* cause);
   bool finale();
   void check_history();
   void check_replicas();

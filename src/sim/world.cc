@@ -190,6 +190,22 @@ const std::vector<System>& systems() {
   return all;
 }
 
+std::vector<std::string> missing_coverage(const System& system, const RunOptions& options, uint64_t seeds,
+                                          const std::map<std::string, uint64_t>& covered) {
+  std::vector<std::string> missing;
+  // Only a campaign like the one the requirement was measured on: enough
+  // seeds, the default rates with swarm, the default size, nothing skipped.
+  const bool applies = system.cover_within != 0 && seeds >= system.cover_within && options.swarm &&
+                       options.faults.rate == FaultRates::defaults().rate && options.ops == 0 &&
+                       options.skip_faults.empty();
+  if (!applies) return missing;
+  for (const std::string& name : system.must_cover) {
+    auto it = covered.find(name);
+    if (it == covered.end() || it->second == 0) missing.push_back(name);
+  }
+  return missing;
+}
+
 Result<const System*> find_system(std::string_view name) {
   std::string names;
   for (const System& s : systems()) {

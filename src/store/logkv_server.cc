@@ -361,6 +361,7 @@ rpc::Server& Server::rpc() { return *impl_->rpc; }
 tailwind::Backup& Server::backup() { return *impl_->backup; }
 tailwind::ReplicatedLog& Server::log() { return *impl_->log; }
 std::vector<uint32_t> Server::backup_servers() const { return impl_->link_server; }
+uint32_t Server::nic_address() const { return impl_->nic->address(); }
 
 ServerCounters Server::counters() const {
   const auto& c = impl_->counters;

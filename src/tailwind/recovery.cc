@@ -124,6 +124,9 @@ Result<std::vector<RecoveredSegment>> recover_log(uint64_t log_id, std::span<Bac
       seg.bytes = std::move(*bytes);
       rep.bytes += seg.bytes.size();
       ++rep.segments;
+      if (!c.info.closed) {
+        for (const Candidate& other : usable) rep.lagging_open += other.info.valid_bytes < c.info.valid_bytes;
+      }
       out.push_back(std::move(seg));
       recovered = true;
       break;

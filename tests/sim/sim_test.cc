@@ -146,6 +146,30 @@ TEST(Shrink, FindsTheFewestOperationsAndDropsTheFaultsTheFailureDoesNotNeed) {
   EXPECT_NE(replay_command(s, shrunk.options).find("--skip-faults"), std::string::npos);
 }
 
+// A system's coverage requirement applies to a campaign as large as it
+// names, at the default rates with swarm, and names what it never met.
+TEST(Coverage, ACampaignLargeEnoughAtTheDefaultRatesMustMeetEveryRequiredCount) {
+  System s;
+  s.must_cover = {"torn", "waited"};
+  s.cover_within = 10;
+  const RunOptions defaults;
+  EXPECT_EQ(missing_coverage(s, defaults, 10, {{"torn", 3}, {"waited", 0}}), std::vector<std::string>{"waited"});
+  EXPECT_EQ(missing_coverage(s, defaults, 20, {}), (std::vector<std::string>{"torn", "waited"}));
+  EXPECT_TRUE(missing_coverage(s, defaults, 10, {{"torn", 1}, {"waited", 1}}).empty());
+  EXPECT_TRUE(missing_coverage(s, defaults, 9, {}).empty()) << "a smaller campaign";
+  RunOptions other = defaults;
+  other.faults = FaultRates::none();
+  EXPECT_TRUE(missing_coverage(s, other, 10, {}).empty()) << "other rates";
+  other = defaults;
+  other.swarm = false;
+  EXPECT_TRUE(missing_coverage(s, other, 10, {}).empty()) << "no swarm";
+  other = defaults;
+  other.ops = 5;
+  EXPECT_TRUE(missing_coverage(s, other, 10, {}).empty()) << "another size";
+  System none;
+  EXPECT_TRUE(missing_coverage(none, defaults, 1000, {}).empty()) << "a system that requires nothing";
+}
+
 TEST(Systems, EveryOneIsFoundByNameAndAnUnknownNameListsThem) {
   ASSERT_TRUE(find_system("juneberry").ok());
   auto missing = find_system("zookeeper");

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "ferry/sim/sim.h"
@@ -43,6 +44,7 @@ inline void expect_clean_campaign(const System& system, const char* count_variab
   const ferry::testing::SeedRange range = ferry::testing::seed_range(count_variable, 1, default_count);
   uint64_t failed = 0, ops = 0, acked = 0, pending = 0, reads = 0, sim_ns = 0;
   std::array<uint64_t, kFaultKinds> faults{};
+  std::map<std::string, uint64_t> covered;
   for (uint64_t i = 0; i < range.count; ++i) {
     RunOptions o;
     o.seed = range.first + i;
@@ -53,6 +55,7 @@ inline void expect_clean_campaign(const System& system, const char* count_variab
     reads += r.reads;
     sim_ns += r.sim_ns;
     for (size_t k = 0; k < kFaultKinds; ++k) faults[k] += r.faults[k];
+    for (const auto& [name, n] : r.coverage) covered[name] += n;
     if (r.ok) continue;
     ++failed;
     std::string tail;
@@ -76,6 +79,17 @@ inline void expect_clean_campaign(const System& system, const char* count_variab
       static_cast<unsigned long long>(acked), static_cast<unsigned long long>(pending),
       static_cast<unsigned long long>(reads), static_cast<double>(sim_ns) / 1e9, faults_text.c_str());
   EXPECT_EQ(failed, 0u);
+  // The coverage the system requires of a campaign this large (none below
+  // System::cover_within seeds).
+  std::string coverage_text;
+  for (const auto& [name, n] : covered) coverage_text += " " + name + "=" + std::to_string(n);
+  if (!coverage_text.empty()) std::printf("%s sim coverage:%s\n", system.name.c_str(), coverage_text.c_str());
+  if (failed == 0) {
+    for (const std::string& name : missing_coverage(system, RunOptions{}, range.count, covered)) {
+      ADD_FAILURE() << name << " never happened in " << range.count << " seeds (" << system.name
+                    << " requires it within " << system.cover_within << ")";
+    }
+  }
   if (range.count >= fault_check_seeds) {
     for (FaultKind kind : system.faults) {
       EXPECT_GT(faults[static_cast<size_t>(kind)], 0u)

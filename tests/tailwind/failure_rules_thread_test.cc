@@ -110,6 +110,29 @@ TEST(TailwindRecovery, AFreedSegmentNeverComesBackFromADeadBackupsClosedCopy) {
   EXPECT_EQ(report.stale_ignored, 1u) << "the freed copy must be counted as ignored";
 }
 
+// The primary died with its last append on one backup only: the recovery
+// takes the longest valid prefix (the acknowledged appends are in every
+// one) and counts the shorter open replicas as lagging -- what tells a
+// campaign that its crashes tear appends across replicas at all.
+TEST(TailwindRecovery, AnAppendOnSomeReplicasOnlyIsRecoveredFromTheLongestAndTheOthersCountAsLagging) {
+  Cluster cluster;
+  const BuiltSegment longer = build_segment(1, {"acked", "in-flight"});
+  const BuiltSegment shorter = build_segment(1, {"acked"});
+  ASSERT_LT(shorter.bytes.size(), longer.bytes.size());
+  ASSERT_TRUE(std::equal(shorter.bytes.begin(), shorter.bytes.end(), longer.bytes.begin()));
+  place(*cluster.host(0).backup, 1, 1, longer, /*close=*/false);
+  for (size_t b : {1, 2}) place(*cluster.host(b).backup, 1, 1, shorter, /*close=*/false);
+  const std::map<uint64_t, uint64_t> coordinator{{1, 1}};
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  RecoveryReport report;
+  auto segments = recover_log(kLog, links, coordinator, &report);
+  ASSERT_TRUE(segments.ok()) << segments.status().to_string();
+  ASSERT_EQ(segments->size(), 1u);
+  EXPECT_EQ((*segments)[0].bytes, longer.bytes) << "recovered from " << (*segments)[0].from;
+  EXPECT_EQ(report.lagging_open, 2u);
+  EXPECT_EQ(report.torn_open, 0u);
+}
+
 // ---- completeness ----
 
 // The coordinator lists every segment the log opened (before its first

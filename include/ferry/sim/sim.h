@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -106,7 +107,10 @@ struct RunResult {
   std::array<uint64_t, kFaultKinds> faults{};  // injected, per kind (packet kinds: packets)
   uint64_t faults_injected = 0;                // non-packet faults fired (indices 0..n-1)
   uint64_t sim_ns = 0;                         // virtual time the run took
-  std::string summary() const;                 // one line: verdict, ops, faults, digest
+  // What the run exercised, by name (system-specific: "torn-after-crash",
+  // ...): System::must_cover names the ones a campaign must meet.
+  std::map<std::string, uint64_t> coverage;
+  std::string summary() const;  // one line: verdict, ops, faults, digest
 };
 
 // One run's world.
@@ -155,7 +159,20 @@ struct System {
   std::vector<FaultKind> faults;
   uint64_t default_ops = 200;
   std::function<RunResult(const RunOptions&)> run;
+  // Coverage a campaign must reach: each named RunResult::coverage count is
+  // non-zero over any campaign of at least `cover_within` seeds at the
+  // default fault rates (swarm on). A count that stays zero means a fault
+  // no longer does what it is there for -- the campaign fails as a seed
+  // would (check_coverage).
+  std::vector<std::string> must_cover;
+  uint64_t cover_within = 0;
 };
+
+// The coverage a campaign of `seeds` seeds at `options`' rates reached
+// (summed RunResult::coverage): the names in system.must_cover it never
+// met, when the campaign is one the requirement applies to (else empty).
+std::vector<std::string> missing_coverage(const System& system, const RunOptions& options, uint64_t seeds,
+                                          const std::map<std::string, uint64_t>& covered);
 
 // Every system (systems.h), in `ferry sim`'s order.
 const std::vector<System>& systems();

@@ -292,6 +292,9 @@ class Server {
   // log's replica on backup index b (ReplicatedLog::replicas_of) is on
   // server backup_servers()[b].
   std::vector<uint32_t> backup_servers() const;
+  // Its NIC's address on the fabric (what a network fault between two
+  // servers names: the simulator's cuts).
+  uint32_t nic_address() const;
   ServerCounters counters() const;
   // Live bytes the index points at in each live segment of the log.
   std::vector<std::pair<uint64_t, uint64_t>> live_bytes() const;

@@ -284,6 +284,9 @@ struct RecoveryReport {
   uint64_t stale_ignored = 0;      // below the required version, or of a freed segment
   uint64_t corrupted_ignored = 0;  // closed replicas that failed verification
   uint64_t torn_open = 0;          // open replicas with bytes after their valid prefix
+  // Open replicas shorter than the one used: an append that reached only
+  // some backups when the primary died (torn across its replicas).
+  uint64_t lagging_open = 0;
   uint64_t segments = 0;
   uint64_t bytes = 0;
   uint64_t backups_unreachable = 0;  // links that did not answer, plus `backups_down`
