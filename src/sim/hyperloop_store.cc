@@ -8,9 +8,10 @@
 // -- on replicas -- between any two engine steps of an operation or a
 // recovery; and by a journal writer on the same log, which acknowledges a
 // record once TxnClient::append returns (a WAL's commit point) and leaves
-// it for the next write or a recovery to execute. The production code is stepped as it is: the simulator only
-// chooses what happens and when, and injects faults from the client's poll
-// hook (between engine steps of a synchronous call) and the fabric's tap.
+// it for the next write or a recovery to execute. The production code is
+// stepped as it is: the simulator only chooses what happens and when, and
+// injects faults from the client's poll hook (between engine steps of a
+// synchronous call) and the fabric's tap.
 //
 // Faults (each from World::strike, so the shrinker can skip it; its
 // parameters from World::fault_below):

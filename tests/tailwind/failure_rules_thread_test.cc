@@ -19,6 +19,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -72,6 +73,15 @@ void place(Backup& backup, uint64_t segment_id, uint64_t version, const BuiltSeg
   }
 }
 
+// Recovers log kLog against the coordinator's record from every backup of
+// `cluster`, through the control path (as a recovery master reads them).
+Result<std::vector<RecoveredSegment>> recover_from_all(Cluster& cluster,
+                                                       const std::optional<std::map<uint64_t, uint64_t>>& coordinator,
+                                                       RecoveryReport* report = nullptr) {
+  auto links = cluster.link_all(kLog, /*data_path=*/false);
+  return recover_log(kLog, links, coordinator, report);
+}
+
 // Files of log kLog in a backup's storage directory.
 size_t stored_files(Cluster& cluster, size_t backup) {
   const std::string dir = cluster.dir() + "/" + cluster.host(backup).backup->options().name + "-storage";
@@ -98,9 +108,8 @@ TEST(TailwindRecovery, AFreedSegmentNeverComesBackFromADeadBackupsClosedCopy) {
   for (size_t b : {1, 2}) ASSERT_TRUE(cluster.host(b).backup->free(kLog, 1).ok());  // the cleaner
   for (size_t b : {1, 2, 3}) place(*cluster.host(b).backup, 2, 1, head, /*close=*/false);
   const std::map<uint64_t, uint64_t> coordinator{{1, kFreed}, {2, 1}};
-  auto links = cluster.link_all(kLog, /*data_path=*/false);
   RecoveryReport report;
-  auto segments = recover_log(kLog, links, coordinator, &report);
+  auto segments = recover_from_all(cluster, coordinator, &report);
   ASSERT_TRUE(segments.ok()) << segments.status().to_string();
   for (const auto& s : *segments) {
     EXPECT_NE(s.segment_id, 1u) << "the freed segment came back from " << s.from;
@@ -123,9 +132,8 @@ TEST(TailwindRecovery, AnAppendOnSomeReplicasOnlyIsRecoveredFromTheLongestAndThe
   place(*cluster.host(0).backup, 1, 1, longer, /*close=*/false);
   for (size_t b : {1, 2}) place(*cluster.host(b).backup, 1, 1, shorter, /*close=*/false);
   const std::map<uint64_t, uint64_t> coordinator{{1, 1}};
-  auto links = cluster.link_all(kLog, /*data_path=*/false);
   RecoveryReport report;
-  auto segments = recover_log(kLog, links, coordinator, &report);
+  auto segments = recover_from_all(cluster, coordinator, &report);
   ASSERT_TRUE(segments.ok()) << segments.status().to_string();
   ASSERT_EQ(segments->size(), 1u);
   EXPECT_EQ((*segments)[0].bytes, longer.bytes) << "recovered from " << (*segments)[0].from;
@@ -196,9 +204,8 @@ TEST(TailwindRecovery, ASegmentTheCoordinatorNeverListedIsIgnored) {
   for (size_t b : {2, 3}) place(*cluster.host(b).backup, 2, 1, unlisted, /*close=*/false);
   ASSERT_TRUE(cluster.host(2).backup->free(kLog, 2).ok());  // the old primary gives up on the open
   const std::map<uint64_t, uint64_t> coordinator{{1, 1}};
-  auto links = cluster.link_all(kLog, /*data_path=*/false);
   RecoveryReport report;
-  auto segments = recover_log(kLog, links, coordinator, &report);
+  auto segments = recover_from_all(cluster, coordinator, &report);
   ASSERT_TRUE(segments.ok()) << segments.status().to_string();
   ASSERT_EQ(segments->size(), 1u);
   EXPECT_EQ((*segments)[0].segment_id, 1u);
@@ -214,14 +221,13 @@ TEST(TailwindRecovery, AnEmptyRecordNeedsNoSegmentEvenOneFoundOpen) {
   Cluster cluster;
   const BuiltSegment unlisted = build_segment(1, {"never-acknowledged"});
   for (size_t b : {0, 1}) place(*cluster.host(b).backup, 1, 1, unlisted, /*close=*/false);
-  auto links = cluster.link_all(kLog, /*data_path=*/false);
   RecoveryReport report;
-  auto segments = recover_log(kLog, links, std::map<uint64_t, uint64_t>{}, &report);
+  auto segments = recover_from_all(cluster, std::map<uint64_t, uint64_t>{}, &report);
   ASSERT_TRUE(segments.ok()) << segments.status().to_string();
   EXPECT_TRUE(segments->empty());
   EXPECT_EQ(report.unlisted_ignored, 2u);
   // Without a coordinator (tests), every segment found is used.
-  auto unchecked = recover_log(kLog, links, std::nullopt);
+  auto unchecked = recover_from_all(cluster, std::nullopt);
   ASSERT_TRUE(unchecked.ok()) << unchecked.status().to_string();
   EXPECT_EQ(unchecked->size(), 1u);
 }
