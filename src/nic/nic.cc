@@ -2,12 +2,12 @@
 // control path). Every table mutation runs on the engine through
 // Engine::run_control, so the data path reads the tables without locks.
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
 #include <functional>
 #include <new>
 
@@ -24,6 +24,16 @@ AlignedBuffer::AlignedBuffer(size_t bytes, RecordArena* from) : arena(from) {
     if (ptr == nullptr) size = 0;
     return;
   }
+  if (((bytes + kCacheLine - 1) & ~(kCacheLine - 1)) >= kMapBytes) {  // as free_buffer decides
+    // A deep ring (a server's CQ of thousands of entries) from anonymous
+    // pages, which are zero until written: only the slots the NIC reaches
+    // cost memory and a page fault, not the whole ring at creation.
+    size = (bytes + 4095) & ~size_t{4095};
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    FERRY_ASSERT(p != MAP_FAILED, "out of memory mapping ", size, " bytes");
+    ptr = static_cast<uint8_t*>(p);
+    return;
+  }
   // Cache-line granules, not pages: a QP's rings and record are a few
   // hundred bytes each at small depths, and page-aligned buffers put every
   // QP's hot first lines into the same few cache sets (issue 31).
@@ -37,6 +47,8 @@ static void free_buffer(uint8_t* ptr, size_t size, RecordArena* arena) {
   if (ptr == nullptr) return;
   if (arena != nullptr) {
     arena->release(ptr, size);
+  } else if (size >= AlignedBuffer::kMapBytes) {
+    munmap(ptr, size);
   } else {
     std::free(ptr);
   }
@@ -75,13 +87,13 @@ NicCore::NicCore(Engine* engine, Fabric* fabric, const NicOptions& options)
       fabric_(fabric),
       options_(options),
       memory_(options.memory ? options.memory : &DramHostMemory::instance()),
+      mrs_(std::max(options.max_mrs, 2u)),
       doorbells_(round_pow2(options.max_qps, 2)),
       qpc_cache_(options.resource_model.qp_context_entries, round_pow2(std::max(options.max_qps, 2u), 2)) {
   const uint32_t max_qps = round_pow2(std::max(options.max_qps, 2u), 2);
   qp_index_bits_ = static_cast<uint32_t>(__builtin_ctz(max_qps));
   FERRY_ASSERT(qp_index_bits_ <= 16, "max_qps too large for 24-bit QP numbers with a generation");
   qps_.resize(max_qps);
-  mrs_.resize(std::max(options.max_mrs, 2u));
   cqs_.resize(std::max(options.max_cqs, 2u));
   srqs_.resize(std::max(options.max_srqs, 2u));
   pd_refs_.push_back(0);  // PD handle 0 is never used
@@ -104,9 +116,8 @@ CqCore* NicCore::find_cq(uint32_t number) const {
 
 const MrEntry* NicCore::find_mr(uint32_t key) const {
   const uint32_t index = key >> 8;
-  if (index >= mrs_.size()) return nullptr;
-  const MrEntry& mr = mrs_[index];
-  return (mr.valid && mr.key == key) ? &mr : nullptr;
+  const MrEntry* mr = mrs_.find(index);
+  return (mr != nullptr && mr->valid && mr->key == key) ? mr : nullptr;
 }
 
 bool NicCore::segs_live(const LocalSeg* segs, uint32_t n) const {
@@ -142,10 +153,10 @@ Result<uint32_t> NicCore::reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint
   if (reinterpret_cast<uintptr_t>(addr) + length < reinterpret_cast<uintptr_t>(addr)) {
     return invalid_argument("reg_mr: range wraps the address space");
   }
-  for (uint32_t tries = 0; tries < mrs_.size(); ++tries) {
+  for (uint32_t tries = 0; tries < mrs_.capacity(); ++tries) {
     uint32_t index = next_mr_index_;
-    next_mr_index_ = next_mr_index_ + 1 >= mrs_.size() ? 1 : next_mr_index_ + 1;
-    MrEntry& e = mrs_[index];
+    next_mr_index_ = next_mr_index_ + 1 >= mrs_.capacity() ? 1 : next_mr_index_ + 1;
+    MrEntry& e = mrs_.at(index);
     if (e.valid) continue;
     // The low byte varies on reuse so a stale key does not match a new region.
     const uint8_t variant = next_mr_variant_++;
@@ -164,7 +175,7 @@ Result<uint32_t> NicCore::reg_mr(uint32_t pd, uint8_t* addr, size_t length, uint
 }
 
 void NicCore::dereg_mr(uint32_t key) {
-  MrEntry& e = mrs_[key >> 8];
+  MrEntry& e = mrs_.at(key >> 8);
   FERRY_ASSERT(e.valid && e.key == key, "dereg of unknown MR");
   // Packets still in flight may borrow this memory; copy them before it goes.
   fabric_->materialize_range(e.base, e.length);

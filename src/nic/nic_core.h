@@ -36,13 +36,15 @@ class UdpPort;
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
 // Zeroed memory for the rings and records the NIC allocates: from the heap
-// in cache-line (kCacheLine) granules, cache-line aligned; or from `arena`
+// in cache-line (kCacheLine) granules, cache-line aligned (from anonymous
+// pages, page-aligned, from kMapBytes up); or from `arena`
 // (a daemon client's shared memory file) in whole pages, page-aligned, where
 // it may fail: ptr is then nullptr. Either way the rings' 64-byte WQE and
 // CQE slots and the records' alignas(64) lines never share a line with
 // another buffer.
 struct AlignedBuffer {
   static constexpr size_t kCacheLine = 64;
+  static constexpr size_t kMapBytes = 64 * 1024;
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes, RecordArena* arena = nullptr);
   AlignedBuffer(AlignedBuffer&& o) noexcept : ptr(o.ptr), size(o.size), arena(o.arena) {
@@ -83,6 +85,30 @@ struct MrEntry {
     *host = base + (va - first);
     return true;
   }
+};
+
+// The memory-region table by index (key >> 8), in blocks allocated when an
+// index in them is first used: a NIC's 65,536 entries cost memory only
+// where its MRs are, and an entry never moves.
+class MrTable {
+ public:
+  static constexpr uint32_t kBlock = 1024;
+  explicit MrTable(uint32_t capacity) : capacity_(capacity), blocks_((capacity + kBlock - 1) / kBlock) {}
+  uint32_t capacity() const { return capacity_; }
+  const MrEntry* find(uint32_t index) const {
+    if (index >= capacity_) return nullptr;
+    const std::unique_ptr<MrEntry[]>& b = blocks_[index / kBlock];
+    return b ? &b[index % kBlock] : nullptr;
+  }
+  MrEntry& at(uint32_t index) {
+    std::unique_ptr<MrEntry[]>& b = blocks_[index / kBlock];
+    if (!b) b = std::make_unique<MrEntry[]>(kBlock);
+    return b[index % kBlock];
+  }
+
+ private:
+  uint32_t capacity_;
+  std::vector<std::unique_ptr<MrEntry[]>> blocks_;
 };
 
 // Engine side of a completion channel: events go into `rec` (shared with
@@ -624,7 +650,7 @@ class NicCore {
   std::vector<std::unique_ptr<QpCore>> qps_;  // index = qpn & (max_qps - 1)
   uint32_t qp_index_bits_ = 12;
   uint32_t next_qp_generation_ = 1;
-  std::vector<MrEntry> mrs_;                  // index = key >> 8
+  MrTable mrs_;  // index = key >> 8
   uint32_t next_mr_index_ = 1;
   uint8_t next_mr_variant_ = 1;
   std::vector<std::unique_ptr<CqCore>> cqs_;  // index = number

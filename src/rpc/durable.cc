@@ -102,7 +102,7 @@ Status Server::Impl::recover_durable_area(Worker& w) {
   Status restore_error;
   auto stats = scan_durable_area(area, layout, options.max_request_bytes, [&](uint64_t position, const RequestView& v) {
     if (!restore_error.ok()) return;
-    const HandlerEntry* h = handlers[v.type].present ? &handlers[v.type] : nullptr;
+    const HandlerEntry* h = handlers.find(v.type);
     // Only a nilext request may have been committed without a response;
     // a non-nilext one at or after ReqToExecute was never answered, so it is
     // concurrent with what follows and is skipped (§5.3, Figure 5).

@@ -160,17 +160,14 @@ Server::~Server() {
 Status Server::register_handler(uint16_t type, HandlerInfo info, Handler handler) {
   if (impl_->started) return failed_precondition("rpc server: register handlers before start()");
   if (!handler) return invalid_argument("rpc server: empty handler");
-  if (impl_->handlers.empty()) impl_->handlers.resize(65536);
-  HandlerEntry& e = impl_->handlers[type];
-  if (e.present) return {Code::kAlreadyExists, "rpc server: type " + std::to_string(type) + " has a handler"};
+  if (impl_->handlers.find(type) != nullptr)
+    return {Code::kAlreadyExists, "rpc server: type " + std::to_string(type) + " has a handler"};
   if (info.nilext && !info.replay_safe && impl_->options.durable_region != nullptr) {
     return invalid_argument("rpc server: nilext handler '" + info.name +
                             "' on a durable server must declare replay_safe: recovery may run any suffix of the "
                             "executed nilext requests again (docs/juneberry.md)");
   }
-  e.info = std::move(info);
-  e.handler = std::move(handler);
-  e.present = true;
+  impl_->handlers.add(type, std::move(info), std::move(handler));
   return ok_status();
 }
 
@@ -367,8 +364,8 @@ ServerInfo Server::info() const {
   i.workers = impl_->options.workers;
   i.max_request_bytes = impl_->options.max_request_bytes;
   i.max_response_bytes = impl_->options.max_response_bytes;
-  for (uint32_t t = 0; t < impl_->handlers.size(); ++t) {
-    if (nilext_allowed(static_cast<uint16_t>(t))) i.nilext_types.push_back(static_cast<uint16_t>(t));
+  for (uint16_t t : impl_->handlers.types()) {
+    if (nilext_allowed(t)) i.nilext_types.push_back(t);
   }
   return i;
 }
@@ -412,7 +409,8 @@ DurableLayout Server::durable_layout() const {
 }
 
 bool Server::nilext_allowed(uint16_t type) const {
-  return !impl_->handlers.empty() && impl_->handlers[type].present && impl_->handlers[type].info.nilext;
+  const HandlerEntry* h = impl_->handlers.find(type);
+  return h != nullptr && h->info.nilext;
 }
 
 WorkerCounters Server::counters(uint32_t w) const {

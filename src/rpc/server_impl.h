@@ -2,6 +2,7 @@
 // buffers, in-order execution state and connections.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,45 @@ struct HandlerEntry {
   bool present = false;
 };
 
+// The handlers by request type: 256 blocks of 256 entries, a block allocated
+// when a type in it is registered. A lookup is two loads, as in a flat table
+// of 65,536 entries, without that table's 5 MB per server.
+class HandlerTable {
+ public:
+  const HandlerEntry* find(uint16_t type) const {
+    const std::unique_ptr<Block>& b = blocks_[type >> 8];
+    if (!b) return nullptr;
+    const HandlerEntry& e = (*b)[type & 0xff];
+    return e.present ? &e : nullptr;
+  }
+  void add(uint16_t type, HandlerInfo info, Handler handler) {
+    std::unique_ptr<Block>& b = blocks_[type >> 8];
+    if (!b) b = std::make_unique<Block>();
+    HandlerEntry& e = (*b)[type & 0xff];
+    e.info = std::move(info);
+    e.handler = std::move(handler);
+    e.present = true;
+    ++count_;
+  }
+  bool empty() const { return count_ == 0; }
+  // The registered types, ascending.
+  std::vector<uint16_t> types() const {
+    std::vector<uint16_t> out;
+    for (uint32_t t = 0; t < 65536; t += 256) {
+      if (!blocks_[t >> 8]) continue;
+      for (uint32_t i = 0; i < 256; ++i) {
+        if ((*blocks_[t >> 8])[i].present) out.push_back(static_cast<uint16_t>(t + i));
+      }
+    }
+    return out;
+  }
+
+ private:
+  using Block = std::array<HandlerEntry, 256>;
+  std::array<std::unique_ptr<Block>, 256> blocks_;
+  size_t count_ = 0;
+};
+
 struct Server::Impl {
   nic::Engine* engine = nullptr;  // the NIC's, in process; nullptr for a daemon-attached NIC
   nic::Nic* nic = nullptr;
@@ -105,7 +145,7 @@ struct Server::Impl {
   Runtime* runtime = nullptr;    // options.runtime, or Runtime::threads()
   const Clock* clock = nullptr;  // options.clock, the simulator's, or the TSC's
   std::unique_ptr<nic::ProtectionDomain> pd;
-  std::vector<HandlerEntry> handlers;  // by type (65536 entries once the first is registered)
+  HandlerTable handlers;
   Admission admission;                 // empty functions: no admission
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<ScanStats> recovery;

@@ -178,7 +178,7 @@ void Server::Impl::handle(Worker& w, uint64_t position, const PositionState& p) 
   // Does the client wait for a software response? Not for a nilext request
   // in OQ mode: it committed at the ACK.
   const bool client_waits = !(oq && v.nilext);
-  const HandlerEntry* h = handlers[v.type].present ? &handlers[v.type] : nullptr;
+  const HandlerEntry* h = handlers.find(v.type);
   auto error = [&](RpcError e) {
     w.counters.errors.inc();
     if (!client_waits || c == nullptr) {
