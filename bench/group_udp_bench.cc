@@ -18,7 +18,9 @@
 #include <thread>
 
 #include "child_process.h"
+#include "common.h"
 #include "ferry/cm/cm.h"
+#include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/naive.h"
@@ -192,7 +194,8 @@ Result<Histogram> inproc_reference(const std::string& system, uint32_t replicas,
   return p.latency;
 }
 
-nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replicas) {
+nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replicas, uint32_t daemon_spin_us,
+                          int client_cpu, int daemon_cpu) {
   nlohmann::json j;
   j["experiment"] = "latency";
   j["transport"] = "udp";
@@ -227,9 +230,12 @@ nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replica
       j["p50_over_inproc"] = static_cast<double>(p.latency.percentile(0.5)) / static_cast<double>(ref->percentile(0.5));
     }
   }
-  j["placement"] = {{"client", "this process (polling)"},
+  auto cpu_text = [](int c) { return c >= 0 ? "CPU " + std::to_string(c) : std::string("not pinned"); };
+  j["placement"] = {{"client", "this process (polling), " + cpu_text(client_cpu)},
                     {"inproc_reference", "every host a NIC of one engine stepped by the client thread"},
-                    {"nic_engines", "four ferry nicd processes, not pinned"},
+                    {"nic_engines", "four ferry nicd processes, engines " + cpu_text(daemon_cpu)},
+                    {"daemon_spin_us", daemon_spin_us},
+                    {"daemon_spin_policy", "shared (sched_yield between passes)"},
                     {"replicas", "three ferry hyperloop replica processes, not pinned"},
                     {"cpu_load", "none"}};
   add_provenance(j);
@@ -263,6 +269,8 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
     set_cleanup_dir("");
   };
 
+  const int client_cpu = usable_cpu(o.client_cpu);
+  const int daemon_cpu = usable_cpu(o.daemon_engine_cpu);
   std::vector<nlohmann::json> rows;
   Status result = [&]() -> Status {
     // The reference first, before any helper process exists.
@@ -277,13 +285,15 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
     std::vector<std::unique_ptr<ChildProcess>> daemons;
     for (int h = 0; h < kHosts; ++h) {
       FERRY_ASSIGN_OR_RETURN(
-          auto c, ChildProcess::spawn_self(
-                      "nicd host" + std::to_string(h),
-                      {"nicd", "--socket", dir + "/n" + std::to_string(h) + ".sock", "--bind", "127.0.0.1:0", "--name",
-                       "host" + std::to_string(h), "--spin-us", std::to_string(o.daemon_spin_us)}));
+          auto c,
+          ChildProcess::spawn_self("nicd host" + std::to_string(h),
+                                   {"nicd", "--socket", dir + "/n" + std::to_string(h) + ".sock", "--bind",
+                                    "127.0.0.1:0", "--name", "host" + std::to_string(h), "--spin-us",
+                                    std::to_string(o.daemon_spin_us), "--engine-cpu", std::to_string(daemon_cpu)}));
       FERRY_RETURN_IF_ERROR(c->wait_for_line("event=ready", 10000).status());
       daemons.push_back(std::move(c));
     }
+    if (client_cpu >= 0) FERRY_RETURN_IF_ERROR(pin_current_thread(client_cpu));
     nicd::OpenOptions oo;
     oo.socket_path = dir + "/n0.sock";
     oo.client_name = "bench-group";
@@ -376,7 +386,8 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
             }
           }
           auto it = refs.find(std::make_pair(system, size));
-          rows.push_back(point_json(p, it == refs.end() ? nullptr : &it->second, o.replicas));
+          rows.push_back(point_json(p, it == refs.end() ? nullptr : &it->second, o.replicas, o.daemon_spin_us,
+                                    client_cpu, daemon_cpu));
         }
       }
       client.reset();
@@ -417,8 +428,12 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
           j.contains("p50_over_inproc") ? fmt::format("{:.2f}", j["p50_over_inproc"].get<double>()) : "-",
           j["replica_cpu_ns_per_op"].get<double>(), j["regions_verified"].get<bool>() ? "yes" : "NO");
     }
-    out << "NIC engines: four `ferry nicd` processes on loopback UDP, not pinned; replicas: separate processes; "
-           "no CPU load. Latencies are the software RNIC's, not RNIC hardware's.\n";
+    out << fmt::format(
+        "NIC engines: four `ferry nicd` processes on loopback UDP, engines {}, each polling {} us after its last work "
+        "(shared spin policy); client polling on {}; replicas: separate processes, not pinned; no CPU load. Latencies "
+        "are the software RNIC's, not RNIC hardware's.\n",
+        daemon_cpu >= 0 ? "on CPU " + std::to_string(daemon_cpu) : std::string("not pinned"), o.daemon_spin_us,
+        client_cpu >= 0 ? "CPU " + std::to_string(client_cpu) : std::string("no pinned CPU"));
   }
   return ok_status();
 }

@@ -27,6 +27,12 @@ struct GroupUdpBenchOptions {
   double max_seconds = 30.0;     // cap per point
   bool stop_replicas = true;     // HyperLoop: also run each point with the replica processes stopped
   uint32_t daemon_spin_us = 50;  // the daemons' engines poll this long after their last work
+  // Placement: the client thread polls its CQ on client_cpu, the four daemons'
+  // engines share daemon_engine_cpu (-1: not pinned), as `bench nic
+  // --transport udp` places its two. Unpinned, a daemon woken on the
+  // polling client's CPU waits for the client's time slice: ~4 ms tails.
+  int client_cpu = 0;
+  int daemon_engine_cpu = 1;
   bool json = false;
 };
 

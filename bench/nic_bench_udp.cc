@@ -286,7 +286,8 @@ Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostre
   auto cpu_text = [](int c) { return c >= 0 ? fmt::format("CPU {}", c) : std::string("not pinned"); };
   const std::string placement_line = fmt::format(
       "NIC daemons (separate processes, RoCEv2 over loopback UDP): A (client side) engine {}, spin {} us; B (server "
-      "side) engine {}, spin {} us; client thread {} ({} its CQ); CPU load: none added; machine: {}",
+      "side) engine {}, spin {} us (shared spin policy); client thread {} ({} its CQ); CPU load: none added; machine: "
+      "{}",
       cpu_text(cpu_a), o.daemon_spin_us[0], cpu_text(cpu_b), o.daemon_spin_us[1], cpu_text(client_cpu),
       o.client_wait == "block" ? "blocks on a completion channel for" : "polls", machine_description());
   log << "ferry bench nic --transport udp: " << placement_line << "; timing clock: " << timing_clock_name() << "\n";

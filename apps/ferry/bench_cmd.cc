@@ -225,6 +225,8 @@ void add_group_bench(CLI::App* parent, Commands& commands) {
     size_t group_region_mib = 16;
     std::string group_media = "pm";
     std::string group_transport = "inproc";
+    uint32_t group_daemon_spin_us = bench::GroupUdpBenchOptions{}.daemon_spin_us;
+    int group_daemon_engine_cpu = bench::GroupUdpBenchOptions{}.daemon_engine_cpu;
   };
   auto o = std::make_shared<Options>();
   CLI::App* group = parent->add_subcommand(
@@ -285,6 +287,15 @@ void add_group_bench(CLI::App* parent, Commands& commands) {
                    "reference; default sizes 64,1024, systems hyperloop,naive-event, max-seconds 30)")
       ->check(CLI::IsMember({"inproc", "udp"}))
       ->capture_default_str();
+  group
+      ->add_option("--daemon-spin-us", o->group_daemon_spin_us,
+                   "udp: how long each daemon's engine polls after its last work before sleeping")
+      ->capture_default_str();
+  group
+      ->add_option("--daemon-engine-cpu", o->group_daemon_engine_cpu,
+                   "udp: the CPU all four daemons' engines are pinned to (-1: not pinned); the client polls on CPU 0 "
+                   "unless --client-cpu is given")
+      ->capture_default_str();
   commands.add(group, [o, cmd = group] {
     if (!parse_list_option("ferry bench group", "--sizes", o->group_sizes_spec, &o->group_opts.sizes) ||
         !parse_list_option("ferry bench group", "--group-sizes", o->group_groups_spec, &o->group_opts.group_sizes)) {
@@ -300,6 +311,9 @@ void add_group_bench(CLI::App* parent, Commands& commands) {
       if (cmd->count("--sizes") > 0) u.sizes = o->group_opts.sizes;
       if (cmd->count("--systems") > 0) u.systems = o->group_opts.systems;
       if (cmd->count("--group-sizes") > 0) u.replicas = o->group_opts.group_sizes.front();
+      u.daemon_spin_us = o->group_daemon_spin_us;
+      u.daemon_engine_cpu = o->group_daemon_engine_cpu;
+      if (cmd->count("--client-cpu") > 0) u.client_cpu = o->group_opts.client_cpu;
       return exit_code("ferry bench group", bench::run_group_udp_bench(u, std::cout, std::cerr));
     }
     return exit_code("ferry bench group", bench::run_group_bench(o->group_opts, std::cout, std::cerr));

@@ -23,6 +23,7 @@ void add_nicd_command(CLI::App& app, Commands& commands) {
     nicd::DaemonOptions daemon;
     std::string bind = "127.0.0.1:4791";
     uint64_t spin_us = daemon.spin_ns / 1000;
+    std::string spin_policy = "shared";
     size_t arena_mib = daemon.arena_bytes >> 20;
     uint64_t fault_delay_max_us = 0;
   };
@@ -36,6 +37,12 @@ void add_nicd_command(CLI::App& app, Commands& commands) {
   nicd_cmd->add_option("--engine-cpu", d.engine_cpu, "pin the engine thread to this CPU (-1: no pinning)")
       ->capture_default_str();
   nicd_cmd->add_option("--spin-us", o->spin_us, "engine keeps polling this long after its last work")
+      ->capture_default_str();
+  nicd_cmd
+      ->add_option("--spin-policy", o->spin_policy,
+                   "how the engine polls during --spin-us: shared (sched_yield between passes: daemons that share "
+                   "cores with each other or with applications) or busy (a pause instruction: a core of its own)")
+      ->check(CLI::IsMember({"shared", "busy"}))
       ->capture_default_str();
   nicd_cmd->add_option("--arena-mib", o->arena_mib, "per-client shared memory for rings and records (sparse)")
       ->check(CLI::Range(size_t{1}, size_t{65536}))
@@ -66,6 +73,8 @@ void add_nicd_command(CLI::App& app, Commands& commands) {
     nicd::DaemonOptions d = o->daemon;
     d.bind = bind.value();
     d.spin_ns = o->spin_us * 1000;
+    d.spin_policy =
+        o->spin_policy == "busy" ? nic::EngineOptions::SpinPolicy::kBusy : nic::EngineOptions::SpinPolicy::kShared;
     d.arena_bytes = o->arena_mib << 20;
     d.faults.delay_max_ns = o->fault_delay_max_us * 1000;
     if (d.faults.delay > 0 && d.faults.delay_max_ns == 0) {

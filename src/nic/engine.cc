@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -11,9 +12,9 @@
 #include <chrono>
 #include <ctime>
 
+#include "device.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
-#include "device.h"
 #include "nic_core.h"
 #include "udp_transport.h"
 
@@ -263,7 +264,11 @@ void Engine::thread_main() {
     }
     if (idle_since == 0) idle_since = now;
     if (now - idle_since < options_.spin_ns) {
-      cpu_relax();
+      if (options_.spin_policy == EngineOptions::SpinPolicy::kBusy) {
+        cpu_relax();
+      } else {
+        (void)sched_yield();
+      }
       continue;
     }
     // Sleep until a doorbell, a control command, or the next deadline. Stop

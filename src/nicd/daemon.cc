@@ -41,6 +41,7 @@ class Daemon::Impl {
     nic::EngineOptions eo;
     eo.cpu = options.engine_cpu;
     eo.spin_ns = options.spin_ns;
+    eo.spin_policy = options.spin_policy;
     eo.faults = options.faults;
     eo.park_flag = park_flag_;
     engine_ = std::make_unique<nic::Engine>(eo);

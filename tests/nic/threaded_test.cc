@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "ferry/common/cpu.h"
 #include "ferry/nic/connect.h"
 #include "ferry/nic/engine.h"
 #include "nic_test_util.h"
@@ -462,6 +463,49 @@ TEST(ManualDriverTest, OtherThreadsControlOperationsRunInTheDriversStep) {
   });
   again.join();
   EXPECT_TRUE(done2.load());
+}
+
+// SpinPolicy::kShared: an engine that spins on a CPU it shares with a busy
+// thread yields it between passes, so the thread gets nearly all of the CPU
+// (a woken daemon would run at once); kBusy, the control, holds its share of
+// the CPU for the whole spin (here 10 s). Shares are thread CPU times, so a
+// loaded machine slows both sides alike.
+void spin_beside_a_busy_thread(EngineOptions::SpinPolicy policy, uint64_t* engine_ns, uint64_t* busy_ns) {
+  EngineOptions o;
+  o.threaded = true;
+  o.cpu = 0;
+  o.spin_ns = 10'000'000'000;
+  o.spin_policy = policy;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> busy_cpu{0};
+  Engine engine(o);
+  Nic* nic = engine.add_nic().value();
+  (void)nic->alloc_pd();  // a control command: the engine ran a pass of work and now spins
+  const uint64_t engine_before = engine.stats().thread_cpu_ns;
+  std::thread busy([&] {
+    (void)pin_current_thread(0);
+    const uint64_t start = thread_cpu_time_ns();
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+    busy_cpu = thread_cpu_time_ns() - start;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  *engine_ns = engine.stats().thread_cpu_ns - engine_before;
+  stop = true;
+  busy.join();
+  *busy_ns = busy_cpu.load();
+}
+
+TEST(SpinPolicyTest, ASharedEngineYieldsItsCpuToABusyThreadWhileABusyEngineHoldsItsShare) {
+  uint64_t engine_ns = 0, busy_ns = 0;
+  spin_beside_a_busy_thread(EngineOptions::SpinPolicy::kShared, &engine_ns, &busy_ns);
+  ASSERT_GT(busy_ns, 0u);
+  EXPECT_LT(engine_ns * 4, busy_ns) << "kShared: the spinning engine took " << engine_ns / 1000
+                                    << " us of CPU beside the busy thread's " << busy_ns / 1000 << " us";
+  spin_beside_a_busy_thread(EngineOptions::SpinPolicy::kBusy, &engine_ns, &busy_ns);
+  ASSERT_GT(busy_ns, 0u);
+  EXPECT_GT(engine_ns * 2, busy_ns) << "the control, kBusy: the engine took " << engine_ns / 1000
+                                    << " us of CPU beside the busy thread's " << busy_ns / 1000 << " us";
 }
 
 }  // namespace

@@ -50,6 +50,14 @@ struct EngineOptions {
   int cpu = -1;                     // pin the engine thread to this CPU (-1: no pinning)
   int fifo_priority = 0;            // SCHED_FIFO priority for the engine thread (0: normal)
   uint64_t spin_ns = 200'000;       // keep polling this long after the last work
+  // How the engine polls during spin_ns. kBusy: a pause instruction between
+  // passes, for an engine with a CPU of its own. kShared: sched_yield between
+  // passes, for engines that share cores with other engines and applications
+  // (several NIC daemons on one machine): a task woken on this CPU (the
+  // daemon that will produce the engine's next packet) runs at the engine's
+  // next pass instead of waiting out its time slice (docs/nic-performance.md).
+  enum class SpinPolicy : uint8_t { kBusy, kShared };
+  SpinPolicy spin_policy = SpinPolicy::kBusy;
   // A QP whose doorbell rang twice within this long is watched (its doorbell
   // record polled every pass, so posts need no doorbell queue or wakeup)
   // until it is quiet this long.

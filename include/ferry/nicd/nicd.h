@@ -46,6 +46,9 @@ struct DaemonOptions {
   nic::UdpEndpoint bind{0x7F000001, nic::kRoceV2UdpPort};
   int engine_cpu = -1;             // pin the engine thread (-1: no pinning)
   uint64_t spin_ns = 200'000;      // engine polling after the last work
+  // kShared: yield between passes while polling (nic::EngineOptions::SpinPolicy);
+  // kBusy for a daemon with a core of its own.
+  nic::EngineOptions::SpinPolicy spin_policy = nic::EngineOptions::SpinPolicy::kShared;
   size_t arena_bytes = 64u << 20;  // each client's memory file for rings and records (sparse)
   uint32_t max_clients = 64;
   nic::NicOptions nic;             // limits (max_qps, ...); name, udp and memory are set by the daemon
