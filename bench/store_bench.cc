@@ -29,6 +29,22 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
   if (o.records == 0 || o.ops == 0 || o.key_bytes < 8 || o.value_bytes == 0) {
     return invalid_argument("--records, --ops, --value-bytes must be >= 1 and --key-bytes >= 8");
   }
+  {
+    // Key names are "user" and the record number, zero-padded to
+    // --key-bytes: the number must fit, or two records would share a name.
+    // The most a run can insert: every operation of every point of one
+    // system (inserted records carry over from point to point).
+    const uint64_t per_point = std::max(o.ops, o.rocksdb_open_ops);
+    const uint64_t points = o.workloads.size() * std::max<size_t>(o.loads.size(), 1) * 2;
+    const uint64_t highest = o.records + per_point * points;
+    const uint32_t digits = static_cast<uint32_t>(std::to_string(highest).size());
+    if (o.key_bytes < 4 + digits) {
+      return invalid_argument("--key-bytes " + std::to_string(o.key_bytes) + " cannot name record " +
+                              std::to_string(highest) + " (\"user\" and " + std::to_string(digits) +
+                              " digits): keys would collide; use --key-bytes " + std::to_string(4 + digits) +
+                              " or more");
+    }
+  }
   if (!(o.rocksdb_rate == 0 || (o.rocksdb_rate >= 1 && o.rocksdb_rate <= 1e6))) {
     return invalid_argument("--rocksdb-rate must be 0 (closed loop only) or 1..1000000 ops/s");
   }

@@ -58,7 +58,8 @@ class YcsbLoad {
         r_(r),
         rec_(rec),
         rng_(o.seed * 31 + static_cast<uint64_t>(workload)),
-        zipf_(o.records),
+        zipf_(0, o.records + expected_inserts(workload, o.ops)),
+        latest_(std::max<uint64_t>(o.records, 2) - 1),
         value_(o.value_bytes) {
     draw();
   }
@@ -104,12 +105,33 @@ class YcsbLoad {
   }
 
  private:
+  // YCSB's insert proportion of each workload (D and E: 0.05), and the keys
+  // CoreWorkload expects them to add: operations x proportion x 2 ("2 is
+  // fudge factor").
+  static uint64_t expected_inserts(char workload, uint64_t ops) {
+    const double proportion = workload == 'D' || workload == 'E' ? 0.05 : 0.0;
+    return static_cast<uint64_t>(static_cast<double>(ops) * proportion * 2.0);
+  }
+
+  // CoreWorkload.nextKeynum: D's "latest" records counted back from the
+  // newest; the others' scrambled Zipfian over the records plus the expected
+  // inserts (so the hot keys do not move as records are added), drawn again
+  // while it names a record not inserted yet.
+  uint64_t next_key() {
+    const uint64_t newest = *inserted_ - 1;
+    if (workload_ == 'D') return latest_.next(rng_, std::max<uint64_t>(newest, 1));
+    uint64_t k;
+    do {
+      k = zipf_.next(rng_);
+    } while (k > newest);
+    return k;
+  }
+
   void draw() {
     const double u = rng_.uniform();
-    key_ = zipf_.next(rng_) % o_.records;
+    key_ = next_key();
     if (workload_ == 'D') {
       // Reads of recent records, 5 % inserts.
-      key_ = *inserted_ - 1 - std::min<uint64_t>(*inserted_ - 1, static_cast<uint64_t>(zipf_.next(rng_) % 1000));
       op_ = u < 0.05 ? kInsert : kRead;
     } else if (workload_ == 'E') {
       // Scans of uniform length 1..100 from a Zipfian key, 5 % inserts.
@@ -135,6 +157,7 @@ class YcsbLoad {
   Recorder& rec_;
   Rng rng_;
   workload::ScrambledZipfianGenerator zipf_;
+  workload::SkewedLatestGenerator latest_;
   std::vector<uint8_t> value_;
   // The next operation.
   bool drawn_ = false;

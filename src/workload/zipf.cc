@@ -1,5 +1,6 @@
 #include "ferry/workload/zipf.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ferry/common/assert.h"
@@ -76,6 +77,55 @@ ScrambledZipfianGenerator::ScrambledZipfianGenerator(uint64_t items)
 uint64_t ScrambledZipfianGenerator::next(Rng& rng) const {
   return min_ + fnv1a64(zipfian_.next(rng)) % items_;
 }
+
+namespace {
+
+// YCSB's zetastatic(st, n, theta, initialsum): initial plus the terms for
+// items st+1..n, summed in increasing order.
+double zeta_from(uint64_t st, uint64_t n, double theta, double initial) {
+  double sum = initial;
+  for (uint64_t i = st; i < n; ++i) sum += 1 / std::pow(static_cast<double>(i + 1), theta);
+  return sum;
+}
+
+}  // namespace
+
+SkewedLatestGenerator::SkewedLatestGenerator(uint64_t last, double theta)
+    : items_(last),
+      count_for_zeta_(last),
+      theta_(check_theta(theta)),
+      zetan_(zeta(last, theta)),
+      zeta2theta_(zeta(2, theta)),
+      alpha_(1 / (1 - theta)),
+      eta_(0) {
+  FERRY_ASSERT(last >= 1, "the latest distribution needs a record before the newest");
+  const double denominator = 1 - zeta2theta_ / zetan_;
+  if (denominator != 0) eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / denominator;
+}
+
+uint64_t SkewedLatestGenerator::from_uniform(double u, uint64_t last) {
+  FERRY_ASSERT(last >= count_for_zeta_, "the newest record went back from ", count_for_zeta_, " to ", last);
+  if (last > count_for_zeta_) {
+    zetan_ = zeta_from(count_for_zeta_, last, theta_, zetan_);
+    count_for_zeta_ = last;
+    // As YCSB: eta from the construction's item count, not `last`.
+    eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / (1 - zeta2theta_ / zetan_);
+  }
+  const double uz = u * zetan_;
+  uint64_t z;
+  if (uz < 1) {
+    z = 0;
+  } else if (uz < 1 + std::pow(0.5, theta_)) {
+    z = 1;
+  } else {
+    const double n = static_cast<double>(last);
+    const double offset = n * std::pow(eta_ * u - eta_ + 1, alpha_);
+    z = offset < n ? static_cast<uint64_t>(offset) : last;  // Java's (long) truncates; never past record 0
+  }
+  return last - std::min(z, last);
+}
+
+uint64_t SkewedLatestGenerator::next(Rng& rng, uint64_t last) { return from_uniform(rng.uniform(), last); }
 
 // Rejection-inversion (Hörmann and Derflinger 1996) for P(x) ~ h(x) = x^-alpha
 // over x = 1..n. The area under h between x - 1/2 and x + 1/2 is at least h(x)

@@ -305,5 +305,83 @@ TEST(ZipfSampler, SameSeedSameSequence) {
   for (int i = 0; i < 10'000; ++i) ASSERT_EQ(sampler.next(a), sampler.next(b));
 }
 
+// YCSB's "latest" distribution, draw for draw. The table is the output of
+// YCSB's own SkewedLatestGenerator over a CounterGenerator (core/ of
+// brianfrankcooper/YCSB at d9faaac8; ZipfianGenerator's uniform taken from a
+// seeded java.util.Random and printed with each draw), records inserted
+// between draws: {uniform, newest record, record drawn}.
+struct LatestDraw {
+  double u;
+  uint64_t last;
+  uint64_t record;
+};
+
+void expect_ycsb_latest(uint64_t records, const std::vector<LatestDraw>& draws) {
+  SkewedLatestGenerator g(records - 1);
+  for (size_t i = 0; i < draws.size(); ++i) {
+    EXPECT_EQ(g.from_uniform(draws[i].u, draws[i].last), draws[i].record) << "draw " << i << ", " << records;
+  }
+}
+
+TEST(SkewedLatestGenerator, DrawsWhatYcsbDrawsAsRecordsAreInserted) {
+  expect_ycsb_latest(
+      1000,
+      {
+          {0x1.64ab4c7d984a4p-2, 999, 993},   {0x1.cb67e8df0d23cp-1, 999, 538},   {0x1.6a963248d9e52p-1, 999, 890},
+          {0x1.685c58f3e147ap-2, 1014, 1007}, {0x1.ee88ed02b9ffp-4, 1044, 1044},  {0x1.b327cf592976fp-1, 1059, 716},
+          {0x1.54de32bf2b138p-4, 1059, 1059}, {0x1.db84de0dfdd26p-1, 1059, 438},  {0x1.4881c48ed9a27p-1, 1059, 989},
+          {0x1.91cc0a5efc0e5p-1, 1059, 850},  {0x1.2d8d2fd92c183p-1, 1059, 1013}, {0x1.e45374973295ep-2, 1059, 1040},
+          {0x1.048723996da4ap-2, 1059, 1056}, {0x1.87d1309fc917ap-2, 1059, 1050}, {0x1.8a98c3cf8125dp-1, 1059, 871},
+          {0x1.c2740d6d2a738p-3, 1059, 1057}, {0x1.4086aad791788p-2, 1059, 1054}, {0x1.bbbb50d79a326p-1, 1085, 686},
+          {0x1.a7850fe5910f8p-4, 1111, 1111}, {0x1.c3ce8e4779ab6p-2, 1130, 1114}, {0x1.0b91464c24b65p-1, 1149, 1119},
+          {0x1.a64da3b882908p-4, 1149, 1149}, {0x1.31d9130b7200ap-1, 1149, 1095}, {0x1.7f1f878015713p-1, 1149, 976},
+          {0x1.91305ec64d14ap-2, 1149, 1138}, {0x1.ab84636e63fc7p-1, 1178, 836},  {0x1.da8b0ec5c503cp-2, 1178, 1158},
+          {0x1.cb61f47342238p-2, 1178, 1161}, {0x1.d36d3c7a7a87dp-1, 1178, 563},  {0x1.c021a2a5a006p-4, 1178, 1178},
+          {0x1.3438317605279p-1, 1178, 1120}, {0x1.92d1c97b1c02p-3, 1178, 1176},  {0x1.376c65f4ff9eap-1, 1178, 1117},
+          {0x1.3974e685e4304p-1, 1197, 1133}, {0x1.8e9842817cb3dp-1, 1232, 998},  {0x1.431617e5475cp-5, 1232, 1232},
+          {0x1.03157fa97a80cp-1, 1232, 1203}, {0x1.de41792d6cea5p-1, 1232, 478},  {0x1.6965995c505eap-2, 1232, 1224},
+          {0x1.ef9a7fbf50a92p-1, 1232, 262},
+      });
+  expect_ycsb_latest(100000, {
+                                 {0x1.64ab4c7d984a4p-2, 99999, 99962},   {0x1.cb67e8df0d23cp-1, 99999, 69913},
+                                 {0x1.6a963248d9e52p-1, 99999, 96827},   {0x1.685c58f3e147ap-2, 100014, 99975},
+                                 {0x1.ee88ed02b9ffp-4, 100044, 100042},  {0x1.b327cf592976fp-1, 100059, 82841},
+                                 {0x1.54de32bf2b138p-4, 100059, 100058}, {0x1.db84de0dfdd26p-1, 100059, 56497},
+                                 {0x1.4881c48ed9a27p-1, 100059, 98639},  {0x1.91cc0a5efc0e5p-1, 100059, 92116},
+                                 {0x1.2d8d2fd92c183p-1, 100059, 99311},  {0x1.e45374973295ep-2, 100059, 99880},
+                                 {0x1.048723996da4ap-2, 100059, 100048}, {0x1.87d1309fc917ap-2, 100059, 100001},
+                                 {0x1.8a98c3cf8125dp-1, 100059, 93343},  {0x1.c2740d6d2a738p-3, 100059, 100052},
+                                 {0x1.4086aad791788p-2, 100059, 100035}, {0x1.bbbb50d79a326p-1, 100085, 79092},
+                                 {0x1.a7850fe5910f8p-4, 100111, 100110}, {0x1.c3ce8e4779ab6p-2, 100130, 100009},
+                             });
+}
+
+// The newest record is the most popular: P(last) = 1 / zeta(last items)
+// (Gray's method is exact for rank 0), ~7.8% for 10^5 records, and nothing
+// past record `last` or below 0.
+TEST(SkewedLatestGenerator, TheNewestRecordIsDrawnOneInZetaOfTheRecords) {
+  const uint64_t seed = test_seed(17);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  constexpr uint64_t kLast = 99'999;
+  SkewedLatestGenerator g(kLast);
+  constexpr int kDraws = 200'000;
+  int newest = 0, older_than_1000 = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const uint64_t r = g.next(rng, kLast);
+    ASSERT_LE(r, kLast);
+    newest += r == kLast;
+    older_than_1000 += r + 1000 <= kLast;
+  }
+  const double p = 1 / zeta(kLast, ZipfianGenerator::kDefaultTheta);
+  EXPECT_NEAR(p, 0.078, 0.001);
+  EXPECT_NEAR(newest, p * kDraws, count_tolerance(p, kDraws));
+  // Records 1,000 or more behind the newest: Gray's share for ranks >= 1000.
+  const ZipfianGenerator ranks(0, kLast - 1);
+  const double q = gray_probability(ranks, 1000, kLast);
+  EXPECT_GT(q, 0.3);
+  EXPECT_NEAR(older_than_1000, q * kDraws, count_tolerance(q, kDraws));
+}
+
 }  // namespace
 }  // namespace ferry::workload

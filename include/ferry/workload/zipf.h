@@ -94,6 +94,39 @@ class ScrambledZipfianGenerator {
   uint64_t items_;
 };
 
+// YCSB's "latest" request distribution (site.ycsb.generator.SkewedLatestGenerator
+// over CoreWorkload's insert counter): record last - z, where z is a Zipfian
+// draw over `last` items (YCSB's ZipfianGenerator.nextLong(last)), so the
+// newest record is the most popular, the one before it the next, and so on.
+// As records are inserted, `last` grows, and zeta is extended term by term,
+// as YCSB does. eta keeps the item count of the construction, which is a
+// YCSB quirk reproduced on purpose so that a draw equals YCSB's for the same
+// uniform.
+// Not thread-safe: next() updates the zeta state.
+class SkewedLatestGenerator {
+ public:
+  // last: the newest record's number at construction (YCSB: recordcount - 1),
+  // at least 1. Precondition (asserted): 0 < theta < 1.
+  explicit SkewedLatestGenerator(uint64_t last, double theta = ZipfianGenerator::kDefaultTheta);
+
+  // One record number in [0, last], where last is the newest record now. It
+  // may only grow (asserted). Consumes exactly one rng.uniform().
+  uint64_t next(Rng& rng, uint64_t last);
+  // The same draw for a given uniform u in [0, 1).
+  uint64_t from_uniform(double u, uint64_t last);
+
+  double zetan() const { return zetan_; }
+
+ private:
+  uint64_t items_;  // the Zipfian's item count at construction
+  uint64_t count_for_zeta_;
+  double theta_;
+  double zetan_;
+  double zeta2theta_;
+  double alpha_;
+  double eta_;
+};
+
 // Exact Zipf law over ranks 0..items-1: P(rank k) = (k + 1)^-alpha / H, for
 // any alpha >= 0 (alpha 0 is uniform). Used for the Twitter cache clusters,
 // whose alphas (0.3048, 0.735, 1.065, 0) include ones Gray's method cannot do.
