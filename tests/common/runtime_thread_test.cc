@@ -50,8 +50,10 @@ TEST(RuntimeThreads, SharedMutexReadersShareWriterExcludes) {
       int seen = max_readers.load();
       while (inside > seen && !max_readers.compare_exchange_weak(seen, inside)) {
       }
-      // Hold the shared lock until both readers are in at once (or give up).
-      for (int i = 0; i < 10'000'000 && !release.load() && readers_inside.load() < 2; ++i) std::this_thread::yield();
+      // Hold the shared lock until both readers have been in at once (or
+      // give up). Not "while fewer than two are inside": the reader that
+      // leaves second would then wait out every yield once the first left.
+      for (int i = 0; i < 10'000'000 && !release.load() && max_readers.load() < 2; ++i) std::this_thread::yield();
       readers_inside.fetch_sub(1);
     }));
   }
