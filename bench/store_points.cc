@@ -119,7 +119,7 @@ class YcsbLoad {
   // while it names a record not inserted yet.
   uint64_t next_key() {
     const uint64_t newest = *inserted_ - 1;
-    if (workload_ == 'D') return latest_.next(rng_, std::max<uint64_t>(newest, 1));
+    if (workload_ == 'D') return newest == 0 ? 0 : latest_.next(rng_, newest);  // one record: it is the latest
     uint64_t k;
     do {
       k = zipf_.next(rng_);

@@ -3,6 +3,7 @@
 // from a replica's memory after a crash: the decoder trusts nothing.
 #include <cstring>
 
+#include "ferry/common/align.h"
 #include "ferry/common/checksum.h"
 #include "ferry/hyperloop/txn.h"
 #include "le_words.h"
@@ -13,9 +14,6 @@ namespace {
 
 constexpr uint32_t kRecordMagic = 0x52544C48;   // "HLTR"
 constexpr uint32_t kPaddingMagic = 0x44504C48;  // "HLPD"
-
-
-uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 // Over every byte of the record but the checksum field itself.
 uint64_t record_checksum(const uint8_t* record, uint32_t bytes) {

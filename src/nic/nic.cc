@@ -12,6 +12,7 @@
 #include <new>
 
 #include "device.h"
+#include "ferry/common/align.h"
 #include "nic_core.h"
 
 namespace ferry::nic {
@@ -19,25 +20,26 @@ namespace detail {
 
 AlignedBuffer::AlignedBuffer(size_t bytes, RecordArena* from) : arena(from) {
   if (arena != nullptr) {
-    size = std::max<size_t>((bytes + 4095) & ~size_t{4095}, 4096);
+    size = std::max<size_t>(round_up(bytes, 4096), 4096);
     ptr = arena->allocate(size);  // zeroed; nullptr when full
     if (ptr == nullptr) size = 0;
-    return;
-  }
-  if (((bytes + kCacheLine - 1) & ~(kCacheLine - 1)) >= kMapBytes) {  // as free_buffer decides
-    // A deep ring (a server's CQ of thousands of entries) from anonymous
-    // pages, which are zero until written: only the slots the NIC reaches
-    // cost memory and a page fault, not the whole ring at creation.
-    size = (bytes + 4095) & ~size_t{4095};
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    FERRY_ASSERT(p != MAP_FAILED, "out of memory mapping ", size, " bytes");
-    ptr = static_cast<uint8_t*>(p);
     return;
   }
   // Cache-line granules, not pages: a QP's rings and record are a few
   // hundred bytes each at small depths, and page-aligned buffers put every
   // QP's hot first lines into the same few cache sets (issue 31).
-  size = std::max<size_t>((bytes + kCacheLine - 1) & ~(kCacheLine - 1), kCacheLine);
+  const size_t lines = std::max<size_t>(round_up(bytes, kCacheLine), kCacheLine);
+  if (lines >= kMapBytes) {  // as free_buffer decides
+    // A deep ring (a server's CQ of thousands of entries) from anonymous
+    // pages, which are zero until written: only the slots the NIC reaches
+    // cost memory and a page fault, not the whole ring at creation.
+    size = round_up(bytes, 4096);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    FERRY_ASSERT(p != MAP_FAILED, "out of memory mapping ", size, " bytes");
+    ptr = static_cast<uint8_t*>(p);
+    return;
+  }
+  size = lines;
   ptr = static_cast<uint8_t*>(std::aligned_alloc(kCacheLine, size));
   FERRY_ASSERT(ptr != nullptr, "out of memory allocating ", size, " bytes");
   std::memset(ptr, 0, size);

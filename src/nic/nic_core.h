@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/common/block_table.h"
 #include "ferry/common/counter.h"
 #include "ferry/common/mpsc_queue.h"
 #include "ferry/nic/engine.h"
@@ -90,26 +91,7 @@ struct MrEntry {
 // The memory-region table by index (key >> 8), in blocks allocated when an
 // index in them is first used: a NIC's 65,536 entries cost memory only
 // where its MRs are, and an entry never moves.
-class MrTable {
- public:
-  static constexpr uint32_t kBlock = 1024;
-  explicit MrTable(uint32_t capacity) : capacity_(capacity), blocks_((capacity + kBlock - 1) / kBlock) {}
-  uint32_t capacity() const { return capacity_; }
-  const MrEntry* find(uint32_t index) const {
-    if (index >= capacity_) return nullptr;
-    const std::unique_ptr<MrEntry[]>& b = blocks_[index / kBlock];
-    return b ? &b[index % kBlock] : nullptr;
-  }
-  MrEntry& at(uint32_t index) {
-    std::unique_ptr<MrEntry[]>& b = blocks_[index / kBlock];
-    if (!b) b = std::make_unique<MrEntry[]>(kBlock);
-    return b[index % kBlock];
-  }
-
- private:
-  uint32_t capacity_;
-  std::vector<std::unique_ptr<MrEntry[]>> blocks_;
-};
+using MrTable = BlockTable<MrEntry, 1024>;
 
 // Engine side of a completion channel: events go into `rec` (shared with
 // the application), then a write to event_fd wakes its waiters.

@@ -5,11 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "connect_wire.h"
+#include "ferry/common/align.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/tsc.h"
 #include "ferry/nic/connect.h"
 #include "ferry/pm/domain.h"
-#include "connect_wire.h"
 #include "server_impl.h"
 
 namespace ferry::rpc {
@@ -17,8 +18,6 @@ namespace ferry::rpc {
 namespace {
 
 bool pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
-uint32_t round_up(uint32_t v, uint32_t to) { return (v + to - 1) / to * to; }
 
 constexpr uint32_t kResponseSlots = 256;
 constexpr uint32_t kServerSendDepth = 256;

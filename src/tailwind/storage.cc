@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "ferry/common/align.h"
 #include "ferry/common/assert.h"
 #include "ferry/common/checksum.h"
 
@@ -89,8 +90,6 @@ uint64_t load_u64(const uint8_t* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-
-uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 std::string file_name(uint64_t log_id, uint64_t segment_id) {
   return "log-" + std::to_string(log_id) + "-seg-" + std::to_string(segment_id) + std::string(kFileSuffix);

@@ -8,13 +8,39 @@
 
 namespace ferry::workload {
 
-double zeta(uint64_t n, double theta) {
-  double sum = 0;
-  for (uint64_t i = 1; i <= n; ++i) sum += 1 / std::pow(static_cast<double>(i), theta);
+namespace {
+
+// YCSB's zetastatic(st, n, theta, initialsum): initial plus the terms for
+// items st+1..n, summed in increasing order.
+double zeta_from(uint64_t st, uint64_t n, double theta, double initial) {
+  double sum = initial;
+  for (uint64_t i = st; i < n; ++i) sum += 1 / std::pow(static_cast<double>(i + 1), theta);
   return sum;
 }
 
-namespace {
+// Gray's eta for `items` items, given zeta(2, theta) and zeta(n, theta). With
+// 2 items zetan equals zeta2 and eta is 0/0; the draw never reaches eta then
+// (every u * zetan < zetan), so it is left 0.
+double gray_eta(uint64_t items, double theta, double zeta2, double zetan) {
+  const double denominator = 1 - zeta2 / zetan;
+  if (denominator == 0) return 0;
+  return (1 - std::pow(2.0 / static_cast<double>(items), 1 - theta)) / denominator;
+}
+
+// Gray et al.'s draw as YCSB's ZipfianGenerator.nextLong codes it: rank 0
+// below zeta 1, rank 1 below 1 + 0.5^theta, else n * (eta u - eta + 1)^alpha
+// truncated as Java's (long) does. A value that rounding (or a NaN from an
+// inconsistent zetan) puts at n or beyond returns `past_end`.
+uint64_t gray_rank(double u, double zetan, double second_limit, double eta, double alpha, uint64_t n,
+                   uint64_t past_end) {
+  const double uz = u * zetan;
+  if (uz < 1) return 0;
+  if (uz < second_limit) return 1;
+  const double items = static_cast<double>(n);
+  const double offset = items * std::pow(eta * u - eta + 1, alpha);
+  if (!(offset < items)) return past_end;
+  return static_cast<uint64_t>(offset);
+}
 
 uint64_t checked_items(uint64_t min, uint64_t max) {
   FERRY_ASSERT(min <= max, "empty item range [", min, ", ", max, "]");
@@ -34,6 +60,8 @@ uint64_t last_of(uint64_t items) {
 
 }  // namespace
 
+double zeta(uint64_t n, double theta) { return zeta_from(0, n, theta, 0); }
+
 ZipfianGenerator::ZipfianGenerator(uint64_t min, uint64_t max, double theta)
     : ZipfianGenerator(min, max, check_theta(theta),
                        zeta(checked_items(min, max), check_theta(theta))) {}
@@ -47,25 +75,11 @@ ZipfianGenerator::ZipfianGenerator(uint64_t min, uint64_t max, double theta, dou
       eta_(0),
       second_limit_(1 + std::pow(0.5, theta)) {
   FERRY_ASSERT(zetan > 0, "zetan must be positive, got ", zetan);
-  // zeta(2, theta) == second_limit_. With 2 items zetan equals it and eta is
-  // 0/0; next() never reaches eta then (every uz < zetan), so leave it 0.
-  const double denominator = 1 - second_limit_ / zetan_;
-  if (denominator != 0) {
-    eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / denominator;
-  }
+  eta_ = gray_eta(items_, theta_, second_limit_, zetan_);  // second_limit_ is zeta(2, theta)
 }
 
 uint64_t ZipfianGenerator::next(Rng& rng) const {
-  const double u = rng.uniform();
-  const double uz = u * zetan_;
-  if (uz < 1) return base_;
-  if (uz < second_limit_) return base_ + 1;
-  const double n = static_cast<double>(items_);
-  const double offset = n * std::pow(eta_ * u - eta_ + 1, alpha_);
-  // Java's (long) cast truncates; clamp first so a value rounded up to n (or
-  // a NaN from a caller's inconsistent zetan) cannot leave the range.
-  if (!(offset < n)) return base_ + items_ - 1;
-  return base_ + static_cast<uint64_t>(offset);
+  return base_ + gray_rank(rng.uniform(), zetan_, second_limit_, eta_, alpha_, items_, items_ - 1);
 }
 
 ScrambledZipfianGenerator::ScrambledZipfianGenerator(uint64_t min, uint64_t max)
@@ -78,18 +92,6 @@ uint64_t ScrambledZipfianGenerator::next(Rng& rng) const {
   return min_ + fnv1a64(zipfian_.next(rng)) % items_;
 }
 
-namespace {
-
-// YCSB's zetastatic(st, n, theta, initialsum): initial plus the terms for
-// items st+1..n, summed in increasing order.
-double zeta_from(uint64_t st, uint64_t n, double theta, double initial) {
-  double sum = initial;
-  for (uint64_t i = st; i < n; ++i) sum += 1 / std::pow(static_cast<double>(i + 1), theta);
-  return sum;
-}
-
-}  // namespace
-
 SkewedLatestGenerator::SkewedLatestGenerator(uint64_t last, double theta)
     : items_(last),
       count_for_zeta_(last),
@@ -97,10 +99,10 @@ SkewedLatestGenerator::SkewedLatestGenerator(uint64_t last, double theta)
       zetan_(zeta(last, theta)),
       zeta2theta_(zeta(2, theta)),
       alpha_(1 / (1 - theta)),
+      second_limit_(1 + std::pow(0.5, theta)),
       eta_(0) {
   FERRY_ASSERT(last >= 1, "the latest distribution needs a record before the newest");
-  const double denominator = 1 - zeta2theta_ / zetan_;
-  if (denominator != 0) eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / denominator;
+  eta_ = gray_eta(items_, theta_, zeta2theta_, zetan_);
 }
 
 uint64_t SkewedLatestGenerator::from_uniform(double u, uint64_t last) {
@@ -109,20 +111,10 @@ uint64_t SkewedLatestGenerator::from_uniform(double u, uint64_t last) {
     zetan_ = zeta_from(count_for_zeta_, last, theta_, zetan_);
     count_for_zeta_ = last;
     // As YCSB: eta from the construction's item count, not `last`.
-    eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / (1 - zeta2theta_ / zetan_);
+    eta_ = gray_eta(items_, theta_, zeta2theta_, zetan_);
   }
-  const double uz = u * zetan_;
-  uint64_t z;
-  if (uz < 1) {
-    z = 0;
-  } else if (uz < 1 + std::pow(0.5, theta_)) {
-    z = 1;
-  } else {
-    const double n = static_cast<double>(last);
-    const double offset = n * std::pow(eta_ * u - eta_ + 1, alpha_);
-    z = offset < n ? static_cast<uint64_t>(offset) : last;  // Java's (long) truncates; never past record 0
-  }
-  return last - std::min(z, last);
+  const uint64_t z = gray_rank(u, zetan_, second_limit_, eta_, alpha_, last, last);
+  return last - std::min(z, last);  // never past record 0
 }
 
 uint64_t SkewedLatestGenerator::next(Rng& rng, uint64_t last) { return from_uniform(rng.uniform(), last); }

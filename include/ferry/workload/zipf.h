@@ -122,8 +122,9 @@ class SkewedLatestGenerator {
   uint64_t count_for_zeta_;
   double theta_;
   double zetan_;
-  double zeta2theta_;
+  double zeta2theta_;  // zeta(2, theta), summed as YCSB does (for eta)
   double alpha_;
+  double second_limit_;  // 1 + 0.5^theta, as YCSB's nextLong computes it
   double eta_;
 };
 
