@@ -34,12 +34,12 @@ int find_engine_thread(pid_t pid) {
   return matches == 1 ? found : 0;
 }
 
-uint64_t schedstat_cpu_ns(pid_t pid, int tid) {
-  if (pid <= 0 || tid <= 0) return 0;
+SchedStat read_schedstat(pid_t pid, int tid) {
+  SchedStat s;
+  if (pid <= 0 || tid <= 0) return s;
   std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
-  uint64_t on_cpu_ns = 0;
-  if (in >> on_cpu_ns) return on_cpu_ns;
-  return 0;
+  if (!(in >> s.run_ns >> s.wait_ns)) return SchedStat{};
+  return s;
 }
 
 double tsc_ghz() {

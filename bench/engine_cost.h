@@ -33,9 +33,22 @@ int find_engine_thread(pid_t pid);
 // b - a, field by field (b sampled after a).
 EngineWork engine_work_delta(const EngineWork& a, const EngineWork& b);
 
-// On-CPU time of thread `tid` of process `pid` in ns, from
-// /proc/<pid>/task/<tid>/schedstat; 0 if it cannot be read (thread gone).
-uint64_t schedstat_cpu_ns(pid_t pid, int tid);
+// What the scheduler says of thread `tid` of process `pid`, from
+// /proc/<pid>/task/<tid>/schedstat: time on a CPU and time runnable but
+// waiting for one (taken away by another thread), in ns; zeros if it cannot
+// be read (thread gone).
+struct SchedStat {
+  uint64_t run_ns = 0;
+  uint64_t wait_ns = 0;
+  SchedStat& operator+=(const SchedStat& o) {
+    run_ns += o.run_ns;
+    wait_ns += o.wait_ns;
+    return *this;
+  }
+};
+SchedStat read_schedstat(pid_t pid, int tid);
+// Its on-CPU time alone.
+inline uint64_t schedstat_cpu_ns(pid_t pid, int tid) { return read_schedstat(pid, tid).run_ns; }
 
 // TSC ticks per ns (GHz) when the TSC is invariant, else 0: cycles are
 // then not reported. The TSC rate is the nominal clock, not the core's

@@ -63,6 +63,9 @@ Status validate(const OqBenchOptions& o) {
     if (v > 8192) return invalid_argument(fmt::format("value size {} is above 8192 bytes", v));
   }
   if (o.workers < 1 || o.workers > 8) return invalid_argument("--workers must be 1..8");
+  if (o.server_ns_per_request < -1 || o.server_ns_per_request > 1'000'000) {
+    return invalid_argument("--server-ns-per-request must be 0..1000000 ns, or -1 for the paper's figures");
+  }
   if (o.sessions < 1 || o.max_inflight < 1 || o.open_inflight < 1 || o.thread_inflight < 1) {
     return invalid_argument("--sessions, --inflight, --open-inflight and --thread-inflight must be at least 1");
   }
@@ -103,6 +106,13 @@ Result<nlohmann::json> measure_references(int client_cpu, int server_cpu, std::o
 
 }  // namespace
 
+uint64_t server_ns_for(const OqBenchOptions& o, const std::string& experiment) {
+  if (o.server_ns_per_request >= 0) return static_cast<uint64_t>(o.server_ns_per_request);
+  if (experiment == "latency") return kPaperCacheNsPerRequest;
+  if (experiment == "pmkv" || experiment == "pmkv_value_size") return kPaperPmKvNsPerRequest;
+  return 0;  // threads: Fig. 6's echo server
+}
+
 OqBenchOptions oq_quick_options() {
   OqBenchOptions q;
   q.threads = {1, 4};
@@ -142,7 +152,14 @@ Status run_oq_bench(const OqBenchOptions& options, std::ostream& out, std::ostre
               "after {} s warm-up; p99 needs 1,000 samples and p99.9 10,000, else n/a\n",
               o.sessions, o.max_inflight, o.open_inflight, o.keys, o.target_samples, o.min_seconds, o.max_seconds,
               o.warmup_seconds)
-       << fmt::format("  modeled server-NIC QP-context cache: {} entries (counters only)\n", o.qp_context_entries);
+       << fmt::format("  modeled server-NIC QP-context cache: {} entries (counters only)\n", o.qp_context_entries)
+       << fmt::format(
+              "  server cost per request (busy work before every handler, every system alike): threads {} ns, "
+              "latency {} ns, pmkv {} ns{}\n",
+              server_ns_for(o, "threads"), server_ns_for(o, "latency"), server_ns_for(o, "pmkv"),
+              o.server_ns_per_request < 0
+                  ? " -- the paper's: memcached 16 workers / 4.1 Mops, PMemKV 18 workers / 2.0 Mops (calibrated)"
+                  : " (set by --server-ns-per-request)");
   FERRY_ASSIGN_OR_RETURN(const nlohmann::json reference, measure_references(o.client_cpu, o.server_cpu, text));
 
   oq_bench::PointRunner runner(o, text);

@@ -100,10 +100,26 @@ struct OqBenchOptions {
   uint32_t qp_context_entries = 4;   // modeled server-NIC QP-context cache
   int client_cpu = 1;                // the client thread, which steps every NIC
   int server_cpu = 0;                // the server's worker threads
+  // Busy work added before every request's handler, the same in every
+  // system, so that the server CPU is the bottleneck as in the paper
+  // (docs/juneberry.md, "The paper's regime"). -1: each experiment's
+  // default from the paper's figures (server_ns_for); 0: none (the emulator's
+  // own regime, where the client/NIC core bounds the peaks).
+  int64_t server_ns_per_request = -1;
   std::string pm_dir;                // PM files (default /dev/shm)
   size_t pm_region_bytes = 128ull << 20;  // PmKv region per worker
   bool json = false;
 };
+
+// The paper's per-request server time (worker-seconds per request at its
+// peak): Fig. 8's memcached server, 16 workers at Cluster-19's 4.1 Mops
+// peak, 16 / 4.1e6 s = 3.9 us; Fig. 10's PMemKV server, 18 workers at about
+// 2.0 Mops of write-only puts, 18 / 2.0e6 s = 9.0 us. Fig. 6's echo server
+// does no back-end work: 0.
+inline constexpr uint64_t kPaperCacheNsPerRequest = 3900;
+inline constexpr uint64_t kPaperPmKvNsPerRequest = 9000;
+// The busy work an experiment's points add (OqBenchOptions::server_ns_per_request).
+uint64_t server_ns_for(const OqBenchOptions& o, const std::string& experiment);
 
 // The small configuration `--quick` selects (under ~20 s, every system, every
 // experiment): for options the command line did not set.

@@ -68,6 +68,7 @@ Result<Point> PointRunner::measure(const std::string& experiment, const std::str
   c.sessions = sessions;
   c.max_inflight = inflight;
   c.mix = mix;
+  c.server_ns_per_request = server_ns_for(o_, experiment);
   PmHost* pm_host_ptr = nullptr;
   if (c.backend == Backend::kPmKv) {
     FERRY_ASSIGN_OR_RETURN(pm_host_ptr, pm_host());
@@ -86,6 +87,7 @@ Result<Point> PointRunner::measure(const std::string& experiment, const std::str
   p.mix = mix;
   p.queue_pairs = sut->client->queue_pairs();
   p.workers = o_.workers;
+  p.server_ns_per_request = c.server_ns_per_request;
   p.offered_fraction = fraction;
   p.peak_mops = peak_mops;
   p.load_average = load_average();

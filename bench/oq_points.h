@@ -32,6 +32,7 @@ struct Point {
   KvMix mix;
   uint32_t queue_pairs = 0;
   uint32_t workers = 1;
+  uint64_t server_ns_per_request = 0;      // busy work added per request (SutConfig)
   std::optional<double> offered_fraction;  // of `peak_mops`, open loop only
   double peak_mops = 0;                    // RawRPC's closed-loop peak on this workload
   Run run;

@@ -11,12 +11,38 @@
 
 #include "oq_bench.h"
 #include "oq_points.h"
+#include "regime.h"
 
 namespace ferry::bench::oq_bench {
 
 // A run's figures, over its measured window.
 double window_seconds(const Run& r);
 double achieved_mops(const Run& r);
+
+// What bounded a point, measured over its window (issue 29): the server
+// workers' busy fraction (time handling completions, the added server cost
+// included, over window x workers; TSC time, which is CPU time while the
+// workers keep their CPU -- worker_wait says whether they did), the
+// client/NIC core's (its thread steps every NIC: 1 - the passes in which
+// nothing happened), and each thread's on-CPU and waiting time from
+// /proc/self/task/*/schedstat. bound_by: "server" or "client-nic" when that
+// side is >= kBoundBusy busy (the busier if both), else "other" for a closed
+// loop (calls in flight x latency) and "offered-load" for an open loop
+// (regime.h).
+struct Regime {
+  double server_busy = 0;
+  double worker_cpu = 0;
+  double worker_wait = 0;
+  double client_busy = 0;
+  double client_cpu = 0;
+  double client_wait = 0;
+  std::string bound_by;
+  nlohmann::json json() const;
+};
+Regime regime_of(const Point& p);
+// The paper's regime at a workload's peak: the server bound (>= kBoundBusy)
+// with the client/NIC core at most half busy.
+bool paper_regime(const Regime& r);
 
 // Where things ran, for every point.
 struct Where {

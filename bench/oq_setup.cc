@@ -1,21 +1,19 @@
 #include "oq_setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <span>
 #include <string_view>
 
 #include "common.h"
+#include "ferry/common/align.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/temp_dir.h"
+#include "ferry/common/tsc.h"
 
 namespace ferry::bench::oq_bench {
-namespace {
-
-uint32_t round_up(uint32_t v, uint32_t to) { return (v + to - 1) / to * to; }
-
-}  // namespace
-
 rpc::Mode mode_of(const std::string& system) {
   if (system == "rawrpc") return rpc::Mode::kRawRpc;
   if (system == "deferred") return rpc::Mode::kDeferredExec;
@@ -86,6 +84,15 @@ Result<std::unique_ptr<Sut>> build_sut(const SutConfig& c, const OqBenchOptions&
   so.threaded = true;
   if (o.server_cpu >= 0) so.worker_cpus = {o.server_cpu};
   if (durable) so.durable_region = pm_host->srq;
+  s->worker_tids = std::make_shared<std::vector<std::atomic<int>>>(o.workers);
+  so.on_execute = [tids = s->worker_tids, ticks = static_cast<uint64_t>(static_cast<double>(c.server_ns_per_request) /
+                                                                        Tsc::ns_per_tick())](const rpc::Request& req) {
+    std::atomic<int>& tid = (*tids)[req.worker];
+    if (tid.load(std::memory_order_relaxed) == 0) tid.store(static_cast<int>(gettid()), std::memory_order_relaxed);
+    if (ticks == 0) return;
+    const uint64_t until = Tsc::now() + ticks;
+    while (Tsc::now() < until) cpu_relax();
+  };
   FERRY_ASSIGN_OR_RETURN(s->server, rpc::Server::create(*s->engine, *s->server_nic, so));
 
   // The engines, prefilled with every key of the mix (so gets hit), before
@@ -173,8 +180,10 @@ Status KvTarget::issue(uint64_t at_ns) {
 }
 
 Status KvTarget::step(uint64_t /*until_ns*/) {
-  s_.engine->step();
-  for (uint32_t i = 0; i < s_.config.sessions; ++i) s_.client->session(i).poll();
+  const uint64_t t0 = Tsc::now();
+  bool busy = s_.engine->step();
+  for (uint32_t i = 0; i < s_.config.sessions; ++i) busy |= s_.client->session(i).poll() > 0;
+  if (!busy) idle_ticks_ += Tsc::now() - t0;
   return ok_status();
 }
 
@@ -185,6 +194,10 @@ Snapshot KvTarget::snapshot() const {
   n.workers = s_.server->counters();
   n.process_cpu_ns = process_cpu_time_ns();
   n.client_cpu_ns = thread_cpu_time_ns();
+  const pid_t pid = getpid();
+  for (const std::atomic<int>& tid : *s_.worker_tids) n.worker_threads += read_schedstat(pid, tid.load());
+  n.client_thread = read_schedstat(pid, static_cast<int>(gettid()));
+  n.client_idle_ns = static_cast<uint64_t>(static_cast<double>(idle_ticks_) * Tsc::ns_per_tick());
   return n;
 }
 

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine_cost.h"
 #include "ferry/common/rng.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/engine.h"
@@ -61,6 +63,10 @@ struct SutConfig {
   uint32_t sessions = 1;
   uint32_t max_inflight = 1;
   KvMix mix;  // its keys are prefilled; its sizes size the requests
+  // Busy work (TSC spin) the worker does before every request's handler, in
+  // every system alike: the back-end cost of the paper's servers, which the
+  // emulated store does not have (oq_bench.h, server_ns_for).
+  uint64_t server_ns_per_request = 0;
 };
 
 // A request's bytes on the wire (RPC header, KV header, key, value).
@@ -78,6 +84,9 @@ struct Sut {
   std::unique_ptr<rpc::Server> server;
   std::unique_ptr<rpc::Client> client;
   std::vector<std::unique_ptr<store::KvClient>> kv;  // one per session
+  // Each worker thread's kernel id, recorded by the worker at its first
+  // request (0 until then), for its schedstat.
+  std::shared_ptr<std::vector<std::atomic<int>>> worker_tids;
   ~Sut();
 };
 
@@ -92,6 +101,9 @@ struct Snapshot {
   rpc::WorkerCounters workers;
   uint64_t process_cpu_ns = 0;
   uint64_t client_cpu_ns = 0;
+  SchedStat worker_threads;  // summed over the workers
+  SchedStat client_thread;
+  uint64_t client_idle_ns = 0;  // the client thread's passes in which nothing happened
 };
 
 // One point's run: what the loop measured and the counters around it.
@@ -127,6 +139,7 @@ class KvTarget {
   Snapshot snapshot() const;
 
   Sut& s_;
+  uint64_t idle_ticks_ = 0;  // TSC ticks of passes that found nothing to do
   Run& run_;
   std::array<Sink, 2> sinks_;
   workload::KvRequestGenerator gen_;

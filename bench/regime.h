@@ -1,0 +1,34 @@
+// What bounds a benchmark point (issue 29): each resource's busy fraction
+// over the point's window, measured by the benchmark, and the one that set
+// the pace. A paper's claim is judged only on points in the paper's regime
+// (JUNE BERRY's: the server CPU bounds the peak, not the emulated NIC).
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+namespace ferry::bench {
+
+// A resource at or above this busy fraction is taken to set the pace.
+inline constexpr double kBoundBusy = 0.9;
+
+// One resource's busy fraction: "server", "client-nic", "replica", ...
+struct Busy {
+  const char* resource;
+  double fraction;
+};
+
+// The busiest resource when it is at least kBoundBusy busy (the first named
+// on a tie); otherwise "other" for a closed loop (its calls in flight x
+// latency set the pace) and "offered-load" for an open loop (nothing
+// saturated: the arrivals set it).
+inline std::string bound_by(std::initializer_list<Busy> busy, bool closed_loop) {
+  const Busy* top = nullptr;
+  for (const Busy& b : busy) {
+    if (top == nullptr || b.fraction > top->fraction) top = &b;
+  }
+  if (top != nullptr && top->fraction >= kBoundBusy) return top->resource;
+  return closed_loop ? "other" : "offered-load";
+}
+
+}  // namespace ferry::bench
