@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "ferry/common/tsc.h"
 #include "ferry/nic/engine.h"
@@ -15,23 +16,43 @@ EngineWork engine_work_delta(const EngineWork& a, const EngineWork& b) {
   return EngineWork{b.cpu_ns - a.cpu_ns, b.tx_packets - a.tx_packets, b.rx_packets - a.rx_packets};
 }
 
-int find_engine_thread(pid_t pid) {
-  if (pid <= 0) return 0;
+namespace {
+
+// The kernel ids of process pid's threads now (empty if it is gone).
+std::vector<int> thread_ids(pid_t pid) {
+  std::vector<int> ids;
+  if (pid <= 0) return ids;
   const std::string dir = "/proc/" + std::to_string(pid) + "/task";
   DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return 0;
-  int found = 0, matches = 0;
+  if (d == nullptr) return ids;
   while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(dir + "/" + e->d_name + "/comm");
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9') ids.push_back(std::atoi(e->d_name));
+  }
+  closedir(d);
+  return ids;
+}
+
+}  // namespace
+
+int find_engine_thread(pid_t pid) {
+  int found = 0, matches = 0;
+  for (int tid : thread_ids(pid)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
     std::string comm;
     if (std::getline(in, comm) && comm == nic::kEngineThreadName) {
-      found = std::atoi(e->d_name);
+      found = tid;
       ++matches;
     }
   }
-  closedir(d);
   return matches == 1 ? found : 0;
+}
+
+SchedStat read_schedstat_except(pid_t pid, int except_tid) {
+  SchedStat sum;
+  for (int tid : thread_ids(pid)) {
+    if (tid != except_tid) sum += read_schedstat(pid, tid);
+  }
+  return sum;
 }
 
 SchedStat read_schedstat(pid_t pid, int tid) {

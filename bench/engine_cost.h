@@ -47,6 +47,9 @@ struct SchedStat {
   }
 };
 SchedStat read_schedstat(pid_t pid, int tid);
+// Summed over every thread of the process but except_tid (those alive now:
+// a thread that ended since an earlier call takes its time with it).
+SchedStat read_schedstat_except(pid_t pid, int except_tid);
 // Its on-CPU time alone.
 inline uint64_t schedstat_cpu_ns(pid_t pid, int tid) { return read_schedstat(pid, tid).run_ns; }
 

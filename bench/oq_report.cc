@@ -144,6 +144,7 @@ Regime regime_of(const Point& p) {
   g.client_cpu = static_cast<double>(r.end.client_thread.run_ns - r.start.client_thread.run_ns) / window_ns;
   g.client_wait = static_cast<double>(r.end.client_thread.wait_ns - r.start.client_thread.wait_ns) / window_ns;
   g.bound_by = bound_by({{"server", g.server_busy}, {"client-nic", g.client_busy}}, r.closed);
+  g.disturbed = std::max(g.worker_wait, g.client_wait) > kDisturbedWait;
   return g;
 }
 
@@ -157,6 +158,7 @@ nlohmann::json Regime::json() const {
           {"client_nic_busy_fraction", client_busy},
           {"client_thread_cpu_fraction", client_cpu},
           {"client_thread_wait_fraction", client_wait},
+          {"disturbed", disturbed},
           {"how",
            "busy: server = worker time handling completions (TSC) over window x workers; client-nic = 1 - the "
            "client thread's idle passes (it steps every NIC) over the window; cpu and wait fractions from "
@@ -278,14 +280,18 @@ void print_row(std::ostream& out, const Point& p) {
   out << fmt::format(
       "  {:<10} {:<8} thr {} {:<6} offered {:>6} achieved {:>6.3f} Mops  n {:>6}  p50 {:>7} p99 {:>7} p99.9 {:>7} "
       "max {:>8.1f} us  srv {:>5.0f} ns/op  QPs {:>2}  modeled/op: qpc miss {:.2f} wqe dma {:.3f}  client core max "
-      "stall {:.0f} us  busy: srv {:.0f}% cli {:.0f}% -> {}{}\n",
+      "stall {:.0f} us  busy: srv {:.0f}% cli {:.0f}% -> {}{}{}\n",
       p.system, p.variant, p.sessions, load, opt_text(offered_mops(p), 3), achieved_mops(r), h.count(),
       percentile_text(h, 0.5, kUs, 2), percentile_text(h, 0.99, kUs, 2), percentile_text(h, 0.999, kUs, 2),
       static_cast<double>(h.max()) * kUs, server_cpu_ns_per_op(r), p.queue_pairs,
       per_op(r.start.server_nic.modeled_qpc_misses, r.end.server_nic.modeled_qpc_misses, ops),
       per_op(r.start.server_nic.modeled_recv_wqe_dmas, r.end.server_nic.modeled_recv_wqe_dmas, ops),
       static_cast<double>(r.loop.gaps.max_ns) * kUs, regime.server_busy * 100, regime.client_busy * 100,
-      regime.bound_by, r.loop.unfinished ? fmt::format("  UNFINISHED {}", r.loop.unfinished) : std::string());
+      regime.bound_by,
+      regime.disturbed ? fmt::format("  DISTURBED (waited for a CPU: workers {:.0f}%, client {:.0f}%)",
+                                     regime.worker_wait * 100, regime.client_wait * 100)
+                       : std::string(),
+      r.loop.unfinished ? fmt::format("  UNFINISHED {}", r.loop.unfinished) : std::string());
 }
 
 void fill_ratios(std::vector<Point>& points) {
@@ -367,6 +373,8 @@ nlohmann::json check_targets(std::vector<Point>& points, const OqBenchOptions& o
     const Point* peak = find_point(points, t.experiment, t.workload, "rawrpc", std::nullopt);
     const Regime at_peak = peak != nullptr ? regime_of(*peak) : Regime{};
     j["judged"] = peak != nullptr && paper_regime(at_peak);
+    // Either point's threads kept off their CPU for a while: its tail shows that.
+    j["disturbed"] = regime_of(*p).disturbed || regime_of(*base).disturbed;
     j["regime"] = {{"rawrpc_peak_bound_by", peak != nullptr ? at_peak.bound_by : "not run"},
                    {"rawrpc_peak_server_busy", at_peak.server_busy},
                    {"rawrpc_peak_client_nic_busy", at_peak.client_busy},
@@ -424,6 +432,7 @@ void print_headline(std::ostream& text, const OqBenchOptions& o, const std::vect
           g["rawrpc_peak_bound_by"].get<std::string>(), g["rawrpc_peak_server_busy"].get<double>() * 100,
           g["rawrpc_peak_client_nic_busy"].get<double>() * 100, verdict);
     }
+    if (t["disturbed"].get<bool>()) verdict += " (a point of it DISTURBED: see its row)";
     text << fmt::format("  target: {} at {:.0f}% of peak: {} us vs {} us, {} (needs >= {:.0f}% lower): {}  [{}]\n",
                         t["name"].get<std::string>(), t["offered_fraction"].get<double>() * 100,
                         us_text(t["system_us"]), us_text(t["baseline_us"]), pct(t["measured_reduction"]),

@@ -37,6 +37,7 @@ struct Regime {
   double client_cpu = 0;
   double client_wait = 0;
   std::string bound_by;
+  bool disturbed = false;  // a worker's or the client's wait above kDisturbedWait
   nlohmann::json json() const;
 };
 Regime regime_of(const Point& p);

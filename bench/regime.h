@@ -12,6 +12,11 @@ namespace ferry::bench {
 // A resource at or above this busy fraction is taken to set the pace.
 inline constexpr double kBoundBusy = 0.9;
 
+// A point whose measuring threads spent more than this fraction of its
+// window runnable but off their CPU (schedstat's wait time: another thread
+// or process held it) is disturbed: its tail shows that, not the system.
+inline constexpr double kDisturbedWait = 0.05;
+
 // One resource's busy fraction: "server", "client-nic", "replica", ...
 struct Busy {
   const char* resource;

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common.h"
+#include "regime.h"
 #include "report.h"
 
 namespace ferry::bench::tailwind_bench {
@@ -45,11 +47,12 @@ std::string point_text(const nlohmann::json& j) {
                                                    : fmt::format("{} clients", j["clients"].get<uint32_t>());
   return fmt::format(
       "  {:<8} {:<10} {:<26} {:7.3f} Mops ({:.3f}/server) p50 {:>7} p99 {:>7} p99.9 {:>7} us  n={:<7} "
-      "workers {:.2f} backup {:.2f} cores, backup {:>6} ns/put\n",
+      "workers {:.2f} backup {:.2f} cores, backup {:>6} ns/put  srv occupancy {:.2f} cli busy {:.0f}% -> {}\n",
       j["system"].get<std::string>(), j["workload"].get<std::string>(), what, j["mops"].get<double>(),
       j["mops_per_server"].get<double>(), num(j["p50_us"], 1), num(j["p99_us"], 1), num(j["p999_us"], 1),
       j["samples"].get<uint64_t>(), j["worker_cores"].get<double>(), j["backup_worker_cores"].get<double>(),
-      num(j["backup_cpu_ns_per_put"], 0));
+      num(j["backup_cpu_ns_per_put"], 0), j["regime"]["server_handler_occupancy"].get<double>(),
+      j["regime"]["client_nic_busy_fraction"].get<double>() * 100, j["bound_by"].get<std::string>());
 }
 
 }  // namespace
@@ -118,6 +121,44 @@ nlohmann::json point_json(const Point& p, const TailwindBenchOptions& o) {
   j["backup_worker_cores"] = static_cast<double>(backup_busy) / (window_s * 1e9) / servers;
   j["dispatch_cores"] = nullptr;
   j["client_core_utilization"] = static_cast<double>(r.end.client_cpu_ns - r.start.client_cpu_ns) / (window_s * 1e9);
+  // What bounded the point (regime.h). Every server thread shares server_cpu
+  // and polls, so the kernel sees that CPU always in use, and a per-thread
+  // CPU clock around each batch costs 1.3 us a read on this VM (more than a
+  // backup's work on a replicated object). What is measured instead is the
+  // servers' occupancy: their workers' time inside handlers (TSC), summed
+  // over workers, over the window. It counts a worker taken off the CPU in
+  // the middle of a request, and in the RPC baseline a PUT waiting for its
+  // backups, so it exceeds 1 when requests queue at the servers; at or above
+  // kBoundBusy a request is in the servers' hands all the time: they set the
+  // pace.
+  const double window_ns = window_s * 1e9;
+  const double server_busy = static_cast<double>(client_busy + backup_busy) / window_ns;
+  const double client_nic_busy =
+      std::clamp(1.0 - static_cast<double>(r.end.client_idle_ns - r.start.client_idle_ns) / window_ns, 0.0, 1.0);
+  auto fraction = [&](uint64_t a, uint64_t b) { return b > a ? static_cast<double>(b - a) / window_ns : 0.0; };
+  const std::string bound =
+      bound_by({{"server", server_busy}, {"client-nic", client_nic_busy}}, !p.offered_fraction.has_value());
+  j["bound_by"] = bound;
+  const double server_wait = fraction(r.start.server_threads.wait_ns, r.end.server_threads.wait_ns);
+  const double client_wait = fraction(r.start.client_thread.wait_ns, r.end.client_thread.wait_ns);
+  j["regime"] = {
+      {"bound_by", bound},
+      {"server_handler_occupancy", server_busy},
+      {"backup_handler_occupancy", static_cast<double>(backup_busy) / window_ns},
+      {"client_nic_busy_fraction", client_nic_busy},
+      {"server_threads_cpu_fraction", fraction(r.start.server_threads.run_ns, r.end.server_threads.run_ns)},
+      {"server_threads_wait_fraction", server_wait},
+      {"client_thread_cpu_fraction", fraction(r.start.client_thread.run_ns, r.end.client_thread.run_ns)},
+      {"client_thread_wait_fraction", client_wait},
+      // Only the client's wait says so: the server threads wait for each
+      // other on their one CPU by design.
+      {"disturbed", client_wait > kDisturbedWait},
+      {"how",
+       "server occupancy = every server's workers' time inside handlers (TSC; client-request and backup "
+       "workers, all sharing server_cpu, so it can exceed 1 and is not CPU time), summed, over the window; "
+       "backup occupancy = the backup workers' part; client-nic busy = 1 - the client thread's idle passes (it "
+       "steps every NIC) over the window; cpu and wait fractions from /proc/self/task/*/schedstat, summed over "
+       "threads (wait: runnable, not running)"}};
   j["client_stalls"] = r.loop.gaps.stalls;
   j["client_stalled_ms"] = static_cast<double>(r.loop.gaps.stalled_ns) / 1e6;
   j["client_max_gap_us"] = static_cast<double>(r.loop.gaps.max_ns) / 1e3;

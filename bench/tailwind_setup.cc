@@ -1,11 +1,13 @@
 #include "tailwind_setup.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 
 #include "common.h"
+#include "ferry/common/tsc.h"
 #include "ferry/store/logkv_wire.h"
 
 namespace ferry::bench::tailwind_bench {
@@ -80,9 +82,12 @@ Sut::~Sut() {
   cluster.reset();
 }
 
-void Sut::step_and_poll() {
-  engine->step();
-  for (auto& c : rpcs) c->session(0).poll();
+bool Sut::step_and_poll() {
+  const uint64_t t0 = Tsc::now();
+  bool busy = engine->step();
+  for (auto& c : rpcs) busy |= c->session(0).poll() > 0;
+  if (!busy) idle_ticks += Tsc::now() - t0;
+  return busy;
 }
 
 Result<std::unique_ptr<Sut>> build_sut(const std::string& system, const TailwindBenchOptions& o,
@@ -195,6 +200,10 @@ Snapshot snapshot(Sut& s) {
     n.backups.push_back(*b);
   }
   n.client_cpu_ns = thread_cpu_time_ns();
+  const int self = static_cast<int>(gettid());
+  n.client_thread = read_schedstat(getpid(), self);
+  n.server_threads = read_schedstat_except(getpid(), self);
+  n.client_idle_ns = static_cast<uint64_t>(static_cast<double>(s.idle_ticks) * Tsc::ns_per_tick());
   return n;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_cost.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/rng.h"
 #include "ferry/common/status.h"
@@ -53,8 +54,14 @@ struct Sut {
   logkv::TableMap map;
   uint32_t workers = 1;
 
+  // The client thread's passes that found nothing to do (TSC ticks): its
+  // idle time, for the client/NIC core's busy fraction.
+  uint64_t idle_ticks = 0;
+
   ~Sut();
-  void step_and_poll();
+  // One pass: the engine, then every connection. Returns whether anything
+  // happened (the pass's time counts as idle otherwise).
+  bool step_and_poll();
 
   // Runs `fn` (server-side control work: cleaning, recovery) on a thread
   // pinned to the servers' CPU while this thread steps the engine.
@@ -119,6 +126,9 @@ struct Snapshot {
   std::vector<rpc::WorkerCounters> backup_worker;   // per server
   std::vector<tailwind::BackupCounters> backups;
   uint64_t client_cpu_ns = 0;
+  SchedStat client_thread;
+  SchedStat server_threads;  // every other thread of the process: all pinned to server_cpu
+  uint64_t client_idle_ns = 0;
 };
 
 // One point's run: what the loop measured and the counters around it.
