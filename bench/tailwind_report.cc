@@ -132,18 +132,18 @@ nlohmann::json point_json(const Point& p, const TailwindBenchOptions& o) {
   // kBoundBusy a request is in the servers' hands all the time: they set the
   // pace.
   const double window_ns = window_s * 1e9;
-  const double server_busy = static_cast<double>(client_busy + backup_busy) / window_ns;
+  const double occupancy = static_cast<double>(client_busy + backup_busy) / window_ns;
   const double client_nic_busy =
       std::clamp(1.0 - static_cast<double>(r.end.client_idle_ns - r.start.client_idle_ns) / window_ns, 0.0, 1.0);
   auto fraction = [&](uint64_t a, uint64_t b) { return b > a ? static_cast<double>(b - a) / window_ns : 0.0; };
   const std::string bound =
-      bound_by({{"server", server_busy}, {"client-nic", client_nic_busy}}, !p.offered_fraction.has_value());
+      bound_by({{"server", occupancy}, {"client-nic", client_nic_busy}}, !p.offered_fraction.has_value());
   j["bound_by"] = bound;
   const double server_wait = fraction(r.start.server_threads.wait_ns, r.end.server_threads.wait_ns);
   const double client_wait = fraction(r.start.client_thread.wait_ns, r.end.client_thread.wait_ns);
   j["regime"] = {
       {"bound_by", bound},
-      {"server_handler_occupancy", server_busy},
+      {"server_handler_occupancy", occupancy},
       {"backup_handler_occupancy", static_cast<double>(backup_busy) / window_ns},
       {"client_nic_busy_fraction", client_nic_busy},
       {"server_threads_cpu_fraction", fraction(r.start.server_threads.run_ns, r.end.server_threads.run_ns)},
