@@ -38,6 +38,11 @@ struct Point {
   Run run;
   double own_peak_mops = 0;  // this system's closed-loop peak on this workload
   double load_average = -1;  // the machine's, when the point started
+  // The client core's speed: a fixed work item's p50 (core_guard.h) right
+  // before and right after the point, and at the run's first point. The
+  // VM's host can slow a core without the guest seeing it (no steal time
+  // here, no run-queue wait): the same code then costs more per request.
+  uint64_t work_item_first_ns = 0, work_item_before_ns = 0, work_item_after_ns = 0;
   nlohmann::json ratios;     // filled in once the point's peers ran
   nlohmann::json targets;    // paper targets checked at this point
 };
@@ -77,6 +82,7 @@ class PointRunner {
   Backlog backlog_{1 << 20};
   std::vector<Point> points_;
   uint64_t seed_ = 0x0Bu;
+  uint64_t work_item_first_ns_ = 0;  // the first point's "before"
 };
 
 }  // namespace ferry::bench::oq_bench

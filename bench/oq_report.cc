@@ -145,6 +145,10 @@ Regime regime_of(const Point& p) {
   g.client_wait = static_cast<double>(r.end.client_thread.wait_ns - r.start.client_thread.wait_ns) / window_ns;
   g.bound_by = bound_by({{"server", g.server_busy}, {"client-nic", g.client_busy}}, r.closed);
   g.disturbed = std::max(g.worker_wait, g.client_wait) > kDisturbedWait;
+  if (p.work_item_first_ns > 0) {
+    g.core_slowdown = static_cast<double>(std::max(p.work_item_before_ns, p.work_item_after_ns)) /
+                      static_cast<double>(p.work_item_first_ns);
+  }
   return g;
 }
 
@@ -159,6 +163,7 @@ nlohmann::json Regime::json() const {
           {"client_thread_cpu_fraction", client_cpu},
           {"client_thread_wait_fraction", client_wait},
           {"disturbed", disturbed},
+          {"core_slowdown", core_slowdown},
           {"how",
            "busy: server = worker time handling completions (TSC) over window x workers; client-nic = 1 - the "
            "client thread's idle passes (it steps every NIC) over the window; cpu and wait fractions from "
@@ -263,6 +268,9 @@ nlohmann::json point_json(const Point& p, const Where& where, const nlohmann::js
                       {"stalls_over_20us", gaps.stalls},
                       {"stalled_fraction",
                        window_seconds(r) > 0 ? static_cast<double>(gaps.stalled_ns) / (window_seconds(r) * 1e9) : 0.0}};
+  j["client_core_speed"] = {{"work_item_p50_ns_before", p.work_item_before_ns},
+                            {"work_item_p50_ns_after", p.work_item_after_ns},
+                            {"work_item_p50_ns_first_point", p.work_item_first_ns}};
   j["placement"] = where.json();
   j["reference"] = reference;
   j["timing_clock"] = timing_clock_name();
@@ -280,14 +288,14 @@ void print_row(std::ostream& out, const Point& p) {
   out << fmt::format(
       "  {:<10} {:<8} thr {} {:<6} offered {:>6} achieved {:>6.3f} Mops  n {:>6}  p50 {:>7} p99 {:>7} p99.9 {:>7} "
       "max {:>8.1f} us  srv {:>5.0f} ns/op  QPs {:>2}  modeled/op: qpc miss {:.2f} wqe dma {:.3f}  client core max "
-      "stall {:.0f} us  busy: srv {:.0f}% cli {:.0f}% -> {}{}{}\n",
+      "stall {:.0f} us  busy: srv {:.0f}% cli {:.0f}% -> {}  core speed {:.2f}x{}{}\n",
       p.system, p.variant, p.sessions, load, opt_text(offered_mops(p), 3), achieved_mops(r), h.count(),
       percentile_text(h, 0.5, kUs, 2), percentile_text(h, 0.99, kUs, 2), percentile_text(h, 0.999, kUs, 2),
       static_cast<double>(h.max()) * kUs, server_cpu_ns_per_op(r), p.queue_pairs,
       per_op(r.start.server_nic.modeled_qpc_misses, r.end.server_nic.modeled_qpc_misses, ops),
       per_op(r.start.server_nic.modeled_recv_wqe_dmas, r.end.server_nic.modeled_recv_wqe_dmas, ops),
       static_cast<double>(r.loop.gaps.max_ns) * kUs, regime.server_busy * 100, regime.client_busy * 100,
-      regime.bound_by,
+      regime.bound_by, 1.0 / regime.core_slowdown,
       regime.disturbed ? fmt::format("  DISTURBED (waited for a CPU: workers {:.0f}%, client {:.0f}%)",
                                      regime.worker_wait * 100, regime.client_wait * 100)
                        : std::string(),

@@ -38,6 +38,9 @@ struct Regime {
   double client_wait = 0;
   std::string bound_by;
   bool disturbed = false;  // a worker's or the client's wait above kDisturbedWait
+  // The client core's work item took this many times its time at the run's
+  // first point (the larger of before and after the point).
+  double core_slowdown = 1;
   nlohmann::json json() const;
 };
 Regime regime_of(const Point& p);
