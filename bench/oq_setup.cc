@@ -180,10 +180,10 @@ Status KvTarget::issue(uint64_t at_ns) {
 }
 
 Status KvTarget::step(uint64_t /*until_ns*/) {
-  const uint64_t t0 = Tsc::now();
+  const bool timed = idle_.begin();
   bool busy = s_.engine->step();
   for (uint32_t i = 0; i < s_.config.sessions; ++i) busy |= s_.client->session(i).poll() > 0;
-  if (!busy) idle_ticks_ += Tsc::now() - t0;
+  idle_.end(timed, busy);
   return ok_status();
 }
 
@@ -197,7 +197,7 @@ Snapshot KvTarget::snapshot() const {
   const pid_t pid = getpid();
   for (const std::atomic<int>& tid : *s_.worker_tids) n.worker_threads += read_schedstat(pid, tid.load());
   n.client_thread = read_schedstat(pid, static_cast<int>(gettid()));
-  n.client_idle_ns = static_cast<uint64_t>(static_cast<double>(idle_ticks_) * Tsc::ns_per_tick());
+  n.client_idle_ns = idle_.idle_ns();
   return n;
 }
 

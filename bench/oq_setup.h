@@ -23,6 +23,7 @@
 #include "ferry/workload/kv_mix.h"
 #include "load_loop.h"
 #include "oq_bench.h"
+#include "regime.h"
 
 namespace ferry::bench::oq_bench {
 
@@ -139,7 +140,7 @@ class KvTarget {
   Snapshot snapshot() const;
 
   Sut& s_;
-  uint64_t idle_ticks_ = 0;  // TSC ticks of passes that found nothing to do
+  IdleSampler idle_;  // the passes that found nothing to do
   Run& run_;
   std::array<Sink, 2> sinks_;
   workload::KvRequestGenerator gen_;

@@ -100,9 +100,15 @@ class YcsbLoad {
     }
     FERRY_RETURN_IF_ERROR(s_.idle(until_ns));
     if (!drawn_) draw();
-    if (until_ns != 0) store_wait_until(until_ns);
+    if (until_ns != 0) {
+      const uint64_t t0 = now_ns();
+      store_wait_until(until_ns);
+      waited_ns_ += now_ns() - t0;
+    }
     return ok_status();
   }
+
+  uint64_t waited_ns() const { return waited_ns_; }
 
  private:
   // YCSB's insert proportion of each workload (D and E: 0.05), and the keys
@@ -164,6 +170,7 @@ class YcsbLoad {
   Op op_ = kRead;
   uint64_t key_ = 0;
   uint32_t scan_length_ = 0;
+  uint64_t waited_ns_ = 0;  // open loop: sleeping or yielding until the next arrival
 };
 
 }  // namespace
@@ -180,6 +187,7 @@ Status run_point(YcsbTarget& s, const std::string& name, char workload, const St
   if (open) (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);  // sleeps end on time (store_wait_until)
   YcsbLoad load(s, name, workload, o, open, inserted, r, rec);
   const uint64_t cpu0 = s.replica_cpu_ns();
+  const std::optional<uint64_t> idle0 = s.nic_idle_ns();
   LoopOutcome out;
   if (open) {
     Backlog backlog(o.ops);
@@ -190,6 +198,7 @@ Status run_point(YcsbTarget& s, const std::string& name, char workload, const St
     FERRY_ASSIGN_OR_RETURN(out, run_closed(load, rec, plan, timing_clock()));
   }
   r->replica_cpu_ns = s.replica_cpu_ns() - cpu0;
+  if (idle0) r->client_idle_ns = *s.nic_idle_ns() - *idle0 + load.waited_ns();
   r->seconds = out.seconds();
   r->capped = out.capped;
   r->total = rec.all().count();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ struct PointResult {
   uint64_t scanned = 0;  // records the scans returned
   double seconds = 0;
   uint64_t replica_cpu_ns = 0;
+  // The client/NIC thread's idle time in the window: its engine passes that
+  // found nothing, and (open loop) its waits for the next arrival; nullopt
+  // when the system's client steps no NIC here (Redis).
+  std::optional<uint64_t> client_idle_ns;
   bool capped = false;
   CoreGuard guard;  // the client/NIC core's work item, quiet and during the point
 };

@@ -2,7 +2,49 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "regime.h"
+
 namespace ferry::bench::store_bench {
+namespace {
+
+// What bounded the point (regime.h): the client/NIC core (the client thread
+// steps every NIC, so its idle passes and its waits for the next arrival are
+// its idle time) and the replicas (their threads' or processes' CPU time:
+// hyperloop's are 0, the NIC does their work; naive-poll's poll, so its CPU
+// says nothing about its work and it is left out of bound_by).
+void add_regime(const PointContext& c, const PointResult& r, nlohmann::json& j) {
+  const double window_ns = r.seconds * 1e9;
+  if (window_ns <= 0) return;
+  const double replica_cpu = static_cast<double>(r.replica_cpu_ns) / window_ns;
+  const bool replicas_poll = c.system == "naive-poll";
+  nlohmann::json g;
+  g["replica_cpu_fraction"] = replica_cpu;
+  g["replicas_poll"] = replicas_poll;
+  double client = -1;
+  if (r.client_idle_ns) {
+    client = std::clamp(1.0 - static_cast<double>(*r.client_idle_ns) / window_ns, 0.0, 1.0);
+    g["client_nic_busy_fraction"] = client;
+  } else {
+    g["client_nic_busy_fraction"] = nullptr;  // Redis: the client steps no NIC
+  }
+  std::string bound;
+  if (replicas_poll) {
+    bound = bound_by({{"client-nic", client}}, c.rate == 0);
+  } else {
+    bound = bound_by({{"client-nic", client}, {"replica", replica_cpu}}, c.rate == 0);
+  }
+  g["bound_by"] = bound;
+  g["how"] =
+      "client-nic busy = 1 - (the client thread's engine passes that found nothing + its waits for the next "
+      "arrival) over the window; replica = the replicas' threads' or processes' CPU time over the window (one "
+      "CPU: 1.0); a system whose replicas poll is left out of bound_by";
+  j["bound_by"] = bound;
+  j["regime"] = g;
+}
+
+}  // namespace
 
 void emit_point(const PointContext& c, const std::string& wl, const std::string& load_name, const PointResult& r,
                 const StoreBenchOptions& o, const Placement& placement, const std::string& load_text, std::ostream& out,
@@ -30,6 +72,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
         r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                      : nlohmann::json(nullptr);
     j["capped"] = r.capped;
+    add_regime(c, r, j);
     j["arrivals"] = c.rate > 0 ? "poisson" : "closed";
     if (c.rate > 0) {
       j["offered_ops_per_s"] = c.rate;
@@ -67,7 +110,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     } else {
       out << fmt::format(
           "{:<7} {:<12} YCSB-{} {:<6} {:<5} {:<6} samples {:>6}  p50 {:>9} us  p99 {:>9} us  "
-          "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}{}\n",
+          "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}  -> {}{}\n",
           c.experiment, c.system, wl, op, load_name,
           c.rate > 0 ? fmt::format("{:.0f}/s", c.rate) : std::string("closed"), st.hist.count(),
           percentile_text(st.hist, 0.5, 1e-3, 1), percentile_text(st.hist, 0.99, 1e-3, 1),
@@ -75,6 +118,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
           static_cast<double>(r.total) / r.seconds / 1e6,
           r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                        : std::string("-"),
+          j.value("bound_by", std::string("?")),
           r.guard.disturbed()
               ? fmt::format("  client core DISTURBED (work item p99 {:.1f}x quiet)", r.guard.p99_ratio())
               : std::string());

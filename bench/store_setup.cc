@@ -27,6 +27,7 @@ Status start_txn_chain(const std::string& system, const StoreBenchOptions& o, ui
                        hyperloop::GroupOptions* data_options) {
   nic::EngineOptions eo;
   eo.threaded = false;  // stepped by the client thread
+  eo.account_idle = true;  // how busy that thread is (the regime of every point)
   parts->engine = std::make_unique<nic::Engine>(eo);
   FERRY_ASSIGN_OR_RETURN(parts->client, make_group_client(system, *parts->engine, o.replica_cpu));
   hyperloop::TxnOptions to;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -44,6 +45,9 @@ class YcsbTarget {
   virtual Status read_modify_write(const std::string& key, std::span<const uint8_t> value) = 0;
   // CPU time of the replicas' processes or threads so far, ns.
   virtual uint64_t replica_cpu_ns() = 0;
+  // Time this (client) thread's engine passes found nothing to do so far,
+  // ns, when it steps every NIC (a manual engine); nullopt otherwise.
+  virtual std::optional<uint64_t> nic_idle_ns() { return std::nullopt; }
   virtual Status between_ops() { return ok_status(); }
   // Open loop: the client has nothing to do until `until_ns` (the next
   // arrival); background work that fits goes here. By default between_ops().
@@ -82,6 +86,7 @@ struct StoreUnderTest : YcsbTarget, TxnChainParts {
     return entries.size();
   }
   uint64_t replica_cpu_ns() override;
+  std::optional<uint64_t> nic_idle_ns() override { return engine->stats().idle_pass_ns; }
   ~StoreUnderTest() override {
     reader.reset();
     kv.reset();
@@ -224,6 +229,7 @@ struct RocksUnderTest : YcsbTarget, TxnChainParts {
     return write(key, value);
   }
   uint64_t replica_cpu_ns() override { return client->replica_cpu_ns(); }
+  std::optional<uint64_t> nic_idle_ns() override { return engine->stats().idle_pass_ns; }
   // Every replica's applier applies at most `records` WAL records.
   Status apply(uint64_t records) {
     const uint64_t t0 = thread_cpu_time_ns();

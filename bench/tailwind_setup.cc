@@ -83,10 +83,10 @@ Sut::~Sut() {
 }
 
 bool Sut::step_and_poll() {
-  const uint64_t t0 = Tsc::now();
+  const bool timed = idle.begin();
   bool busy = engine->step();
   for (auto& c : rpcs) busy |= c->session(0).poll() > 0;
-  if (!busy) idle_ticks += Tsc::now() - t0;
+  idle.end(timed, busy);
   return busy;
 }
 
@@ -203,7 +203,7 @@ Snapshot snapshot(Sut& s) {
   const int self = static_cast<int>(gettid());
   n.client_thread = read_schedstat(getpid(), self);
   n.server_threads = read_schedstat_except(getpid(), self);
-  n.client_idle_ns = static_cast<uint64_t>(static_cast<double>(s.idle_ticks) * Tsc::ns_per_tick());
+  n.client_idle_ns = s.idle.idle_ns();
   return n;
 }
 

@@ -24,6 +24,7 @@
 #include "ferry/store/logkv.h"
 #include "ferry/workload/kv_mix.h"
 #include "load_loop.h"
+#include "regime.h"
 #include "tailwind_bench.h"
 
 namespace ferry::bench::tailwind_bench {
@@ -54,9 +55,9 @@ struct Sut {
   logkv::TableMap map;
   uint32_t workers = 1;
 
-  // The client thread's passes that found nothing to do (TSC ticks): its
-  // idle time, for the client/NIC core's busy fraction.
-  uint64_t idle_ticks = 0;
+  // The client thread's passes that found nothing to do: its idle time, for
+  // the client/NIC core's busy fraction.
+  IdleSampler idle;
 
   ~Sut();
   // One pass: the engine, then every connection. Returns whether anything

@@ -22,5 +22,30 @@ TEST(BoundBy, NothingSaturatedIsTheLoopsOwnLimit) {
   EXPECT_EQ(bound_by({}, false), "offered-load");
 }
 
+TEST(IdleSampler, TimesEverySixteenthPass) {
+  IdleSampler s;
+  for (uint64_t pass = 1; pass <= 64; ++pass) {
+    const bool timed = s.begin();
+    EXPECT_EQ(timed, pass % IdleSampler::kEvery == 0) << "pass " << pass;
+    s.end(timed, /*busy=*/true);
+  }
+}
+
+TEST(IdleSampler, OnlyIdlePassesCountAndEachTimedOneStandsForSixteen) {
+  IdleSampler busy, idle;
+  for (int pass = 0; pass < 64; ++pass) {
+    const bool tb = busy.begin();
+    const bool ti = idle.begin();
+    const uint64_t t0 = Tsc::now();
+    while (Tsc::now() - t0 < 2000) {
+    }
+    idle.end(ti, /*busy=*/false);
+    busy.end(tb, /*busy=*/true);
+  }
+  EXPECT_EQ(busy.idle_ns(), 0u);
+  // Four timed passes of at least 2,000 ticks each, scaled by 16.
+  EXPECT_GE(static_cast<double>(idle.idle_ns()), 4 * 16 * 2000 * Tsc::ns_per_tick() * 0.99);
+}
+
 }  // namespace
 }  // namespace ferry::bench

@@ -74,6 +74,11 @@ struct EngineOptions {
   // A modeled one-way wire delay for every packet (0: none, the emulator's
   // own speed). For showing network-round-trip effects; never a default.
   uint64_t wire_delay_ns = 0;
+  // Manual mode: time step()'s passes that found nothing to do (every 16th
+  // pass, with two TSC reads, scaled), reported as EngineStats::idle_pass_ns:
+  // a benchmark's client thread that steps every NIC learns how busy that
+  // core was.
+  bool account_idle = false;
   // Wakeups from other processes (the NIC daemon, src/nicd/): when set, the
   // engine always sleeps in ppoll on wake_fd() and publishes that it is
   // asleep in *park_flag, which may live in memory shared with the posting
@@ -87,6 +92,7 @@ struct EngineStats {
   uint64_t sleeps = 0;        // times the thread blocked
   uint64_t wakeups = 0;       // times a poster had to wake it
   uint64_t thread_cpu_ns = 0; // CPU time of the engine thread (threaded mode)
+  uint64_t idle_pass_ns = 0;  // manual mode with account_idle: time in step() passes that did nothing
 };
 
 class Engine {
@@ -205,6 +211,8 @@ class Engine {
   std::thread::id engine_thread_id_;
   std::atomic<bool> manual_driver_{false};
   Counter passes_, busy_passes_, sleeps_;
+  Counter idle_ticks_;    // account_idle: TSC ticks of idle step() passes (sampled, scaled)
+  uint64_t sampled_ = 0;  // account_idle: step() calls, to time every 16th
 };
 
 }  // namespace ferry::nic
