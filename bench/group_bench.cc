@@ -17,6 +17,7 @@
 #include "ferry/hyperloop/naive.h"
 #include "load_loop.h"
 #include "reference.h"
+#include "regime.h"
 #include "report.h"
 
 namespace ferry::bench {
@@ -43,6 +44,7 @@ struct Point {
   bool capped = false;  // stopped by the time cap before its operation count
   uint64_t replica_cpu_ns = 0;
   uint64_t client_cpu_ns = 0;  // the client thread, which also runs every NIC
+  uint64_t client_idle_ns = 0;  // ... its engine passes that found nothing (sampled)
   WireBytes wire;              // what the hosts sent each other during the measured operations
   CoreGuard guard;
 };
@@ -60,6 +62,7 @@ Result<std::unique_ptr<SystemUnderTest>> start_system(const std::string& name, c
   s->name = name;
   nic::EngineOptions eo;
   eo.threaded = false;  // stepped by the client thread: see group_bench.h
+  eo.account_idle = true;  // how busy that thread is (every point's regime)
   s->engine = std::make_unique<nic::Engine>(eo);
   FERRY_ASSIGN_OR_RETURN(s->client, make_group_client(name, *s->engine, o.replica_cpu));
   return s;
@@ -99,6 +102,7 @@ class PointEdges {
   void on_window_open(uint64_t) {
     replica_cpu_ns_ = s_.client->replica_cpu_ns();
     client_cpu_ns_ = thread_cpu_time_ns();
+    client_idle_ns_ = s_.engine->stats().idle_pass_ns;
     auto w = s_.client->wire_bytes(g_);
     if (w.ok()) wire_ = *w;
     if (!w.ok()) status_ = w.status();
@@ -106,6 +110,7 @@ class PointEdges {
   void on_window_close(uint64_t) {
     pt_.replica_cpu_ns = s_.client->replica_cpu_ns() - replica_cpu_ns_;
     pt_.client_cpu_ns = thread_cpu_time_ns() - client_cpu_ns_;
+    pt_.client_idle_ns = s_.engine->stats().idle_pass_ns - client_idle_ns_;
     auto w = s_.client->wire_bytes(g_);
     if (w.ok()) pt_.wire = *w - wire_;
     if (!w.ok() && status_.ok()) status_ = w.status();
@@ -127,7 +132,7 @@ class PointEdges {
   Point& pt_;
 
  private:
-  uint64_t replica_cpu_ns_ = 0, client_cpu_ns_ = 0;
+  uint64_t replica_cpu_ns_ = 0, client_cpu_ns_ = 0, client_idle_ns_ = 0;
   WireBytes wire_;
   Status status_ = ok_status();
 };
@@ -304,6 +309,23 @@ nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const G
   j["replica_cpu_cores"] = p.seconds > 0 ? static_cast<double>(p.replica_cpu_ns) / (p.seconds * 1e9) : 0.0;
   // The client thread's CPU: the client machine plus every emulated NIC.
   j["client_and_nic_cpu_ns_per_op"] = p.ops ? static_cast<double>(p.client_cpu_ns) / static_cast<double>(p.ops) : 0.0;
+  {
+    // What bounded the point (regime.h): the client/NIC core (1 - its engine's
+    // idle passes over the window) or the replicas (their CPU; naive-poll's
+    // thread polls, so its CPU says nothing of its work: left out).
+    const double window_ns = p.seconds * 1e9;
+    const double client =
+        window_ns > 0 ? std::clamp(1.0 - static_cast<double>(p.client_idle_ns) / window_ns, 0.0, 1.0) : 0.0;
+    const double replica = window_ns > 0 ? static_cast<double>(p.replica_cpu_ns) / window_ns : 0.0;
+    const bool replicas_poll = p.system == "naive-poll";
+    const std::string bound = replicas_poll ? bound_by({{"client-nic", client}}, true)
+                                            : bound_by({{"client-nic", client}, {"replica", replica}}, true);
+    j["bound_by"] = bound;
+    j["regime"] = {{"bound_by", bound},
+                   {"client_nic_busy_fraction", client},
+                   {"replica_cpu_fraction", replica},
+                   {"replicas_poll", replicas_poll}};
+  }
   p.guard.add_to(j);
   j["wire_bytes_per_op"] = wire_json(p);  // per replica
   if (p.experiment != "throughput") {
