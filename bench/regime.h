@@ -51,9 +51,14 @@ class IdleSampler {
     t0_ = Tsc::now();
     return true;
   }
-  // At its end, with what begin() returned and whether it did anything.
+  // At its end, with what begin() returned and whether it did anything. A
+  // timed pass longer than 20 us was the thread losing its CPU (a stall,
+  // load_loop.h's LoopGaps), not a typical pass: it counts once, not 16
+  // times, or one preemption would read as the whole window idle.
   void end(bool timed, bool busy) {
-    if (timed && !busy) ticks_ += (Tsc::now() - t0_) * kEvery;
+    if (!timed || busy) return;
+    const uint64_t d = Tsc::now() - t0_;
+    ticks_ += static_cast<double>(d) * Tsc::ns_per_tick() < 20'000 ? d * kEvery : d;
   }
   uint64_t idle_ns() const { return static_cast<uint64_t>(static_cast<double>(ticks_) * Tsc::ns_per_tick()); }
 
