@@ -14,6 +14,7 @@
 #include "ferry/common/tsc.h"
 
 namespace ferry::bench::oq_bench {
+
 rpc::Mode mode_of(const std::string& system) {
   if (system == "rawrpc") return rpc::Mode::kRawRpc;
   if (system == "deferred") return rpc::Mode::kDeferredExec;

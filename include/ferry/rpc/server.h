@@ -197,7 +197,9 @@ struct ServerOptions {
   Runtime* runtime = nullptr;
   // White-box observation: called by the worker right before each request's
   // handler runs (recovery's re-executions included), on the worker's
-  // thread. The simulator checks that a worker executes in buffer order.
+  // thread. The simulator checks that a worker executes in buffer order;
+  // `ferry bench oq` adds the paper's per-request server cost here, the same
+  // busy work in every mode.
   std::function<void(const Request&)> on_execute;
 };
 
