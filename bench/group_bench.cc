@@ -314,12 +314,11 @@ nlohmann::json point_json(const Point& p, const std::vector<Point>& all, const G
     // idle passes over the window) or the replicas (their CPU; naive-poll's
     // thread polls, so its CPU says nothing of its work: left out).
     const double window_ns = p.seconds * 1e9;
-    const double client =
-        window_ns > 0 ? std::clamp(1.0 - static_cast<double>(p.client_idle_ns) / window_ns, 0.0, 1.0) : 0.0;
+    const double client = busy_fraction(p.client_idle_ns, window_ns);
     const double replica = window_ns > 0 ? static_cast<double>(p.replica_cpu_ns) / window_ns : 0.0;
     const bool replicas_poll = p.system == "naive-poll";
-    const std::string bound = replicas_poll ? bound_by({{"client-nic", client}}, true)
-                                            : bound_by({{"client-nic", client}, {"replica", replica}}, true);
+    const std::string bound =
+        bound_by({{"client-nic", client}, {"replica", replicas_poll ? kNotMeasured : replica}}, true);
     j["bound_by"] = bound;
     j["regime"] = {{"bound_by", bound},
                    {"client_nic_busy_fraction", client},

@@ -139,9 +139,8 @@ Regime regime_of(const Point& p) {
   g.server_busy = server_busy(p);
   g.worker_cpu = static_cast<double>(r.end.worker_threads.run_ns - r.start.worker_threads.run_ns) / workers_ns;
   g.worker_wait = static_cast<double>(r.end.worker_threads.wait_ns - r.start.worker_threads.wait_ns) / workers_ns;
-  const uint64_t idle = r.end.client_idle_ns - r.start.client_idle_ns;
-  g.client_busy = std::clamp(1.0 - static_cast<double>(idle) / window_ns, 0.0, 1.0);
-  g.client_cpu = static_cast<double>(r.end.client_thread.run_ns - r.start.client_thread.run_ns) / window_ns;
+  g.client_busy = busy_fraction(r.end.client_idle_ns - r.start.client_idle_ns, window_ns);
+  g.client_cpu = static_cast<double>(r.end.client_cpu_ns - r.start.client_cpu_ns) / window_ns;
   g.client_wait = static_cast<double>(r.end.client_thread.wait_ns - r.start.client_thread.wait_ns) / window_ns;
   g.bound_by = bound_by({{"server", g.server_busy}, {"client-nic", g.client_busy}}, r.closed);
   g.disturbed = std::max(g.worker_wait, g.client_wait) > kDisturbedWait;
@@ -166,8 +165,9 @@ nlohmann::json Regime::json() const {
           {"core_slowdown", core_slowdown},
           {"how",
            "busy: server = worker time handling completions (TSC) over window x workers; client-nic = 1 - the "
-           "client thread's idle passes (it steps every NIC) over the window; cpu and wait fractions from "
-           "/proc/self/task/*/schedstat (wait: runnable, not running)"}};
+           "client thread's sampled idle passes (it steps every NIC) over the window; the workers' cpu and every "
+           "wait fraction from /proc/self/task/*/schedstat (wait: runnable, not running), the client's cpu from "
+           "its thread clock"}};
 }
 
 double achieved_mops(const Run& r) {

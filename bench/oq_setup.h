@@ -103,7 +103,7 @@ struct Snapshot {
   uint64_t process_cpu_ns = 0;
   uint64_t client_cpu_ns = 0;
   SchedStat worker_threads;  // summed over the workers
-  SchedStat client_thread;
+  SchedStat client_thread;   // for its wait (its CPU: client_cpu_ns)
   uint64_t client_idle_ns = 0;  // the client thread's passes in which nothing happened
 };
 

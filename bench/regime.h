@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "ferry/common/tsc.h"
+#include "ferry/common/idle_sampler.h"
 
 namespace ferry::bench {
 
@@ -20,11 +20,24 @@ inline constexpr double kBoundBusy = 0.9;
 // or process held it) is disturbed: its tail shows that, not the system.
 inline constexpr double kDisturbedWait = 0.05;
 
+// A resource whose busy fraction this run cannot measure (Redis's client
+// steps no NIC; naive-poll's replica polls, so its CPU says nothing of its
+// work): never the one that bounds.
+inline constexpr double kNotMeasured = -1;
+
 // One resource's busy fraction: "server", "client-nic", "replica", ...
 struct Busy {
   const char* resource;
   double fraction;
 };
+
+// A polling thread's busy fraction from its idle time over a window
+// (IdleSampler), within [0, 1]; 0 for an empty window.
+inline double busy_fraction(uint64_t idle_ns, double window_ns) {
+  if (window_ns <= 0) return 0;
+  const double busy = 1.0 - static_cast<double>(idle_ns) / window_ns;
+  return busy < 0 ? 0 : busy > 1 ? 1 : busy;
+}
 
 // The busiest resource when it is at least kBoundBusy busy (the first named
 // on a tie); otherwise "other" for a closed loop (its calls in flight x
@@ -38,34 +51,5 @@ inline std::string bound_by(std::initializer_list<Busy> busy, bool closed_loop) 
   if (top != nullptr && top->fraction >= kBoundBusy) return top->resource;
   return closed_loop ? "other" : "offered-load";
 }
-
-// The idle time of a polling loop's passes, sampled: every 16th pass is timed
-// (two TSC reads, about 12 ns each on this VM, which on every pass would
-// slow a saturated client core by 5-15 %), and an idle one counts 16 times.
-class IdleSampler {
- public:
-  static constexpr uint64_t kEvery = 16;
-  // At a pass's start; true when this pass is timed.
-  bool begin() {
-    if ((++passes_ & (kEvery - 1)) != 0) return false;
-    t0_ = Tsc::now();
-    return true;
-  }
-  // At its end, with what begin() returned and whether it did anything. A
-  // timed pass longer than 20 us was the thread losing its CPU (a stall,
-  // load_loop.h's LoopGaps), not a typical pass: it counts once, not 16
-  // times, or one preemption would read as the whole window idle.
-  void end(bool timed, bool busy) {
-    if (!timed || busy) return;
-    const uint64_t d = Tsc::now() - t0_;
-    ticks_ += static_cast<double>(d) * Tsc::ns_per_tick() < 20'000 ? d * kEvery : d;
-  }
-  uint64_t idle_ns() const { return static_cast<uint64_t>(static_cast<double>(ticks_) * Tsc::ns_per_tick()); }
-
- private:
-  uint64_t passes_ = 0;
-  uint64_t t0_ = 0;
-  uint64_t ticks_ = 0;
-};
 
 }  // namespace ferry::bench

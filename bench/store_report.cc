@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "regime.h"
 
 namespace ferry::bench::store_bench {
@@ -22,19 +20,10 @@ void add_regime(const PointContext& c, const PointResult& r, nlohmann::json& j) 
   nlohmann::json g;
   g["replica_cpu_fraction"] = replica_cpu;
   g["replicas_poll"] = replicas_poll;
-  double client = -1;
-  if (r.client_idle_ns) {
-    client = std::clamp(1.0 - static_cast<double>(*r.client_idle_ns) / window_ns, 0.0, 1.0);
-    g["client_nic_busy_fraction"] = client;
-  } else {
-    g["client_nic_busy_fraction"] = nullptr;  // Redis: the client steps no NIC
-  }
-  std::string bound;
-  if (replicas_poll) {
-    bound = bound_by({{"client-nic", client}}, c.rate == 0);
-  } else {
-    bound = bound_by({{"client-nic", client}, {"replica", replica_cpu}}, c.rate == 0);
-  }
+  const double client = r.client_idle_ns ? busy_fraction(*r.client_idle_ns, window_ns) : kNotMeasured;
+  g["client_nic_busy_fraction"] = r.client_idle_ns ? nlohmann::json(client) : nlohmann::json(nullptr);  // Redis
+  const std::string bound =
+      bound_by({{"client-nic", client}, {"replica", replicas_poll ? kNotMeasured : replica_cpu}}, c.rate == 0);
   g["bound_by"] = bound;
   g["how"] =
       "client-nic busy = 1 - (the client thread's engine passes that found nothing + its waits for the next "

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "common.h"
@@ -133,8 +132,7 @@ nlohmann::json point_json(const Point& p, const TailwindBenchOptions& o) {
   // pace.
   const double window_ns = window_s * 1e9;
   const double occupancy = static_cast<double>(client_busy + backup_busy) / window_ns;
-  const double client_nic_busy =
-      std::clamp(1.0 - static_cast<double>(r.end.client_idle_ns - r.start.client_idle_ns) / window_ns, 0.0, 1.0);
+  const double client_nic_busy = busy_fraction(r.end.client_idle_ns - r.start.client_idle_ns, window_ns);
   auto fraction = [&](uint64_t a, uint64_t b) { return b > a ? static_cast<double>(b - a) / window_ns : 0.0; };
   const std::string bound =
       bound_by({{"server", occupancy}, {"client-nic", client_nic_busy}}, !p.offered_fraction.has_value());
@@ -148,7 +146,7 @@ nlohmann::json point_json(const Point& p, const TailwindBenchOptions& o) {
       {"client_nic_busy_fraction", client_nic_busy},
       {"server_threads_cpu_fraction", fraction(r.start.server_threads.run_ns, r.end.server_threads.run_ns)},
       {"server_threads_wait_fraction", server_wait},
-      {"client_thread_cpu_fraction", fraction(r.start.client_thread.run_ns, r.end.client_thread.run_ns)},
+      {"client_thread_cpu_fraction", j["client_core_utilization"]},
       {"client_thread_wait_fraction", client_wait},
       // Only the client's wait says so: the server threads wait for each
       // other on their one CPU by design.

@@ -127,7 +127,7 @@ struct Snapshot {
   std::vector<rpc::WorkerCounters> backup_worker;   // per server
   std::vector<tailwind::BackupCounters> backups;
   uint64_t client_cpu_ns = 0;
-  SchedStat client_thread;
+  SchedStat client_thread;   // for its wait (its CPU: client_cpu_ns)
   SchedStat server_threads;  // every other thread of the process: all pinned to server_cpu
   uint64_t client_idle_ns = 0;
 };

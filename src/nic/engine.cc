@@ -212,18 +212,10 @@ uint64_t Engine::next_deadline_ns() const {
 }
 
 bool Engine::step() {
-  // Every 16th pass is timed, and an idle one counts 16 times: two TSC reads
-  // (about 12 ns each on this VM) on every pass would cost a busy client
-  // core 5-15 % of its passes.
-  constexpr uint64_t kEvery = 16;
-  if (!options_.account_idle || (++sampled_ & (kEvery - 1)) != 0) return pass(clock_->now_ns());
-  const uint64_t t0 = Tsc::now();
+  if (!options_.account_idle) return pass(clock_->now_ns());
+  const bool timed = idle_.begin();
   const bool work = pass(clock_->now_ns());
-  if (!work) {
-    // A pass over 20 us lost its CPU (a stall): once, not as 16 typical ones.
-    const uint64_t d = Tsc::now() - t0;
-    idle_ticks_.add(static_cast<double>(d) * Tsc::ns_per_tick() < 20'000 ? d * kEvery : d);
-  }
+  idle_.end(timed, work);
   return work;
 }
 
@@ -360,7 +352,7 @@ EngineStats Engine::stats() const {
   s.busy_passes = busy_passes_.get();
   s.sleeps = sleeps_.get();
   s.wakeups = parker_.wakeups();
-  s.idle_pass_ns = static_cast<uint64_t>(static_cast<double>(idle_ticks_.get()) * Tsc::ns_per_tick());
+  s.idle_pass_ns = idle_.idle_ns();
   // native_handle() is not const, though it changes nothing.
   if (thread_.joinable()) s.thread_cpu_ns = thread_cpu_time_ns(const_cast<std::thread&>(thread_).native_handle());
   return s;

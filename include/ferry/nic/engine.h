@@ -32,6 +32,7 @@
 
 #include "ferry/common/clock.h"
 #include "ferry/common/counter.h"
+#include "ferry/common/idle_sampler.h"
 #include "ferry/common/parker.h"
 #include "ferry/common/status.h"
 #include "ferry/nic/fabric.h"
@@ -74,10 +75,8 @@ struct EngineOptions {
   // A modeled one-way wire delay for every packet (0: none, the emulator's
   // own speed). For showing network-round-trip effects; never a default.
   uint64_t wire_delay_ns = 0;
-  // Manual mode: time step()'s passes that found nothing to do (every 16th
-  // pass, with two TSC reads, scaled), reported as EngineStats::idle_pass_ns:
-  // a benchmark's client thread that steps every NIC learns how busy that
-  // core was.
+  // Manual mode: time step()'s passes that found nothing to do (sampled:
+  // ferry/common/idle_sampler.h), reported as EngineStats::idle_pass_ns.
   bool account_idle = false;
   // Wakeups from other processes (the NIC daemon, src/nicd/): when set, the
   // engine always sleeps in ppoll on wake_fd() and publishes that it is
@@ -211,8 +210,7 @@ class Engine {
   std::thread::id engine_thread_id_;
   std::atomic<bool> manual_driver_{false};
   Counter passes_, busy_passes_, sleeps_;
-  Counter idle_ticks_;    // account_idle: TSC ticks of idle step() passes (sampled, scaled)
-  uint64_t sampled_ = 0;  // account_idle: step() calls, to time every 16th
+  IdleSampler idle_;  // account_idle: step()'s passes that did nothing
 };
 
 }  // namespace ferry::nic
