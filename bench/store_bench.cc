@@ -1,6 +1,7 @@
 #include "store_bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <rocksdb/version.h>
 
 #include <algorithm>
@@ -65,6 +66,9 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
       return invalid_argument("unknown system '" + s + "' (hyperloop, naive-event, naive-poll, redis-wait2)");
     }
   }
+  for (const auto& r : o.reads_at) {
+    if (r != "client" && r != "replica") return invalid_argument("unknown --reads-at '" + r + "' (client, replica)");
+  }
   for (const auto& e : o.experiments) {
     if (e != "ycsb" && e != "rocksdb") return invalid_argument("unknown experiment '" + e + "' (ycsb, rocksdb)");
   }
@@ -84,11 +88,11 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
     log << fmt::format(
         "ferry bench store, ycsb: the transactional store (YCSB, {} records, {} B keys, {} B values), {} ops per "
         "point; client thread and every NIC on CPU {}, replica threads and load ({} stress-ng workers) on CPU {}; "
-        "writes by the front end (lock, Append, ExecuteAndAdvance, unlock), reads from the tail replica under its "
-        "read lock, scans there under read locks on every stripe and the index lock (that replica's CPU emulated "
-        "on the client thread)\n",
-        o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes, replica_cpu);
-    UpdateTails a_update;
+        "writes by the front end (lock, Append, ExecuteAndAdvance, unlock; flushes {}), reads from the tail "
+        "replica under its read lock, scans there under read locks on every stripe and the index lock, run {}\n",
+        o.records, o.key_bytes, o.value_bytes, o.ops, client_cpu, o.load_processes, replica_cpu,
+        o.interleaved_flush ? "interleaved" : "separate", fmt::join(o.reads_at, " and "));
+    UpdateTails a_update, replica_reads;
     for (const auto& system : o.systems) {
       log << fmt::format("{}:\n", system);
       if (system == kRedisSystem) {
@@ -121,16 +125,29 @@ Status run_store_bench(const StoreBenchOptions& o, std::ostream& out, std::ostre
         }
         continue;
       }
-      // Room for D's and E's inserts: every point of them inserts about 5 % of its ops.
-      FERRY_ASSIGN_OR_RETURN(auto s, start_store(system, opts, o.records + o.ops * o.loads.size(), log));
-      PointContext c;
-      c.experiment = "ycsb";
-      c.system = system;
-      c.reads_from = "tail replica, read lock";
-      c.scans_from = "tail replica, read locks on every stripe and the index lock";
-      c.writes = "lock, Append, ExecuteAndAdvance, unlock (durable in every replica's PM)";
-      FERRY_RETURN_IF_ERROR(run_points(*s, c, o.workloads, opts, placement, out, &a_update));
+      for (const auto& reads_at : o.reads_at) {
+        // Room for D's and E's inserts: every point of them inserts about 5 % of its ops.
+        FERRY_ASSIGN_OR_RETURN(auto s, start_store(system, reads_at, opts, o.records + o.ops * o.loads.size(), log));
+        PointContext c;
+        c.experiment = "ycsb";
+        c.system = system;
+        c.reads_at = reads_at;
+        const std::string where = reads_at == "client"
+                                      ? "run by the client thread (that replica's CPU emulated there)"
+                                      : "run by that replica's CPU (its RPC read service, one worker on CPU " +
+                                            std::to_string(replica_cpu) + ")";
+        c.reads_from = "tail replica, read lock; " + where;
+        c.scans_from = "tail replica, read locks on every stripe and the index lock; " + where;
+        c.writes = "lock, Append, ExecuteAndAdvance, unlock (durable in every replica's PM)";
+        FERRY_RETURN_IF_ERROR(
+            run_points(*s, c, o.workloads, opts, placement, out, reads_at == "client" ? &a_update : &replica_reads));
+      }
     }
+    if (!replica_reads.p99_us.empty()) {
+      summary["ycsb_a_update_p99_us_under_load_reads_at_replica"] = replica_reads.p99_us;
+    }
+    a_update.points += replica_reads.points;
+    a_update.disturbed += replica_reads.disturbed;
     if (!a_update.p99_us.empty()) summary["ycsb_a_update_p99_us_under_load"] = a_update.p99_us;
     summary["ycsb_client_core_disturbed_points"] = fmt::format("{} of {}", a_update.disturbed, a_update.points);
     add_p99_ratios(a_update, {"naive-event", "naive-poll"}, "p99_ratio_", summary);

@@ -50,6 +50,11 @@ struct StoreBenchOptions {
   std::vector<std::string> systems = {"hyperloop", "naive-event", "naive-poll", "redis-wait2"};
   std::vector<std::string> workloads = {"A", "B", "D", "E", "F"};
   std::vector<std::string> loads = {"quiet", "load"};
+  // Where the chain systems' reads and scans run (ycsb): "client" -- on the
+  // client thread over the tail's image (that replica's CPU emulated
+  // there); "replica" -- on the tail replica's CPU, through its RPC read
+  // service (a worker thread on replica_cpu, under the load).
+  std::vector<std::string> reads_at = {"client", "replica"};
   uint64_t records = 100'000;  // the paper's 100 K (--full: 1 M)
   uint32_t key_bytes = 32;
   uint32_t value_bytes = 1024;
@@ -66,6 +71,10 @@ struct StoreBenchOptions {
   int client_cpu = 1;
   int replica_cpu = 0;
   pm::Media media = pm::Media::kPm;
+  // TxnOptions::interleaved_flush: each gWRITE and gMEMCPY of a write
+  // carries its flush (one chain traversal), or is followed by a gFLUSH
+  // (two; the store before 2026-11-29).
+  bool interleaved_flush = true;
   uint64_t seed = 1;
   bool json = false;
 };

@@ -1,6 +1,7 @@
 #include "store_points.h"
 
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -188,6 +189,9 @@ Status run_point(YcsbTarget& s, const std::string& name, char workload, const St
   YcsbLoad load(s, name, workload, o, open, inserted, r, rec);
   const uint64_t cpu0 = s.replica_cpu_ns();
   const std::optional<uint64_t> idle0 = s.nic_idle_ns();
+  const std::optional<uint64_t> trav0 = s.traversals();
+  const std::optional<int> read_tid = s.read_server_tid();
+  const SchedStat read0 = read_tid ? read_schedstat(getpid(), *read_tid) : SchedStat{};
   LoopOutcome out;
   if (open) {
     Backlog backlog(o.ops);
@@ -199,6 +203,11 @@ Status run_point(YcsbTarget& s, const std::string& name, char workload, const St
   }
   r->replica_cpu_ns = s.replica_cpu_ns() - cpu0;
   if (idle0) r->client_idle_ns = *s.nic_idle_ns() - *idle0 + load.waited_ns();
+  if (trav0) r->traversals = *s.traversals() - *trav0;
+  if (read_tid) {
+    const SchedStat read1 = read_schedstat(getpid(), *read_tid);
+    r->read_server = SchedStat{read1.run_ns - read0.run_ns, read1.wait_ns - read0.wait_ns};
+  }
   r->seconds = out.seconds();
   r->capped = out.capped;
   r->total = rec.all().count();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core_guard.h"
+#include "engine_cost.h"
 #include "ferry/common/histogram.h"
 #include "ferry/common/status.h"
 #include "report.h"
@@ -37,6 +38,12 @@ struct PointResult {
   // found nothing, and (open loop) its waits for the next arrival; nullopt
   // when the system's client steps no NIC here (Redis).
   std::optional<uint64_t> client_idle_ns;
+  // Chain traversals (group operations) in the window, locks included;
+  // nullopt without a chain (Redis).
+  std::optional<uint64_t> traversals;
+  // Reads at the replica: its read service's worker thread (schedstat: on
+  // its CPU, and runnable but waiting for it) in the window.
+  std::optional<SchedStat> read_server;
   bool capped = false;
   CoreGuard guard;  // the client/NIC core's work item, quiet and during the point
 };

@@ -25,10 +25,18 @@ void add_regime(const PointContext& c, const PointResult& r, nlohmann::json& j) 
   const std::string bound =
       bound_by({{"client-nic", client}, {"replica", replicas_poll ? kNotMeasured : replica_cpu}}, c.rate == 0);
   g["bound_by"] = bound;
+  if (r.read_server) {
+    // The tail's read service polls (yielding when idle), so its CPU time
+    // says how much of its core it got, not how busy it was: it is left out
+    // of bound_by. Its wait says how much the load kept it from running.
+    g["read_server_cpu_fraction"] = static_cast<double>(r.read_server->run_ns) / window_ns;
+    g["read_server_wait_fraction"] = static_cast<double>(r.read_server->wait_ns) / window_ns;
+  }
   g["how"] =
       "client-nic busy = 1 - (the client thread's engine passes that found nothing + its waits for the next "
       "arrival) over the window; replica = the replicas' threads' or processes' CPU time over the window (one "
-      "CPU: 1.0); a system whose replicas poll is left out of bound_by";
+      "CPU: 1.0); a system whose replicas poll is left out of bound_by, as is the tail's polling read service "
+      "(reads_at replica: read_server_cpu/wait_fraction, its thread's schedstat)";
   j["bound_by"] = bound;
   j["regime"] = g;
 }
@@ -60,6 +68,12 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     j["replica_cpu_ns_per_op"] =
         r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                      : nlohmann::json(nullptr);
+    // Every write's chain traversals, with the reads' (none) left out.
+    j["traversals_per_write"] = r.traversals && r.writes > 0
+                                    ? nlohmann::json(static_cast<double>(*r.traversals) / static_cast<double>(r.writes))
+                                    : nlohmann::json(nullptr);
+    j["txn_flush"] =
+        r.traversals ? nlohmann::json(o.interleaved_flush ? "interleaved" : "separate") : nlohmann::json(nullptr);
     j["capped"] = r.capped;
     add_regime(c, r, j);
     j["arrivals"] = c.rate > 0 ? "poisson" : "closed";
@@ -72,6 +86,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     j["key_bytes"] = o.key_bytes;
     j["value_bytes"] = o.value_bytes;
     j["reads_from"] = c.reads_from;
+    if (!c.reads_at.empty()) j["reads_at"] = c.reads_at;
     if (op == "scan") {
       j["reads_from"] = c.scans_from;
       j["scan_length"] = fmt::format("uniform 1..{}", kScanLengthMax);
@@ -99,7 +114,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
     } else {
       out << fmt::format(
           "{:<7} {:<12} YCSB-{} {:<6} {:<5} {:<6} samples {:>6}  p50 {:>9} us  p99 {:>9} us  "
-          "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}  -> {}{}\n",
+          "p99.9 {:>9} us  max {:>9.1f} us  {:.4f} Mops  replica CPU/write {}{}{}  -> {}{}\n",
           c.experiment, c.system, wl, op, load_name,
           c.rate > 0 ? fmt::format("{:.0f}/s", c.rate) : std::string("closed"), st.hist.count(),
           percentile_text(st.hist, 0.5, 1e-3, 1), percentile_text(st.hist, 0.99, 1e-3, 1),
@@ -107,6 +122,13 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
           static_cast<double>(r.total) / r.seconds / 1e6,
           r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                        : std::string("-"),
+          r.traversals && r.writes > 0 ? fmt::format("  traversals/write {:.1f}",
+                                                     static_cast<double>(*r.traversals) / static_cast<double>(r.writes))
+                                       : std::string(),
+          r.read_server ? fmt::format("  tail read service: on CPU {:.0f} %, waiting {:.0f} %",
+                                      100.0 * static_cast<double>(r.read_server->run_ns) / (r.seconds * 1e9),
+                                      100.0 * static_cast<double>(r.read_server->wait_ns) / (r.seconds * 1e9))
+                        : std::string(),
           j.value("bound_by", std::string("?")),
           r.guard.disturbed()
               ? fmt::format("  client core DISTURBED (work item p99 {:.1f}x quiet)", r.guard.p99_ratio())

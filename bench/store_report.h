@@ -20,6 +20,7 @@ namespace ferry::bench::store_bench {
 struct PointContext {
   std::string experiment;  // "ycsb" or "rocksdb"
   std::string system;
+  std::string reads_at;  // ycsb chain systems: "client" or "replica" (StoreBenchOptions::reads_at)
   std::string reads_from;
   std::string scans_from;  // where and how a scan reads
   std::string writes;      // what a write is, for the JSON

@@ -10,9 +10,11 @@
 #include <optional>
 
 #include "common.h"
+#include "ferry/common/align.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/rng.h"
 #include "ferry/hyperloop/naive.h"
+#include "ferry/hyperloop/txn_kv_wire.h"
 #include "group_bench.h"
 
 namespace ferry::bench::store_bench {
@@ -33,6 +35,7 @@ Status start_txn_chain(const std::string& system, const StoreBenchOptions& o, ui
   hyperloop::TxnOptions to;
   to.log_bytes = 1 << 20;
   to.db_bytes = db_bytes;
+  to.interleaved_flush = o.interleaved_flush;
   hyperloop::GroupOptions g;
   g.replicas = 3;
   g.region_bytes = (hyperloop::kTxnControlBytes + to.log_bytes + to.db_bytes + 4095) / 4096 * 4096;
@@ -51,7 +54,53 @@ Status start_txn_chain(const std::string& system, const StoreBenchOptions& o, ui
 
 }  // namespace
 
-Status StoreUnderTest::read(const std::string& key) { return reader->get(key).status(); }
+Result<hyperloop::TxnKvReadReply> ReplicaReadService::ask(const hyperloop::TxnKvReadRequest& request) {
+  const std::vector<uint8_t> payload = hyperloop::encode_txn_kv_read(request);
+  FERRY_ASSIGN_OR_RETURN(const rpc::CallReply reply,
+                         client->session(0).call(request.type, 0, payload, /*nilext=*/false));
+  FERRY_ASSIGN_OR_RETURN(hyperloop::TxnKvReadReply r, hyperloop::parse_txn_kv_reply(reply.payload));
+  if (r.status != hyperloop::TxnKvReadStatus::kOk && r.status != hyperloop::TxnKvReadStatus::kNotFound) {
+    return internal_error(fmt::format("the tail's read service answered status {}", static_cast<int>(r.status)));
+  }
+  return r;
+}
+
+Status StoreUnderTest::read(const std::string& key) {
+  if (!remote) return reader->get(key).status();
+  hyperloop::TxnKvReadRequest q;
+  q.type = hyperloop::kTxnKvReadGet;
+  q.key = key;
+  FERRY_ASSIGN_OR_RETURN(const hyperloop::TxnKvReadReply r, remote->ask(q));
+  if (r.status == hyperloop::TxnKvReadStatus::kNotFound) return not_found("GET " + key + ": absent on the tail");
+  if (r.entries.size() != 1 || r.entries[0].second.size() != remote->value_bytes) {
+    return internal_error("GET " + key + ": the tail's read service answered a malformed entry");
+  }
+  return ok_status();
+}
+
+Result<uint64_t> StoreUnderTest::scan(const std::string& key, uint32_t count) {
+  if (!remote) {
+    FERRY_ASSIGN_OR_RETURN(const auto entries, reader->scan(key, count));
+    return entries.size();
+  }
+  // Pages of what one reply holds, each after the last key of the one before.
+  uint64_t got = 0;
+  std::string from = key;
+  bool after = false;
+  while (got < count) {
+    hyperloop::TxnKvReadRequest q;
+    q.type = hyperloop::kTxnKvReadScan;
+    q.key = from;
+    q.count = static_cast<uint32_t>(count - got);
+    q.after = after;
+    FERRY_ASSIGN_OR_RETURN(const hyperloop::TxnKvReadReply r, remote->ask(q));
+    got += r.entries.size();
+    if (!r.more || r.entries.empty()) break;
+    from = r.entries.back().first;
+    after = true;
+  }
+  return got;
+}
 Status StoreUnderTest::write(const std::string& key, std::span<const uint8_t> value) { return kv->put(key, value); }
 Status StoreUnderTest::read_modify_write(const std::string& key, std::span<const uint8_t> value) {
   return kv->read_modify_write(key, [&](std::optional<std::span<const uint8_t>> cur) {
@@ -69,8 +118,65 @@ std::string key_of(uint64_t n, uint32_t key_bytes) {
   return k;
 }
 
-Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, const StoreBenchOptions& o,
-                                                    uint64_t capacity, std::ostream& log) {
+namespace {
+
+// The tail's read service and a client of it (ReplicaReadService).
+Result<std::unique_ptr<ReplicaReadService>> start_read_service(StoreUnderTest& s, const StoreBenchOptions& o) {
+  auto r = std::make_unique<ReplicaReadService>();
+  r->value_bytes = o.value_bytes;
+  r->reader = std::make_unique<hyperloop::TxnKvReplicaReader>(
+      s.txn->replica_db(2).value(), hyperloop::ReplicaLocks(s.client->replica(s.locks, 2).value().region->data(), 4096),
+      s.kv_options);
+  nic::NicOptions sno;
+  sno.name = "tail-reads";
+  FERRY_ASSIGN_OR_RETURN(nic::Nic * server_nic, s.engine->add_nic(sno));
+  nic::NicOptions cno;
+  cno.name = "store-client";
+  FERRY_ASSIGN_OR_RETURN(nic::Nic * client_nic, s.engine->add_nic(cno));
+  rpc::ServerOptions so;  // as `ferry store replica`'s read service (apps/ferry/store_config.cc)
+  so.mode = rpc::Mode::kRawRpc;
+  so.workers = 1;
+  so.threaded = true;
+  if (o.replica_cpu >= 0) so.worker_cpus = {o.replica_cpu};
+  so.multi_packet = false;
+  so.buffers = 16;
+  so.max_request_bytes = static_cast<uint32_t>(std::max<size_t>(
+      256, round_up(rpc::kRequestHeaderBytes + hyperloop::kTxnKvReadRequestHeaderBytes + o.key_bytes, 64)));
+  // A scan page holds about 16 entries (the rest in further pages).
+  so.max_response_bytes = static_cast<uint32_t>(
+      round_up(rpc::kResponseHeaderBytes + 16 * hyperloop::txn_kv_reply_bytes(o.key_bytes, o.value_bytes), 64));
+  so.on_execute = [tid = r->tid](const rpc::Request&) {
+    if (tid->load(std::memory_order_relaxed) == 0) tid->store(static_cast<int>(gettid()), std::memory_order_relaxed);
+  };
+  FERRY_ASSIGN_OR_RETURN(r->server, rpc::Server::create(*s.engine, *server_nic, so));
+  auto handler = [reader = r->reader.get()](const rpc::Request& req, rpc::Reply& reply) {
+    const std::vector<uint8_t> answer = hyperloop::answer_txn_kv_read(*reader, req.type, req.payload, reply.capacity());
+    std::memcpy(reply.space().data(), answer.data(), answer.size());
+    reply.set_size(answer.size());
+  };
+  for (const auto& [type, name] : {std::pair<uint16_t, const char*>{hyperloop::kTxnKvReadGet, "txnkv.get"},
+                                   {hyperloop::kTxnKvReadScan, "txnkv.scan"}}) {
+    rpc::HandlerInfo info;
+    info.name = name;
+    FERRY_RETURN_IF_ERROR(r->server->register_handler(type, info, handler));
+  }
+  FERRY_RETURN_IF_ERROR(r->server->start());
+  rpc::ClientOptions co;
+  co.timeout_ns = 60'000'000'000ULL;
+  FERRY_ASSIGN_OR_RETURN(r->client, rpc::Client::create(*s.engine, *client_nic, *r->server, co));
+  // One GET before the points, so that the worker's thread is known (its
+  // schedstat is every point's read-server CPU).
+  hyperloop::TxnKvReadRequest q;
+  q.type = hyperloop::kTxnKvReadGet;
+  q.key = "warm-up";
+  FERRY_RETURN_IF_ERROR(r->ask(q).status());
+  return r;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, const std::string& reads_at,
+                                                    const StoreBenchOptions& o, uint64_t capacity, std::ostream& log) {
   auto s = std::make_unique<StoreUnderTest>();
   s->name = name;
   s->kv_options.slots = static_cast<uint32_t>(std::max<uint64_t>(64, capacity * 2));  // load factor <= 0.5
@@ -95,6 +201,9 @@ Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, con
   s->reader = std::make_unique<hyperloop::TxnKvReplicaReader>(
       s->txn->replica_db(2).value(),
       hyperloop::ReplicaLocks(s->client->replica(s->locks, 2).value().region->data(), 4096), s->kv_options);
+  if (reads_at == "replica") {
+    FERRY_ASSIGN_OR_RETURN(s->remote, start_read_service(*s, o));
+  }
   return s;
 }
 

@@ -22,9 +22,12 @@
 #include "ferry/common/status.h"
 #include "ferry/hyperloop/hyperloop.h"
 #include "ferry/hyperloop/txn_kv.h"
+#include "ferry/hyperloop/txn_kv_wire.h"
 #include "ferry/nic/engine.h"
 #include "ferry/rocksdb/replicated_wal.h"
 #include "ferry/rocksdb/wal_applier.h"
+#include "ferry/rpc/client.h"
+#include "ferry/rpc/server.h"
 #include "redis_peer.h"
 #include "store_bench.h"
 
@@ -48,6 +51,12 @@ class YcsbTarget {
   // Time this (client) thread's engine passes found nothing to do so far,
   // ns, when it steps every NIC (a manual engine); nullopt otherwise.
   virtual std::optional<uint64_t> nic_idle_ns() { return std::nullopt; }
+  // Group operations (chain traversals) the writes have submitted so far,
+  // locks included; nullopt for a system without a chain (Redis).
+  virtual std::optional<uint64_t> traversals() { return std::nullopt; }
+  // The thread that serves reads on the replica's CPU (its read service's
+  // worker), once it has served one; nullopt when reads run here.
+  virtual std::optional<int> read_server_tid() { return std::nullopt; }
   virtual Status between_ops() { return ok_status(); }
   // Open loop: the client has nothing to do until `until_ns` (the next
   // arrival); background work that fits goes here. By default between_ops().
@@ -72,22 +81,46 @@ struct TxnChainParts {
   std::unique_ptr<hyperloop::TxnClient> txn;
 };
 
+// Reads served by the tail replica's CPU, as `ferry store replica` serves
+// them: its RPC read service (txn_kv_wire.h; RawRPC, one worker thread on
+// replica_cpu, where the load runs; it polls, yielding when idle) answers
+// GETs and SCANs from the tail's image under that replica's read locks. The
+// client asks through a NIC of its own on the same engine.
+struct ReplicaReadService {
+  std::unique_ptr<hyperloop::TxnKvReplicaReader> reader;  // the worker thread's
+  std::unique_ptr<rpc::Server> server;
+  std::unique_ptr<rpc::Client> client;
+  std::shared_ptr<std::atomic<int>> tid = std::make_shared<std::atomic<int>>(0);
+  uint32_t value_bytes = 0;
+  // One GET or SCAN page; kOk/kNotFound/...: the reply's status.
+  Result<hyperloop::TxnKvReadReply> ask(const hyperloop::TxnKvReadRequest& request);
+  ~ReplicaReadService() {
+    client.reset();
+    if (server) server->stop();
+    server.reset();
+  }
+};
+
 // One system's client, groups, transaction log and store.
 struct StoreUnderTest : YcsbTarget, TxnChainParts {
   std::string name;
   std::unique_ptr<hyperloop::TxnKv> kv;
   hyperloop::TxnKvOptions kv_options;
   std::unique_ptr<hyperloop::TxnKvReplicaReader> reader;  // the tail's image, under its read lock
+  std::unique_ptr<ReplicaReadService> remote;             // set: reads go to the tail's CPU instead
   Status read(const std::string& key) override;
   Status write(const std::string& key, std::span<const uint8_t> value) override;
   Status read_modify_write(const std::string& key, std::span<const uint8_t> value) override;
-  Result<uint64_t> scan(const std::string& key, uint32_t count) override {
-    FERRY_ASSIGN_OR_RETURN(const auto entries, reader->scan(key, count));
-    return entries.size();
-  }
+  Result<uint64_t> scan(const std::string& key, uint32_t count) override;
   uint64_t replica_cpu_ns() override;
   std::optional<uint64_t> nic_idle_ns() override { return engine->stats().idle_pass_ns; }
+  std::optional<uint64_t> traversals() override { return txn->counters().traversals; }
+  std::optional<int> read_server_tid() override {
+    if (!remote || remote->tid->load() == 0) return std::nullopt;
+    return remote->tid->load();
+  }
   ~StoreUnderTest() override {
+    remote.reset();
     reader.reset();
     kv.reset();
     txn.reset();
@@ -230,6 +263,7 @@ struct RocksUnderTest : YcsbTarget, TxnChainParts {
   }
   uint64_t replica_cpu_ns() override { return client->replica_cpu_ns(); }
   std::optional<uint64_t> nic_idle_ns() override { return engine->stats().idle_pass_ns; }
+  std::optional<uint64_t> traversals() override { return txn->counters().traversals; }
   // Every replica's applier applies at most `records` WAL records.
   Status apply(uint64_t records) {
     const uint64_t t0 = thread_cpu_time_ns();
@@ -291,8 +325,10 @@ std::string key_of(uint64_t n, uint32_t key_bytes);
 
 // Each builds its system and loads o.records records (untimed), logging how.
 // capacity: the store's records at most (D's and E's inserts too).
-Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, const StoreBenchOptions& o,
-                                                    uint64_t capacity, std::ostream& log);
+// `reads_at` "client": reads and scans on the client thread over the
+// tail's image; "replica": through the tail's read service (ReplicaReadService).
+Result<std::unique_ptr<StoreUnderTest>> start_store(const std::string& name, const std::string& reads_at,
+                                                    const StoreBenchOptions& o, uint64_t capacity, std::ostream& log);
 Result<std::unique_ptr<RedisUnderTest>> start_redis(const StoreBenchOptions& o, int client_cpu, std::ostream& log);
 Result<std::unique_ptr<RocksUnderTest>> start_rocks(const std::string& name, const StoreBenchOptions& o,
                                                     std::ostream& log);

@@ -444,6 +444,7 @@ void add_store_bench(CLI::App* parent, Commands& commands) {
   struct Options {
     bench::StoreBenchOptions store_opts;
     std::string store_media = "pm";
+    std::string store_txn_flush = "interleaved";
     bool full = false;
     QuickSettings quick;
   };
@@ -473,6 +474,13 @@ void add_store_bench(CLI::App* parent, Commands& commands) {
   store->add_option("--loads", o->store_opts.loads, "quiet, load (busy processes on the replica CPU), or both")
       ->delimiter(',')
       ->capture_default_str();
+  store
+      ->add_option("--reads-at", o->store_opts.reads_at,
+                   "ycsb, chain systems: where reads and scans run -- client (the client thread over the tail's "
+                   "image), replica (the tail's CPU, through its RPC read service), or both")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"client", "replica"}))
+      ->capture_default_str();
   o->quick(store->add_option("--records", o->store_opts.records, "records loaded before the points (the paper: 100 K)")
                ->capture_default_str(),
            [o = o.get()] { o->store_opts.records = std::min<uint64_t>(o->store_opts.records, 2000); });
@@ -497,6 +505,12 @@ void add_store_bench(CLI::App* parent, Commands& commands) {
   store->add_option("--media", o->store_media, "the replicas' regions: pm or dram")
       ->check(CLI::IsMember({"pm", "dram"}))
       ->capture_default_str();
+  store
+      ->add_option("--txn-flush", o->store_txn_flush,
+                   "interleaved: each gWRITE/gMEMCPY of a write carries its flush (one chain traversal); "
+                   "separate: a gFLUSH after each (two)")
+      ->check(CLI::IsMember({"interleaved", "separate"}))
+      ->capture_default_str();
   store->add_option("--seed", o->store_opts.seed, "seed of keys and values")->capture_default_str();
   o->quick.add_flag(store, "a short run: 2,000 records, 2,000 ops per point; explicit options win");
   store->add_flag("--full", o->full, "the paper's larger table: 1 M records");
@@ -505,6 +519,7 @@ void add_store_bench(CLI::App* parent, Commands& commands) {
     o->quick.apply();
     if (o->full) o->store_opts.records = 1'000'000;
     o->store_opts.media = o->store_media == "dram" ? pm::Media::kDram : pm::Media::kPm;
+    o->store_opts.interleaved_flush = o->store_txn_flush == "interleaved";
     return exit_code("ferry bench store", bench::run_store_bench(o->store_opts, std::cout, std::cerr));
   });
 }

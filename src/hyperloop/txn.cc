@@ -150,17 +150,17 @@ Status TxnClient::reconcile(TxnRecoverySource& source, TxnRecovery& rep) {
   // [head, tail): what a member lacks it gets before anything executes, so
   // every member's gMEMCPYs copy the same bytes. A torn record beyond the
   // tail does not verify and is overwritten by the next append.
-  FERRY_RETURN_IF_ERROR(client_.gwrite(data_, 0, kTxnControlBytes, false));
+  FERRY_RETURN_IF_ERROR(write(0, kTxnControlBytes, false));
   uint64_t rewritten = 0;
   for (uint64_t at = lowest; at < tail_;) {
     const uint64_t pos = at % log_bytes;
     const uint64_t len = std::min(tail_ - at, log_bytes - pos);
     const auto chunk = static_cast<uint32_t>(std::min<uint64_t>(len, uint64_t{1} << 20));
-    FERRY_RETURN_IF_ERROR(client_.gwrite(data_, kTxnControlBytes + pos, chunk, false));
+    FERRY_RETURN_IF_ERROR(write(kTxnControlBytes + pos, chunk, false));
     rewritten += chunk;
     at += chunk;
   }
-  FERRY_RETURN_IF_ERROR(client_.gflush(data_));
+  FERRY_RETURN_IF_ERROR(flush());
   rep.head_source = source_head;
   rep.head = lowest;
   rep.tail = tail_;
@@ -225,9 +225,42 @@ Result<std::unique_ptr<TxnClient>> TxnClient::recover(GroupClient& client, Group
   return t;
 }
 
-Status TxnClient::write_and_flush(uint64_t offset, uint32_t size) {
-  FERRY_RETURN_IF_ERROR(client_.gwrite(data_, offset, size, /*flush=*/false));
+// Every group operation the client submits is one traversal of a chain
+// (counted for the benchmarks' traversals per write).
+Status TxnClient::write(uint64_t offset, uint32_t size, bool flush) {
+  ++counters_.traversals;
+  return client_.gwrite(data_, offset, size, flush);
+}
+
+Status TxnClient::copy(uint64_t src, uint64_t dst, uint32_t size, bool flush) {
+  ++counters_.traversals;
+  return client_.gmemcpy(data_, src, dst, size, flush);
+}
+
+Status TxnClient::flush() {
+  ++counters_.traversals;
   return client_.gflush(data_);
+}
+
+Result<CasResult> TxnClient::cas(uint64_t offset, uint64_t old_value, uint64_t new_value, uint8_t execute_map) {
+  ++counters_.traversals;
+  return client_.gcas(locks_, offset, old_value, new_value, execute_map);
+}
+
+// Interleaved (HyperLoop §4.2): each replica's NIC makes the operation
+// durable before it forwards it, so the operation's completion is its
+// flush -- one traversal of the chain. Separate: the operation, then a
+// gFLUSH behind it -- two.
+Status TxnClient::write_and_flush(uint64_t offset, uint32_t size) {
+  if (options_.interleaved_flush) return write(offset, size, /*flush=*/true);
+  FERRY_RETURN_IF_ERROR(write(offset, size, /*flush=*/false));
+  return flush();
+}
+
+Status TxnClient::copy_and_flush(uint64_t src, uint64_t dst, uint32_t size) {
+  if (options_.interleaved_flush) return copy(src, dst, size, /*flush=*/true);
+  FERRY_RETURN_IF_ERROR(copy(src, dst, size, /*flush=*/false));
+  return flush();
 }
 
 std::span<const uint8_t> TxnClient::db() const { return mem_.subspan(db_offset(), options_.db_bytes); }
@@ -273,7 +306,8 @@ Result<uint64_t> TxnClient::append(std::span<const TxnWrite> record) {
   }
   const uint64_t at = tail_ % options_.log_bytes;
   std::memcpy(mem_.data() + kTxnControlBytes + at, bytes.data(), bytes.size());
-  // Append = gWRITE + gFLUSH: durable on every replica when it returns.
+  // Append = gWRITE + gFLUSH (interleaved): durable on every replica when it
+  // returns.
   FERRY_RETURN_IF_ERROR(write_and_flush(kTxnControlBytes + at, static_cast<uint32_t>(bytes.size())));
   FERRY_ASSIGN_OR_RETURN(TxnRecord r, decode_txn_record(mem_.subspan(kTxnControlBytes, options_.log_bytes), tail_,
                                                         options_.db_bytes));
@@ -290,9 +324,9 @@ Status TxnClient::execute_and_advance() {
   for (const TxnRecord::Entry& e : r.entries) {
     const uint64_t src = kTxnControlBytes + e.data_at;
     const uint64_t dst = db_offset() + e.offset;
-    // ExecuteAndAdvance: per entry a gMEMCPY, then a gFLUSH.
-    FERRY_RETURN_IF_ERROR(client_.gmemcpy(data_, src, dst, e.len, /*flush=*/false));
-    FERRY_RETURN_IF_ERROR(client_.gflush(data_));
+    // ExecuteAndAdvance: per entry a gMEMCPY, durable on every replica
+    // before the head moves.
+    FERRY_RETURN_IF_ERROR(copy_and_flush(src, dst, e.len));
     std::memmove(mem_.data() + dst, mem_.data() + src, e.len);  // the client's mirror
   }
   // Then the persistent head moves past the record: one aligned word.
@@ -331,8 +365,7 @@ Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
     for (const bool with_intent : {false, true}) {
       const auto map = static_cast<uint8_t>(all & ~held & (with_intent ? intent : ~intent));
       if (map == 0) continue;
-      FERRY_ASSIGN_OR_RETURN(const CasResult r,
-                             client_.gcas(locks_, offset, with_intent ? ReplicaLocks::kIntent : 0, kWriterWord, map));
+      FERRY_ASSIGN_OR_RETURN(const CasResult r, cas(offset, with_intent ? ReplicaLocks::kIntent : 0, kWriterWord, map));
       held |= r.succeeded;
       intent &= static_cast<uint8_t>(~r.succeeded);
       for (uint32_t i = 0; i < o.replicas; ++i) {
@@ -361,7 +394,7 @@ Status TxnClient::acquire(uint32_t lock, bool take_over, uint64_t* stale) {
       } else if ((intent & bit) == 0) {
         // Readers are inside: turn new ones away until they have left. A
         // reader coming or going changes v; then the next round tries again.
-        FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, offset, v, v | ReplicaLocks::kIntent, bit));
+        FERRY_ASSIGN_OR_RETURN(const CasResult r, cas(offset, v, v | ReplicaLocks::kIntent, bit));
         if (r.succeeded != 0) {
           intent |= bit;
           waited = true;
@@ -392,7 +425,7 @@ Status TxnClient::give_back(uint32_t lock, uint8_t held, uint8_t intent,
                             const std::array<uint64_t, kMaxReplicas>& seen) {
   const uint64_t offset = uint64_t{lock} * 8;
   if (held != 0) {
-    FERRY_ASSIGN_OR_RETURN(const CasResult u, client_.gcas(locks_, offset, kWriterWord, 0, held));
+    FERRY_ASSIGN_OR_RETURN(const CasResult u, cas(offset, kWriterWord, 0, held));
     if (u.succeeded != held) return internal_error("txn: the undo of a partial write lock did not apply");
   }
   // The intent bit comes off whatever the reader count is now; only readers
@@ -402,7 +435,7 @@ Status TxnClient::give_back(uint32_t lock, uint8_t held, uint8_t intent,
     if ((intent & bit) == 0) continue;
     uint64_t v = seen[i] | ReplicaLocks::kIntent;
     for (;;) {
-      FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, offset, v, v & ~ReplicaLocks::kIntent, bit));
+      FERRY_ASSIGN_OR_RETURN(const CasResult r, cas(offset, v, v & ~ReplicaLocks::kIntent, bit));
       if (r.succeeded != 0) break;
       v = r.original[i];
       if ((v & ReplicaLocks::kIntent) == 0 || (v & ReplicaLocks::kWriter) != 0) {
@@ -419,7 +452,7 @@ Status TxnClient::wr_lock(uint32_t lock) { return acquire(lock, /*take_over=*/fa
 Status TxnClient::wr_unlock(uint32_t lock) {
   FERRY_ASSIGN_OR_RETURN(const GroupOptions o, client_.group_options(locks_));
   const uint8_t all = all_replicas(o.replicas);
-  FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{lock} * 8, kWriterWord, 0, all));
+  FERRY_ASSIGN_OR_RETURN(const CasResult r, cas(uint64_t{lock} * 8, kWriterWord, 0, all));
   if (r.succeeded != all) return failed_precondition("txn: lock " + std::to_string(lock) + " was not held");
   return ok_status();
 }
@@ -438,7 +471,7 @@ Result<uint64_t> TxnClient::release_stale_locks(uint32_t locks) {
   const uint8_t all = all_replicas(o.replicas);
   uint64_t released = 0;
   for (uint32_t l = 0; l < locks; ++l) {
-    FERRY_ASSIGN_OR_RETURN(const CasResult r, client_.gcas(locks_, uint64_t{l} * 8, kWriterWord, 0, all));
+    FERRY_ASSIGN_OR_RETURN(const CasResult r, cas(uint64_t{l} * 8, kWriterWord, 0, all));
     released += static_cast<uint64_t>(__builtin_popcount(r.succeeded));
     // A writer that died waiting for readers left its intent: readers would
     // stay shut out for good.

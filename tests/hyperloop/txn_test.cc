@@ -21,9 +21,15 @@ namespace ferry::hyperloop {
 namespace txn_test {
 
 // The chain the tests run on (txn_test_util.h), with the sizes they use.
+testing::TxnChainOptions fixture_options(uint64_t log_bytes, uint64_t db_bytes, bool interleaved_flush) {
+  testing::TxnChainOptions o = testing::txn_chain_options(64 << 10, log_bytes, db_bytes);
+  o.interleaved_flush = interleaved_flush;
+  return o;
+}
+
 struct TxnFixture : testing::TxnChain {
-  explicit TxnFixture(uint64_t log_bytes = 8 << 10, uint64_t db_bytes = 16 << 10)
-      : TxnChain(testing::txn_chain_options(64 << 10, log_bytes, db_bytes)) {}
+  explicit TxnFixture(uint64_t log_bytes = 8 << 10, uint64_t db_bytes = 16 << 10, bool interleaved_flush = true)
+      : TxnChain(fixture_options(log_bytes, db_bytes, interleaved_flush)) {}
   std::span<uint8_t> replica_region(uint32_t r) { return region(r); }
 };
 
@@ -188,14 +194,51 @@ TEST(Txn, TheLayoutMustFitAndResumeFindsItAgain) {
 // an Append (the record is on a replica whole or not at all). After each
 // replica replays its own log, its database is the model of the
 // acknowledged records, plus at most the one in flight.
-TEST(TxnPowerFailure, ReplayedReplicasHoldEveryAcknowledgedRecord) {
-  const ferry::testing::SeedRange seeds = ferry::testing::seed_range("FERRY_TXN_SEEDS", 1000, 40);
+// Append and ExecuteAndAdvance traverse the chain once per operation when
+// the flush is interleaved (§4.2), twice with a gFLUSH after each; both
+// leave the same durable state.
+TEST(TxnFlush, InterleavedFlushesHalveTheChainTraversalsOfAWrite) {
+  for (const bool interleaved : {true, false}) {
+    SCOPED_TRACE(interleaved ? "interleaved" : "separate");
+    TxnFixture f(8 << 10, 16 << 10, interleaved);
+    const uint64_t per_op = interleaved ? 1 : 2;
+    const std::vector<uint8_t> a(64, 1), b(100, 2), c(8, 3);
+    const TxnWrite w[] = {{0, a}, {1000, b}, {5000, c}};
+    const uint64_t t0 = f.txn->counters().traversals;
+    ASSERT_TRUE(f.txn->append(w).ok());
+    EXPECT_EQ(f.txn->counters().traversals - t0, per_op) << "Append";
+    const uint64_t t1 = f.txn->counters().traversals;
+    ASSERT_TRUE(f.txn->execute_and_advance().ok());
+    EXPECT_EQ(f.txn->counters().traversals - t1, 4 * per_op) << "three gMEMCPYs and the head's gWRITE";
+    const uint64_t t2 = f.txn->counters().traversals;
+    ASSERT_TRUE(f.txn->wr_lock(3).ok());
+    ASSERT_TRUE(f.txn->wr_unlock(3).ok());
+    EXPECT_EQ(f.txn->counters().traversals - t2, 2u) << "a gCAS each (DRAM lock words: no flush)";
+    for (uint32_t r = 0; r < 3; ++r) {
+      // Whatever a power failure keeps: the entries applied and the head past them.
+      ReplicaView view = f.client->replica(f.data, r).value();
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        auto image = view.domain->image_after_power_fail(*view.region, seed);
+        const uint8_t* db = image.data() + f.txn->db_offset();
+        EXPECT_EQ(std::memcmp(db, a.data(), a.size()), 0) << "replica " << r << ", seed " << seed;
+        EXPECT_EQ(std::memcmp(db + 1000, b.data(), b.size()), 0) << "replica " << r << ", seed " << seed;
+        EXPECT_EQ(std::memcmp(db + 5000, c.data(), c.size()), 0) << "replica " << r << ", seed " << seed;
+        uint64_t head = 0;
+        std::memcpy(&head, image.data() + kTxnHeadOffset, 8);
+        EXPECT_EQ(head, f.txn->tail()) << "replica " << r << ", seed " << seed;
+      }
+    }
+  }
+}
+
+void power_fail_campaign(bool interleaved_flush, uint64_t default_seeds) {
+  const ferry::testing::SeedRange seeds = ferry::testing::seed_range("FERRY_TXN_SEEDS", 1000, default_seeds);
   const uint64_t base = seeds.first;
   uint64_t in_flight_seen = 0, in_flight_lost = 0;
   for (uint64_t k = 0; k < seeds.count; ++k) {
     const uint64_t seed = base + k;
     SCOPED_TRACE("seed " + std::to_string(seed) + " (replay: FERRY_SEED=" + std::to_string(seed) + " FERRY_TXN_SEEDS=1)");
-    TxnFixture f(/*log_bytes=*/4096);
+    TxnFixture f(/*log_bytes=*/4096, 16 << 10, interleaved_flush);
     Rng rng(seed);
     std::vector<uint8_t> model(16 << 10, 0);
     const int ops = 5 + static_cast<int>(rng.below(40));
@@ -244,6 +287,12 @@ TEST(TxnPowerFailure, ReplayedReplicasHoldEveryAcknowledgedRecord) {
   }
   std::printf("in-flight replicas: %llu, of which the record was lost on %llu\n",
               static_cast<unsigned long long>(in_flight_seen), static_cast<unsigned long long>(in_flight_lost));
+}
+
+TEST(TxnPowerFailure, ReplayedReplicasHoldEveryAcknowledgedRecord) { power_fail_campaign(true, 40); }
+
+TEST(TxnPowerFailure, ReplayedReplicasHoldEveryAcknowledgedRecordWithSeparateGFlushes) {
+  power_fail_campaign(false, 20);
 }
 
 // ---- a client that crashed resumes ------------------------------------------

@@ -23,6 +23,7 @@ struct TxnChainOptions {
   uint64_t db_bytes = 16 << 10;
   uint64_t lock_timeout_ns = 20'000'000;
   nic::FaultModel faults;  // on the chains' packets
+  bool interleaved_flush = true;  // TxnOptions::interleaved_flush
 };
 
 inline TxnChainOptions txn_chain_options(size_t region_bytes, uint64_t log_bytes, uint64_t db_bytes,
@@ -51,6 +52,7 @@ struct TxnChain {
     to.log_bytes = o.log_bytes;
     to.db_bytes = o.db_bytes;
     to.lock_timeout_ns = o.lock_timeout_ns;
+    to.interleaved_flush = o.interleaved_flush;
     auto t = TxnClient::initialize(*client, data, locks, to);
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     if (t.ok()) txn = std::move(t).value();

@@ -6,14 +6,18 @@
 //                       (control block, log ring, database) on every
 //                       replica, or resumes from what a replica holds.
 //   Append(record)      the record (a list of (data, len, offset)) is
-//                       written into the log ring with gWRITE, then gFLUSH:
-//                       when it returns, the record is durable on every
-//                       replica.
+//                       written into the log ring with one gWRITE whose
+//                       flush is interleaved (each replica's NIC makes it
+//                       durable before forwarding it): when it returns, the
+//                       record is durable on every replica.
 //   ExecuteAndAdvance   the record at the log head is applied on every
-//                       replica: per entry a gMEMCPY from the record's data
-//                       in the log to its offset in the database, then a
-//                       gFLUSH; then the persistent log head moves past it
-//                       (gWRITE + gFLUSH of one aligned 8-byte word).
+//                       replica: per entry a gMEMCPY (flush interleaved)
+//                       from the record's data in the log to its offset in
+//                       the database; then the persistent log head moves
+//                       past it (a gWRITE, flush interleaved, of one aligned
+//                       8-byte word). One chain traversal each; with
+//                       TxnOptions::interleaved_flush off, each is followed
+//                       by its own gFLUSH instead.
 //   wrLock/wrUnlock     a group lock: gCAS 0 -> writer on every replica's
 //                       lock word; a partial success is undone with the
 //                       inverse gCAS on the replicas that swapped (§4.2).
@@ -90,6 +94,12 @@ struct TxnOptions {
   bool resume = false;
   // wrLock gives up after this long (kTimedOut) when the lock stays taken.
   uint64_t lock_timeout_ns = 1'000'000'000ULL;
+  // Append's gWRITE, ExecuteAndAdvance's gMEMCPYs and its head gWRITE carry
+  // their flush (the primitives' `flush`: each replica makes the operation
+  // durable before forwarding it), one chain traversal each. false: each is
+  // followed by its own gFLUSH, two traversals (how this store ran before
+  // 2026-11-29; kept for the benchmarks' comparison).
+  bool interleaved_flush = true;
 };
 
 // One modification of a log record: `data` goes to database offset `offset`.
@@ -145,6 +155,7 @@ struct TxnCounters {
   uint64_t lock_conflicts = 0;   // wrLock rounds that found the lock taken on some replica
   uint64_t lock_undos = 0;       // partial gCAS results undone
   uint64_t lock_intents = 0;     // wrLocks that set their intent and waited for readers to leave
+  uint64_t traversals = 0;       // group operations submitted (each one pass down a chain), locks included
 };
 
 // What TxnClient::recover found and did.
@@ -225,13 +236,13 @@ class TxnClient {
                                                     const TxnOptions& options, uint32_t lock_words,
                                                     TxnRecoverySource& source, TxnRecovery* report = nullptr);
 
-  // Appends a record (gWRITE + gFLUSH); returns its LSN once it is durable
+  // Appends a record (a flushing gWRITE); returns its LSN once it is durable
   // on every replica. kResourceExhausted when the ring has no room until
   // records are executed; kInvalidArgument for an empty record, a write
   // outside the database or a record larger than the ring.
   Result<uint64_t> append(std::span<const TxnWrite> record);
-  // Applies the record at the log head on every replica (gMEMCPY + gFLUSH
-  // per entry) and advances the persistent head (gWRITE + gFLUSH). kNotFound
+  // Applies the record at the log head on every replica (a flushing gMEMCPY
+  // per entry) and advances the persistent head (a flushing gWRITE). kNotFound
   // when every appended record is executed.
   Status execute_and_advance();
   // Executes every appended record.
@@ -291,7 +302,16 @@ class TxnClient {
   // Copies member `member`'s bytes of a record at `lsn` into mem_'s ring if
   // its header's size could be one of this lap above `head`; false if not.
   Result<bool> copy_member_record(TxnRecoverySource& source, uint32_t member, uint64_t lsn, uint64_t head);
+  // The group primitives this client submits, each counted in
+  // counters_.traversals.
+  Status write(uint64_t offset, uint32_t size, bool flush);
+  Status copy(uint64_t src, uint64_t dst, uint32_t size, bool flush);
+  Status flush();
+  Result<CasResult> cas(uint64_t offset, uint64_t old_value, uint64_t new_value, uint8_t execute_map);
+  // A gWRITE or gMEMCPY durable on every replica when it returns
+  // (options_.interleaved_flush says how).
   Status write_and_flush(uint64_t offset, uint32_t size);
+  Status copy_and_flush(uint64_t src, uint64_t dst, uint32_t size);
   // wr_lock's protocol; with `take_over`, another writer's word or intent is
   // the dead front end's (one front end per chain): it becomes this
   // client's (counted in *stale) instead of being waited for, and a
