@@ -23,8 +23,9 @@ mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# One row per (workload, system, load) write op: label, p50, p99, p99.9.
-jq -r 'select(.experiment == "ycsb" and .op != "read" and .op != "scan") |
+# One row per (workload, system, load) write op: label, p50, p99, p99.9
+# (the points whose reads ran on the client thread: Fig. 12's writes).
+jq -r 'select(.experiment == "ycsb" and .op != "read" and .op != "scan" and (.reads_at // "client") == "client") |
        ["\(.workload)-\(.op) \(.system) \(.load)", (.p50_us // "NaN"), (.p99_us // "NaN"), (.p999_us // "NaN")] | @tsv' \
   "$in" > "$tmp/writes.tsv"
 [[ -s "$tmp/writes.tsv" ]] || { echo "plot-store: no write points in $in" >&2; exit 1; }

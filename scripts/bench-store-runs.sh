@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs `ferry bench store`'s YCSB-A points RUNS times (default 3) from this
+# tree, each run in fresh processes, with the store's interleaved flush (all
+# chain systems, reads at the client and at the tail's CPU) and then with a
+# separate gFLUSH after each operation (HyperLoop only), and prints the
+# min / median / max of each figure across the runs: the issue's target
+# (HyperLoop's quiet update p50 at or below Naive-poll's), the traversals
+# per write of both forms and what the interleaved flush saves, and the
+# reads at the replica's CPU, quiet and under load.
+# Usage: scripts/bench-store-runs.sh OUTDIR [RUNS] [-- extra bench store options]
+#   OUTDIR/run<i>-<form>.json   one JSON object per point (form: interleaved, separate)
+#   OUTDIR/run<i>-<form>.txt    the text report
+#   OUTDIR/store-bench.json     every run's points, each with "run" and "form"
+#   OUTDIR/figures.txt          the spread of each figure
+# Environment: FERRY (default build/ferry), RECORDS (default 20000: the
+# Naive baselines load about 1,000 records/s on 2 CPUs), OPS (default 5000).
+set -euo pipefail
+if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+out=$1
+shift
+runs=3
+if [[ $# -gt 0 && "$1" != "--" ]]; then runs=$1; shift; fi
+[[ $# -gt 0 && "$1" == "--" ]] && shift
+ferry=${FERRY:-build/ferry}
+records=${RECORDS:-20000}
+ops=${OPS:-5000}
+[[ -x "$ferry" ]] || { echo "bench-store-runs: $ferry is not built (make build)" >&2; exit 1; }
+command -v jq >/dev/null || { echo "bench-store-runs: jq missing (scripts/install-deps.sh)" >&2; exit 1; }
+mkdir -p "$out"
+common=(bench store --experiments ycsb --workloads A --records "$records" --ops "$ops" --json)
+for ((i = 1; i <= runs; i++)); do
+  echo "bench-store-runs: run $i of $runs, interleaved ($(date -u +%H:%M:%S))" >&2
+  "$ferry" "${common[@]}" --systems hyperloop,naive-event,naive-poll --txn-flush interleaved "$@" \
+    >"$out/run$i-interleaved.json" 2>"$out/run$i-interleaved.txt"
+  echo "bench-store-runs: run $i of $runs, separate ($(date -u +%H:%M:%S))" >&2
+  "$ferry" "${common[@]}" --systems hyperloop --reads-at client --txn-flush separate "$@" \
+    >"$out/run$i-separate.json" 2>"$out/run$i-separate.txt"
+done
+for f in "$out"/run*-*.json; do
+  b=$(basename "$f" .json)
+  run=${b#run}
+  run=${run%%-*}
+  jq -c --argjson run "$run" --arg form "${b#*-}" '. + {run: $run, form: $form}' "$f"
+done >"$out/store-bench.json"
+jq -r -s '
+  def pick(form; sys; reads; load; op): map(select(.form == form and .system == sys and .load == load and .op == op
+    and (.reads_at // "client") == reads));
+  def spread: sort | if length == 0 then "n/a" else
+    "\(.[0] * 100 | round / 100) / \(.[(length - 1) / 2 | floor] * 100 | round / 100) / \(.[-1] * 100 | round / 100)" end;
+  group_by(.run) as $runs
+  | [$runs[] | pick("interleaved"; "hyperloop"; "client"; "quiet"; "update")[0].p50_us] as $hl
+  | [$runs[] | pick("interleaved"; "naive-poll"; "client"; "quiet"; "update")[0].p50_us] as $np
+  | [$runs[] | (pick("interleaved"; "hyperloop"; "client"; "quiet"; "update")[0].p50_us)
+      / (pick("interleaved"; "naive-poll"; "client"; "quiet"; "update")[0].p50_us)] as $ratio
+  | [$runs[] | pick("separate"; "hyperloop"; "client"; "quiet"; "update")[0].p50_us] as $sep
+  | [$runs[] | pick("interleaved"; "hyperloop"; "client"; "quiet"; "update")[0].traversals_per_write] as $ti
+  | [$runs[] | pick("separate"; "hyperloop"; "client"; "quiet"; "update")[0].traversals_per_write] as $ts
+  | [$runs[] | (pick("separate"; "hyperloop"; "client"; "quiet"; "update")[0].p50_us)
+      / (pick("interleaved"; "hyperloop"; "client"; "quiet"; "update")[0].p50_us)] as $saved
+  | ["figure (min / median / max over \($runs | length) runs)", "value"],
+    ["HyperLoop quiet update p50, us (interleaved flush)", ($hl | spread)],
+    ["Naive-poll quiet update p50, us", ($np | spread)],
+    ["HyperLoop / Naive-poll quiet update p50 (target: <= 1)", ($ratio | spread)],
+    ["HyperLoop quiet update p50 with separate gFLUSHes, us", ($sep | spread)],
+    ["separate / interleaved update p50", ($saved | spread)],
+    ["traversals per update, interleaved", ($ti | spread)],
+    ["traversals per update, separate", ($ts | spread)],
+    (["quiet", "load"][] as $l | ["hyperloop", "naive-event", "naive-poll"][] as $s | ["client", "replica"][] as $r
+      | ["\($s) read p50, us, \($l), reads at \($r)",
+         ([$runs[] | pick("interleaved"; $s; $r; $l; "read")[0].p50_us | select(. != null)] | spread)])
+  | @tsv' "$out/store-bench.json" | column -t -s $'\t' | tee "$out/figures.txt"
