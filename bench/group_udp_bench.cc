@@ -19,6 +19,7 @@
 
 #include "child_process.h"
 #include "common.h"
+#include "engine_cost.h"
 #include "ferry/cm/cm.h"
 #include "ferry/common/cpu.h"
 #include "ferry/common/histogram.h"
@@ -27,6 +28,7 @@
 #include "ferry/nic/engine.h"
 #include "ferry/nicd/nicd.h"
 #include "load_loop.h"
+#include "regime.h"
 #include "report.h"
 
 namespace ferry::bench {
@@ -44,6 +46,7 @@ struct Point {
   uint64_t failed = 0;
   double seconds = 0;
   uint64_t replica_cpu_ns = 0;  // all replica processes, during the point
+  SchedStat daemons;            // the four nicd processes (every thread), during the point
   bool verified = false;        // every replica's region file holds the client's bytes
   std::string first_error;
 };
@@ -218,6 +221,32 @@ nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replica
   j["ops_per_s"] = p.seconds > 0 ? static_cast<double>(p.latency.count()) / p.seconds : 0.0;
   j["replica_cpu_ns_per_op"] = p.ops ? static_cast<double>(p.replica_cpu_ns) / static_cast<double>(p.ops) : 0.0;
   j["replica_cpu_source"] = "/proc/PID/task/*/schedstat of the replica processes";
+  // What bounded the point (regime.h): the CPU the four daemons' engines
+  // share (pinned: one core; else every CPU) or the replicas' CPU; a
+  // naive-poll replica polls, so its CPU says nothing of its work.
+  {
+    const double window_ns = p.seconds * 1e9;
+    const double daemon_cores =
+        daemon_cpu >= 0 ? 1.0 : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    const double daemons_busy = window_ns > 0 ? static_cast<double>(p.daemons.run_ns) / window_ns / daemon_cores : 0.0;
+    const double replica = window_ns > 0 ? static_cast<double>(p.replica_cpu_ns) / window_ns : 0.0;
+    const std::string bound = bound_by(
+        {{"nic-daemons", daemons_busy}, {"replica", p.system == "naive-poll" || p.stopped ? kNotMeasured : replica}},
+        /*closed_loop=*/true);
+    j["regime"] = {
+        {"nic_daemons_cpu_fraction", daemons_busy},
+        {"nic_daemons_wait_fraction", window_ns > 0 ? static_cast<double>(p.daemons.wait_ns) / window_ns : 0.0},
+        {"replica_cpu_fraction", replica},
+        // The daemons waited for their CPU (each other, or another process) more than regime.h allows.
+        {"nic_daemons_contend", window_ns > 0 && static_cast<double>(p.daemons.wait_ns) / window_ns > kDisturbedWait},
+        {"bound_by", bound},
+        {"how",
+         "nic-daemons = the four ferry nicd processes' CPU time (schedstat, every thread) over the window, "
+         "per core they share (pinned to one: 1); their wait = time runnable but off the CPU, summed; "
+         "replica = the replica processes' CPU time over the window (naive-poll's poll: left out); at "
+         "0.9 or more a resource bounds the point, else the round trips do (other)"}};
+    j["bound_by"] = bound;
+  }
   j["regions_verified"] = p.verified;
   if (!p.first_error.empty()) j["first_error"] = p.first_error;
   if (ref != nullptr) {
@@ -369,13 +398,17 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
             }
           }
           uint64_t cpu0 = 0, cpu1 = 0;
+          SchedStat d0, d1;
+          for (auto& d : daemons) d0 += read_schedstat_except(d->pid(), -1);
           for (auto& r : replicas) cpu0 += r->cpu_time_ns();
           log << fmt::format("{} gwrite {} B{}: {} operations ...\n", system, size,
                              stopped ? " (replica processes stopped)" : "", o.iters)
               << std::flush;
           FERRY_RETURN_IF_ERROR(run_point(*client, gid.value(), p, o.iters, o.max_seconds));
           for (auto& r : replicas) cpu1 += r->cpu_time_ns();
+          for (auto& d : daemons) d1 += read_schedstat_except(d->pid(), -1);
           p.replica_cpu_ns = cpu1 - cpu0;
+          p.daemons = SchedStat{d1.run_ns - d0.run_ns, d1.wait_ns - d0.wait_ns};
           const uint64_t written = std::min<uint64_t>(p.ops, kRegionBytes / size) * size;
           p.verified = p.failed == 0 &&
                        regions_match(dir, o.replicas, client->client_memory(gid.value()).value().first(written));
@@ -413,20 +446,22 @@ Status run_group_udp_bench(const GroupUdpBenchOptions& o, std::ostream& out, std
   if (o.json) {
     for (const auto& j : rows) out << j.dump() << "\n";
   } else {
-    out << fmt::format("{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10}\n", "system", "size",
+    out << fmt::format("{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10}  {}\n", "system", "size",
                        "stopped", "ops", "failed", "p50_us", "p99_us", "inproc50", "p50/inproc", "replica_ns/op",
-                       "verified");
+                       "verified", "bound (daemons' CPU, their wait)");
     for (const auto& j : rows) {
       auto num = [](const nlohmann::json& v) {
         return v.is_null() ? std::string("n/a") : fmt::format("{:.1f}", v.get<double>());
       };
       out << fmt::format(
-          "{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12.0f} {:>10}\n", j["system"].get<std::string>(),
-          j["size"].get<uint32_t>(), j["replicas_stopped"].get<bool>() ? "yes" : "no", j["ops"].get<uint64_t>(),
-          j["failed"].get<uint64_t>(), num(j["p50_us"]), num(j["p99_us"]),
+          "{:<12} {:>6} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10} {:>12.0f} {:>10}  {} ({:.2f}, {:.2f})\n",
+          j["system"].get<std::string>(), j["size"].get<uint32_t>(), j["replicas_stopped"].get<bool>() ? "yes" : "no",
+          j["ops"].get<uint64_t>(), j["failed"].get<uint64_t>(), num(j["p50_us"]), num(j["p99_us"]),
           j.contains("inproc") ? num(j["inproc"]["p50_us"]) : "-",
           j.contains("p50_over_inproc") ? fmt::format("{:.2f}", j["p50_over_inproc"].get<double>()) : "-",
-          j["replica_cpu_ns_per_op"].get<double>(), j["regions_verified"].get<bool>() ? "yes" : "NO");
+          j["replica_cpu_ns_per_op"].get<double>(), j["regions_verified"].get<bool>() ? "yes" : "NO",
+          j["bound_by"].get<std::string>(), j["regime"]["nic_daemons_cpu_fraction"].get<double>(),
+          j["regime"]["nic_daemons_wait_fraction"].get<double>());
     }
     out << fmt::format(
         "NIC engines: four `ferry nicd` processes on loopback UDP, engines {}, each polling {} us after its last work "

@@ -17,6 +17,7 @@
 #include "nic_bench_point.h"
 #include "nic_qp_scale.h"
 #include "reference.h"
+#include "regime.h"
 #include "report.h"
 #include "verbs_load.h"
 
@@ -57,6 +58,13 @@ class LinkSide {
   }
 
   Result<uint32_t> poll(std::span<WorkCompletion> wcs) {
+    const bool timed = idle_.begin();
+    auto n = poll_once(wcs);
+    idle_.end(timed, !n.ok() || n.value() != 0);
+    return n;
+  }
+
+  Result<uint32_t> poll_once(std::span<WorkCompletion> wcs) {
     if (send_) FERRY_RETURN_IF_ERROR(recycle_server_recvs(wcs));
     if (l_.inline_engine != nullptr) l_.inline_engine->step();
     auto n = l_.ccq->poll(wcs);
@@ -80,10 +88,14 @@ class LinkSide {
   std::optional<uint64_t> ends(const WorkCompletion& wc) const { return wc.wr_id; }
 
   void on_window_open(uint64_t) {
+    client_idle_start_ = idle_.idle_ns();
+    if (l_.engine_idle_ns) engine_idle_start_ = l_.engine_idle_ns();
     engine_cpu_start_ = l_.engine_cpu_ns();
     if (l_.engine_work) work_start_ = l_.engine_work();
   }
   void on_window_close(uint64_t) {
+    p_.client_idle_ns = idle_.idle_ns() - client_idle_start_;
+    if (l_.engine_idle_ns) p_.engine_idle_ns = l_.engine_idle_ns() - engine_idle_start_;
     p_.engine_cpu_ns = l_.engine_cpu_ns() - engine_cpu_start_;
     if (!l_.engine_work) return;
     const std::vector<EngineWork> end = l_.engine_work();
@@ -110,6 +122,9 @@ class LinkSide {
   SendWr wr_;
   uint64_t engine_cpu_start_ = 0;
   std::vector<EngineWork> work_start_;
+  IdleSampler idle_;  // this (the measuring) thread's polls that found nothing
+  uint64_t client_idle_start_ = 0;
+  uint64_t engine_idle_start_ = 0;
 };
 
 // Runs `warmup + iters` operations with `window` outstanding on `l`.
@@ -149,6 +164,7 @@ Testbed::Testbed(const NicBenchOptions& o, const Placement& placement, uint32_t 
   inline_ = o.inline_engine;
   eo.cpu = placement.engine_pinned ? placement.engine_cpu : -1;
   eo.fifo_priority = placement.engine_fifo;
+  eo.account_idle = !o.inline_engine;  // the engine thread's busy fraction (inline: the client's sampler covers it)
   engine_ = std::make_unique<Engine>(eo);
   client_ = engine_->add_nic(NicOptions{.name = "client"}).value();
   server_ = engine_->add_nic(NicOptions{.name = "server"}).value();
@@ -179,7 +195,8 @@ Testbed::Testbed(const NicBenchOptions& o, const Placement& placement, uint32_t 
                cmr_.get(),  smr_.get(),
                slot_bytes_, inline_ ? engine_.get() : nullptr,
                nullptr,     [this] { return engine_cpu_ns(); },
-               {}};
+               {},          {}};
+  if (!inline_) link_.engine_idle_ns = [this] { return engine_->stats().idle_pass_ns; };
   link_.engine_work = [this] {
     const NicCounters c = client_->counters(), s = server_->counters();
     return std::vector<EngineWork>{{engine_cpu_ns(), c.tx_packets + s.tx_packets, c.rx_packets + s.rx_packets}};
@@ -237,7 +254,30 @@ nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, c
   j["reference"] = {{"p50_ns", ref_p50}, {"gbps", ref_gbps}};
   j["p50_over_ref"] = ratio(p.latency.percentile(0.5), ref_p50);
   j["gbps_over_ref"] = ref_gbps > 0 ? gbps / ref_gbps : 0.0;
+  j["regime"] = regime_json(p);
+  j["bound_by"] = j["regime"]["bound_by"];
   return j;
+}
+
+std::string point_bound_by(const Point& p) {
+  const double window_ns = p.seconds * 1e9;
+  return bound_by({{"client", busy_fraction(p.client_idle_ns, window_ns)},
+                   {"nic-engine", p.engine_idle_ns ? busy_fraction(*p.engine_idle_ns, window_ns) : kNotMeasured}},
+                  /*closed_loop=*/true);
+}
+
+nlohmann::json regime_json(const Point& p) {
+  const double window_ns = p.seconds * 1e9;
+  nlohmann::json g;
+  g["client_busy_fraction"] = busy_fraction(p.client_idle_ns, window_ns);
+  g["engine_busy_fraction"] =
+      p.engine_idle_ns ? nlohmann::json(busy_fraction(*p.engine_idle_ns, window_ns)) : nlohmann::json(nullptr);
+  g["bound_by"] = point_bound_by(p);
+  g["how"] =
+      "busy = 1 - idle over the window: the measuring thread's polls that found nothing (every 16th timed), the "
+      "engine thread's idle passes and sleeps (EngineOptions::account_idle; null where the NICs run in other "
+      "processes); at 0.9 or more a thread bounds the point, else the window's round trips do (other)";
+  return g;
 }
 
 }  // namespace nic_point
@@ -292,10 +332,12 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
         << "right before each point on the same CPUs. eng_cpu = the engine thread's CPU time over the run's\n"
         << "wall time" << (o.inline_engine ? " (inline: the client thread's, which does the engine's work too)" : "")
         << ".\nns_pkt, cyc_pkt = that thread's CPU time per packet (each packet counted once: one engine sends and\n"
-        << fmt::format("receives it), in ns and in cycles at the TSC rate ({:.3f} GHz; 0 = unknown).\n", tsc_ghz());
-    out << fmt::format("{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>8}{:>9}{:>9}{:>8}{:>7}{:>8}{:>8}{:>8}\n",
+        << fmt::format("receives it), in ns and in cycles at the TSC rate ({:.3f} GHz; 0 = unknown).\n", tsc_ghz())
+        << "bound = the thread at 0.9 busy or more (client: posts and polls; nic-engine: runs both NICs),\n"
+        << "else other (the round trips in flight set the pace).\n";
+    out << fmt::format("{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10}{:>8}{:>9}{:>9}{:>8}{:>7}{:>8}{:>8}{:>8}  {}\n",
                        "op", "size", "out", "iters", "p50_ns", "p99_ns", "p999_ns", "max_ns", "Mops", "Gbps", "ref_p50",
-                       "ref_Gbps", "p50/ref", "bw/ref", "eng_cpu", "ns_pkt", "cyc_pkt");
+                       "ref_Gbps", "p50/ref", "bw/ref", "eng_cpu", "ns_pkt", "cyc_pkt", "bound");
   }
   for (const std::string& op : o.ops) {
     std::vector<uint32_t> sizes = op == "atomic" ? std::vector<uint32_t>{8} : o.sizes;
@@ -325,10 +367,10 @@ Status run_nic_bench(const NicBenchOptions& o, std::ostream& out, std::ostream& 
         } else {
           out << fmt::format(
               "{:<7}{:>7}{:>5}{:>9}{:>9}{:>9}{:>9}{:>10}{:>10.3f}{:>8.2f}{:>9}{:>9.1f}{:>8.2f}{:>7.2f}{:>8.2f}{:>8.0f}"
-              "{:>8.0f}\n",
+              "{:>8.0f}  {}\n",
               op, size, window, p.iters, percentile_text(p.latency, 0.5, 1, 0), percentile_text(p.latency, 0.99, 1, 0),
               percentile_text(p.latency, 0.999, 1, 0), p.latency.max(), mops, gbps, ref_p50, ref_gbps, p50_over_ref,
-              gbps_over_ref, p.engine_cpu_fraction, cost.ns_per_packet, cost.cycles_per_packet);
+              gbps_over_ref, p.engine_cpu_fraction, cost.ns_per_packet, cost.cycles_per_packet, point_bound_by(p));
           out.flush();
         }
       }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,12 @@ struct Point {
   double engine_cpu_fraction = 0;
   uint64_t engine_cpu_ns = 0;       // the NICs' work during the measured window
   std::vector<EngineWork> engines;  // each engine's thread CPU and packets over the window
+  // Idle time over the window (regime.h): the engine thread's (its idle
+  // passes and sleeps, EngineOptions::account_idle; nullopt where the
+  // engine is not this process's) and the measuring thread's (its polls that
+  // found nothing, sampled; inline, that thread also steps the engine).
+  std::optional<uint64_t> engine_idle_ns;
+  uint64_t client_idle_ns = 0;
 };
 
 // Zeroed page-aligned memory of at least `n` bytes (`size`, whole pages).
@@ -76,6 +83,8 @@ struct Link {
   std::function<uint64_t()> engine_cpu_ns;  // CPU time of whatever does the NICs' work
   // Per engine: its thread's CPU time and its NICs' packet counters (cost per packet).
   std::function<std::vector<EngineWork>()> engine_work;
+  // The in-process engine thread's idle time so far (EngineStats::idle_pass_ns); empty otherwise.
+  std::function<uint64_t()> engine_idle_ns;
 };
 
 // Posts the server's RECV `id` into its slot of the window.
@@ -140,6 +149,12 @@ void add_engine_fields(nlohmann::json& j, const Placement& placement, const std:
 // distribution and rate, and its cross-thread ping-pong / memcpy reference.
 nlohmann::json row_json(const std::string& op, uint32_t size, uint32_t window, const Point& p, double mops, double gbps,
                         uint64_t ref_p50, double ref_gbps);
+// What bounded the point (regime.h): "client" (the measuring thread posts
+// and polls) or "nic-engine" (the thread that runs both NICs) at 0.9 busy or
+// more, else "other" (the window's round trips set the pace).
+std::string point_bound_by(const Point& p);
+// row_json's "regime": both threads' busy fractions and bound_by.
+nlohmann::json regime_json(const Point& p);
 
 // `ferry bench nic --transport udp` (nic_bench_udp.cc).
 Status run_udp_transport(const NicBenchOptions& o, std::ostream& out, std::ostream& log);

@@ -179,8 +179,17 @@ class UdpTestbed {
     FERRY_RETURN_IF_ERROR(connect_qp(*a.qp, to_b, b.qp->qp_num(), co.b_psn, co.a_psn, co));
     FERRY_RETURN_IF_ERROR(connect_qp(*b.qp, to_a, a.qp->qp_num(), co.a_psn, co.b_psn, co));
     UdpTestbed* self = t.get();
-    t->link_ = Link{a.qp.get(), b.qp.get(),     a.cq.get(), b.cq.get(),      a.mr.get(),
-                    b.mr.get(), t->slot_bytes_, nullptr,    a.channel.get(), [self] { return self->daemons_cpu_ns(); },
+    t->link_ = Link{a.qp.get(),
+                    b.qp.get(),
+                    a.cq.get(),
+                    b.cq.get(),
+                    a.mr.get(),
+                    b.mr.get(),
+                    t->slot_bytes_,
+                    nullptr,
+                    a.channel.get(),
+                    [self] { return self->daemons_cpu_ns(); },
+                    {},
                     {}};
     t->link_.engine_work = [self] { return std::vector<EngineWork>{self->engine_work(0), self->engine_work(1)}; };
     for (uint32_t i = 0; i < kServerRecvs; ++i) FERRY_RETURN_IF_ERROR(repost_server_recv(t->link_, i));

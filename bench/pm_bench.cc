@@ -18,6 +18,7 @@
 #include "ferry/pm/domain.h"
 #include "ferry/pm/hints.h"
 #include "load_loop.h"
+#include "regime.h"
 #include "report.h"
 #include "verbs_load.h"
 
@@ -52,6 +53,7 @@ struct Measurement {
   uint64_t iters = 0;
   double seconds = 0;
   uint64_t engine_cpu_ns = 0;
+  uint64_t engine_idle_ns = 0;  // the engine thread's idle passes and sleeps (EngineOptions::account_idle)
   MediaCounters counters;
 
   double mops() const { return seconds > 0 ? static_cast<double>(iters) / seconds / 1e6 : 0.0; }
@@ -62,7 +64,11 @@ struct Measurement {
     iters += m.iters;
     seconds += m.seconds;
     engine_cpu_ns += m.engine_cpu_ns;
+    engine_idle_ns += m.engine_idle_ns;
   }
+  double engine_busy_fraction() const { return busy_fraction(engine_idle_ns, seconds * 1e9); }
+  // What bounded it (regime.h): the engine thread, or the client's operations in flight.
+  std::string bound() const { return bound_by({{"nic-engine", engine_busy_fraction()}}, /*closed_loop=*/true); }
 };
 
 // How the persist experiment makes a remote write durable.
@@ -82,6 +88,7 @@ class PmTestbed;
 struct MeasuredSpan {
   uint64_t start_ns = 0;
   uint64_t engine_cpu_start = 0;
+  uint64_t engine_idle_start = 0;
   void open(PmTestbed& t, bool settle = true);
   void close(PmTestbed& t, Measurement& m) const;
 };
@@ -109,6 +116,7 @@ class PmTestbed {
     EngineOptions eo;
     eo.cpu = placement.engine_pinned ? placement.engine_cpu : -1;
     eo.wire_delay_ns = wire_delay_ns;
+    eo.account_idle = true;  // the engine thread's busy fraction (each point's regime)
     engine_ = std::make_unique<Engine>(eo);
     client_ = engine_->add_nic({.name = "client"}).value();
     NicOptions so;
@@ -420,13 +428,17 @@ void MeasuredSpan::open(PmTestbed& t, bool settle) {
     t.region_->settle_media_model();
     t.region_->reset_counters();
   }
-  engine_cpu_start = t.engine_->stats().thread_cpu_ns;
+  const EngineStats s = t.engine_->stats();
+  engine_cpu_start = s.thread_cpu_ns;
+  engine_idle_start = s.idle_pass_ns;
   start_ns = timing_clock().now_ns();
 }
 
 void MeasuredSpan::close(PmTestbed& t, Measurement& m) const {
   m.seconds = static_cast<double>(timing_clock().now_ns() - start_ns) / 1e9;
-  m.engine_cpu_ns = t.engine_->stats().thread_cpu_ns - engine_cpu_start;
+  const EngineStats s = t.engine_->stats();
+  m.engine_cpu_ns = s.thread_cpu_ns - engine_cpu_start;
+  m.engine_idle_ns = s.idle_pass_ns - engine_idle_start;
 }
 
 nlohmann::json modeled_json(const MediaCounters& c, uint64_t ops) {
@@ -481,11 +493,21 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
 
   bool real_pm = false;
   std::string granularity;
-  auto emit = [&](nlohmann::json j, double engine_cpu_fraction) {
+  auto emit = [&](nlohmann::json j, const Measurement& m) {
     j["bench"] = "pm";
     j["engine"] = placement_json(placement);
     j["engine"]["mode"] = "thread";
-    j["engine"]["cpu_busy_fraction"] = engine_cpu_fraction;
+    j["engine"]["cpu_busy_fraction"] = m.engine_cpu_fraction();
+    // What bounded the point (regime.h): the engine thread that runs both
+    // NICs and the PM model's DMA path, or the client's operations in flight.
+    const std::string bound = m.bound();
+    j["regime"] = {{"engine_busy_fraction", m.engine_busy_fraction()},
+                   {"bound_by", bound},
+                   {"how",
+                    "engine busy = 1 - its idle passes and sleeps over the window (EngineOptions::account_idle); "
+                    "at 0.9 or more the engine bounds the point, else the client's operations in flight do "
+                    "(other)"}};
+    j["bound_by"] = bound;
     j["client_cpu"] = placement.client_cpu;
     j["load"] = placement.load;
     j["real_pm"] = real_pm;
@@ -502,9 +524,9 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
     if (!o.json) {
       out << "\n"
           << title << "\n"
-          << fmt::format("{:<11}{:<18}{:>6}{:>9}{:>9}{:>9}{:>9}  {:>7}{:>8}{:>8}{:>8}{:>11}\n", "memory", "variant",
+          << fmt::format("{:<11}{:<18}{:>6}{:>9}{:>9}{:>9}{:>9}  {:>7}{:>8}{:>8}{:>8}{:>11}  {}\n", "memory", "variant",
                          "size", "Mops", "p50_ns", "p99_ns", "p999_ns", "wr_amp", "rmw/op", "rfo/op", "rd/op",
-                         "media_Mops");
+                         "media_Mops", "bound");
     }
   };
 
@@ -555,16 +577,17 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
         j["mops"] = mops;
         j["gbps"] = mops * 1e6 * size * 8 / 1e9;
         j["modeled"] = modeled_json(r.counters, r.iters);
-        emit(j, r.engine_cpu_fraction());
+        emit(j, r);
         if (!o.json) {
           const auto& m = j["modeled"];
-          out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
-                             v.pm ? "pm" : "dram", v.name, size, mops, percentile_text(r.latency, 0.5, 1, 0),
-                             percentile_text(r.latency, 0.99, 1, 0), percentile_text(r.latency, 0.999, 1, 0),
-                             m["write_amplification"].get<double>(),
-                             m["pcie_rmw_per_op"].get<double>() + m["nt_partial_per_op"].get<double>(),
-                             m["cpu_rfo_per_op"].get<double>(), m["read_requests_per_op"].get<double>(),
-                             m["media_bound_mops"].get<double>());
+          out << fmt::format(
+              "{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}  {}\n",
+              v.pm ? "pm" : "dram", v.name, size, mops, percentile_text(r.latency, 0.5, 1, 0),
+              percentile_text(r.latency, 0.99, 1, 0), percentile_text(r.latency, 0.999, 1, 0),
+              m["write_amplification"].get<double>(),
+              m["pcie_rmw_per_op"].get<double>() + m["nt_partial_per_op"].get<double>(),
+              m["cpu_rfo_per_op"].get<double>(), m["read_requests_per_op"].get<double>(),
+              m["media_bound_mops"].get<double>(), r.bound());
           out.flush();
         }
       }
@@ -595,15 +618,15 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
       j["mops"] = mops;
       j["gbps"] = mops * 1e6 * 8 * 8 / 1e9;  // 8-byte operands
       j["modeled"] = modeled_json(r.counters, r.iters);
-      emit(j, r.engine_cpu_fraction());
+      emit(j, r);
       if (!o.json) {
         const auto& m = j["modeled"];
-        out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}\n",
+        out << fmt::format("{:<11}{:<18}{:>6}{:>9.3f}{:>9}{:>9}{:>9}  {:>7.2f}{:>8.2f}{:>8.2f}{:>8.2f}{:>11.1f}  {}\n",
                            on_pm ? "pm" : "dram", on_pm ? "locks on PM" : "+H8", 8, mops,
                            percentile_text(r.latency, 0.5, 1, 0), percentile_text(r.latency, 0.99, 1, 0),
                            percentile_text(r.latency, 0.999, 1, 0), m["write_amplification"].get<double>(),
                            m["pcie_rmw_per_op"].get<double>(), m["cpu_rfo_per_op"].get<double>(),
-                           m["read_requests_per_op"].get<double>(), m["media_bound_mops"].get<double>());
+                           m["read_requests_per_op"].get<double>(), m["media_bound_mops"].get<double>(), r.bound());
       }
     }
   }
@@ -612,8 +635,8 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
   if (std::find(o.experiments.begin(), o.experiments.end(), "persist") != o.experiments.end()) {
     if (!o.json) {
       out << "\nPersistent remote write latency, one at a time (PM, DDIO off), ratios to a plain WRITE's p50\n"
-          << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10}{:>12}{:>15}\n", "size", "plain_p50", "h9_p50",
-                         "h9flush_p50", "strawman_p50", "h9/plain", "flush/plain", "strawman/plain");
+          << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10}{:>12}{:>15}  {}\n", "size", "plain_p50", "h9_p50",
+                         "h9flush_p50", "strawman_p50", "h9/plain", "flush/plain", "strawman/plain", "bound (plain)");
     }
     struct PersistRun {
       Measurement plain, h9, h9_flush, strawman;
@@ -685,13 +708,13 @@ Status run_pm_bench(const PmBenchOptions& o, std::ostream& out, std::ostream& lo
         ratios(wired_runs[k], size, wired);
         j["with_modeled_wire"] = wired;
       }
-      emit(j, r.plain.engine_cpu_fraction());
+      emit(j, r.plain);
       if (!o.json) {
-        out << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10.2f}{:>12.2f}{:>15.2f}", size,
+        out << fmt::format("{:>6}{:>10}{:>10}{:>12}{:>13}{:>10.2f}{:>12.2f}{:>15.2f}  {}", size,
                            r.plain.latency.percentile(0.5), r.h9.latency.percentile(0.5),
                            r.h9_flush.latency.percentile(0.5), r.strawman.latency.percentile(0.5),
                            j["persist_ratio_h9"].get<double>(), j["persist_ratio_h9_flush"].get<double>(),
-                           j["persist_ratio_strawman"].get<double>());
+                           j["persist_ratio_strawman"].get<double>(), r.plain.bound());
         if (o.modeled_wire_delay_ns != 0) {
           out << fmt::format("   | wire {} ns (modeled): h9 {:.2f} strawman {:.2f}", o.modeled_wire_delay_ns,
                              wired["persist_ratio_h9"].get<double>(), wired["persist_ratio_strawman"].get<double>());

@@ -262,9 +262,14 @@ void Engine::thread_main() {
   if (options_.cpu >= 0) (void)pin_current_thread(options_.cpu);
   if (options_.fifo_priority > 0) (void)set_current_thread_fifo(options_.fifo_priority);
   uint64_t idle_since = 0;
+  const bool account = options_.account_idle;
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = clock_->now_ns();
+    // account_idle: an iteration is timed whole, the spin after an idle
+    // pass included (that time is the engine's, idle).
+    const bool timed = account && idle_.begin();
     if (pass(now)) {
+      if (timed) idle_.end(timed, /*busy=*/true);
       idle_since = 0;
       continue;
     }
@@ -275,8 +280,10 @@ void Engine::thread_main() {
       } else {
         (void)sched_yield();
       }
+      if (timed) idle_.end(timed, /*busy=*/false);
       continue;
     }
+    if (timed) idle_.end(timed, /*busy=*/false);
     // Sleep until a doorbell, a control command, or the next deadline. Stop
     // watching doorbell records first, so that posts ring the queue again.
     bool slipped_in = false;
@@ -297,6 +304,7 @@ void Engine::thread_main() {
       continue;
     }
     sleeps_.inc();
+    const uint64_t slept_from = account ? Tsc::now() : 0;
     const uint64_t timeout_ns = deadline == UINT64_MAX ? 0 : deadline - now2;
     if (sockets) {
       park_on_sockets(timeout_ns);
@@ -305,6 +313,7 @@ void Engine::thread_main() {
     } else {
       parker_.park(timeout_ns);
     }
+    if (account) idle_.add_idle_ticks(Tsc::now() - slept_from);
     idle_since = 0;
   }
 }

@@ -287,6 +287,74 @@ TEST_F(SleepyEngineTest, IdleEngineSleepsAndADoorbellWakesIt) {
   EXPECT_GT(engine_->stats().wakeups, idle.wakeups) << "posts woke the sleeping engine";
 }
 
+// account_idle on a threaded engine: its idle time is its spinning passes
+// (sampled) and its sleeps (whole, counted when they end), so an engine with
+// nothing to do reads as idle for most of the wall time, whether it spins or
+// sleeps between sparse posts.
+TEST(ThreadedIdleTest, AnIdleEngineReadsIdleWhetherItSpinsOrSleeps) {
+  for (const uint64_t spin_ns : {uint64_t{10'000'000'000}, uint64_t{2'000}}) {
+    SCOPED_TRACE(spin_ns > 1'000'000 ? "spinning" : "sleeping");
+    EngineOptions o;
+    o.threaded = true;
+    o.spin_ns = spin_ns;
+    o.account_idle = true;
+    Engine engine(o);
+    Nic* a = engine.add_nic().value();
+    Nic* b = engine.add_nic().value();
+    auto pa = a->alloc_pd().value();
+    auto pb = b->alloc_pd().value();
+    CqInitAttr ca;
+    ca.cqe = 64;
+    auto cq = a->create_cq(ca).value();
+    auto cqb = b->create_cq(ca).value();
+    QpInitAttr qa;
+    qa.send_cq = cq.get();
+    qa.recv_cq = cq.get();
+    auto qpa = a->create_qp(*pa, qa).value();
+    qa.send_cq = cqb.get();
+    qa.recv_cq = cqb.get();
+    auto qpb = b->create_qp(*pb, qa).value();
+    ASSERT_TRUE(connect_qps(*qpa, *a, *qpb, *b).ok());
+    AlignedBytes ma = aligned_bytes(4096), mb = aligned_bytes(4096);
+    auto mra = a->reg_mr(*pa, ma.get(), 4096, kAccessAll).value();
+    auto mrb = b->reg_mr(*pb, mb.get(), 4096, kAccessAll).value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const uint64_t idle0 = engine.stats().idle_pass_ns;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 40; ++i) {
+      const Sge sge = mra->sge(0, 8);
+      SendWr wr;
+      wr.opcode = WrOpcode::kRdmaWrite;
+      wr.flags = kSendSignaled;
+      wr.sg_list = std::span<const Sge>(&sge, 1);
+      wr.remote_addr = mrb->iova();
+      wr.rkey = mrb->rkey();
+      ASSERT_TRUE(qpa->post_send(wr).ok());
+      WorkCompletion wc{};
+      for (;;) {
+        auto n = cq->poll(std::span<WorkCompletion>(&wc, 1));
+        ASSERT_TRUE(n.ok());
+        if (n.value() == 1) break;
+        std::this_thread::yield();
+      }
+      EXPECT_EQ(wc.status, WcStatus::kSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const double wall = static_cast<double>(std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count());
+    const double idle = static_cast<double>(engine.stats().idle_pass_ns - idle0);
+    // 40 WRITEs take microseconds of the ~80 ms; the sampler's x16 scaling
+    // and the last sleep (counted only when it ends) leave room either way.
+    EXPECT_GT(idle, 0.5 * wall) << "idle " << idle << " ns of " << wall;
+    EXPECT_LT(idle, 1.5 * wall) << "idle " << idle << " ns of " << wall;
+    qpa.reset();
+    qpb.reset();
+    mra.reset();
+    mrb.reset();
+    cq.reset();
+    cqb.reset();
+  }
+}
+
 TEST_F(ThreadedTest, ControlPathFromAnotherThreadWhileTrafficRuns) {
   Side& a = side();
   Side& b = side();

@@ -33,6 +33,8 @@ class IdleSampler {
     const uint64_t d = Tsc::now() - t0_;
     ticks_.add(static_cast<double>(d) * Tsc::ns_per_tick() < kStallNs ? d * kEvery : d);
   }
+  // Idle time measured whole (a sleep), in TSC ticks.
+  void add_idle_ticks(uint64_t ticks) { ticks_.add(ticks); }
   uint64_t idle_ns() const { return static_cast<uint64_t>(static_cast<double>(ticks_.get()) * Tsc::ns_per_tick()); }
 
  private:

@@ -75,8 +75,11 @@ struct EngineOptions {
   // A modeled one-way wire delay for every packet (0: none, the emulator's
   // own speed). For showing network-round-trip effects; never a default.
   uint64_t wire_delay_ns = 0;
-  // Manual mode: time step()'s passes that found nothing to do (sampled:
-  // ferry/common/idle_sampler.h), reported as EngineStats::idle_pass_ns.
+  // Time the engine's passes that found nothing to do (sampled:
+  // ferry/common/idle_sampler.h) -- step()'s in manual mode, the thread's
+  // spinning passes in threaded mode, where its sleeps count whole --,
+  // reported as EngineStats::idle_pass_ns: 1 - idle / wall time is how busy
+  // the core that runs the NICs was.
   bool account_idle = false;
   // Wakeups from other processes (the NIC daemon, src/nicd/): when set, the
   // engine always sleeps in ppoll on wake_fd() and publishes that it is
@@ -91,7 +94,7 @@ struct EngineStats {
   uint64_t sleeps = 0;        // times the thread blocked
   uint64_t wakeups = 0;       // times a poster had to wake it
   uint64_t thread_cpu_ns = 0; // CPU time of the engine thread (threaded mode)
-  uint64_t idle_pass_ns = 0;  // manual mode with account_idle: time in step() passes that did nothing
+  uint64_t idle_pass_ns = 0;  // with account_idle: time in passes that did nothing (and, threaded, asleep)
 };
 
 class Engine {
