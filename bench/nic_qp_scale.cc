@@ -61,6 +61,8 @@ struct ScaleResult {
   uint64_t messages = 0;
   double seconds = 0;
   EngineWork engine;  // over the measured window
+  uint64_t engine_idle_ns = 0;  // the engine thread's idle passes and sleeps over the window
+  uint64_t client_idle_ns = 0;  // this thread's polls that found nothing over the window (sampled)
 };
 
 // The N pairs and everything they run on. Destroyed QPs first, then the
@@ -76,6 +78,7 @@ class ScaleBed {
     eo.threaded = true;
     eo.cpu = usable_cpu(o.engine_cpu);
     eo.fifo_priority = o.engine_fifo;
+    eo.account_idle = true;  // the engine thread's busy fraction (each point's regime)
     engine_ = std::make_unique<Engine>(eo);
     NicOptions no;
     no.max_qps = pairs + 1;
@@ -183,7 +186,10 @@ class ScaleBed {
     uint64_t window_start_ns = 0, window_end_ns = 0, last_progress_ns = clock.now_ns();
     const uint64_t window_ns = static_cast<uint64_t>(seconds * 1e9);
     EngineWork at_open;
+    uint64_t engine_idle_open = 0, client_idle_open = 0;
+    IdleSampler idle;  // this thread's polls that found nothing
     while (outstanding > 0) {
+      const bool timed = idle.begin();
       if (send) {
         FERRY_ASSIGN_OR_RETURN(const uint32_t m, scq_->poll(wcs));
         for (uint32_t i = 0; i < m; ++i) {
@@ -192,6 +198,7 @@ class ScaleBed {
         }
       }
       FERRY_ASSIGN_OR_RETURN(const uint32_t n, ccq_->poll(wcs));
+      idle.end(timed, n != 0);
       if (n == 0) {
         if (clock.now_ns() - last_progress_ns > kStuckNs) {
           return timed_out(fmt::format("{} QP pairs: no completion for 10 s ({} outstanding)", pairs_, outstanding));
@@ -219,6 +226,8 @@ class ScaleBed {
       if (!measuring && !draining && completed >= warmup) {
         measuring = true;
         at_open = engine_work();
+        engine_idle_open = engine_->stats().idle_pass_ns;
+        client_idle_open = idle.idle_ns();
         window_start_ns = clock.now_ns();
       } else if (measuring && r->messages >= min_messages &&
                  (r->messages >= iters || now - window_start_ns >= window_ns)) {
@@ -226,6 +235,8 @@ class ScaleBed {
         draining = true;
         window_end_ns = clock.now_ns();
         r->engine = engine_work_delta(at_open, engine_work());
+        r->engine_idle_ns = engine_->stats().idle_pass_ns - engine_idle_open;
+        r->client_idle_ns = idle.idle_ns() - client_idle_open;
       }
     }
     if (window_end_ns == 0) return internal_error("the measured window never closed");
@@ -270,9 +281,9 @@ Status run_nic_qp_scale(const NicBenchOptions& o, std::ostream& out, std::ostrea
         << "us_msg = wall time per message (1 / rate). ns_pkt, cyc_pkt = the engine thread's CPU time per packet\n"
         << fmt::format("(cycles at the TSC rate, {:.3f} GHz; 0 = unknown). QP depth {} (send and receive).\n", ghz,
                        o.qp_depth);
-    out << fmt::format("{:>6}{:>7}{:>6}{:>10}{:>9}{:>10}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>10}{:>8}{:>8}{:>8}{:>8}\n",
+    out << fmt::format("{:>6}{:>7}{:>6}{:>10}{:>9}{:>10}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>10}{:>8}{:>8}{:>8}{:>8}  {}\n",
                        "pairs", "op", "size", "alloc_KiB", "rss_KiB", "create_us", "conn_us", "msgs", "p50_ns",
-                       "p95_ns", "p99_ns", "p999_ns", "max_ns", "Mops", "us_msg", "ns_pkt", "cyc_pkt");
+                       "p95_ns", "p99_ns", "p999_ns", "max_ns", "Mops", "us_msg", "ns_pkt", "cyc_pkt", "bound");
   }
   for (uint32_t pairs : o.qp_pairs) {
     for (const std::string& op : o.ops) {
@@ -293,6 +304,11 @@ Status run_nic_qp_scale(const NicBenchOptions& o, std::ostream& out, std::ostrea
         // In process one engine does both ends of every packet: count each once.
         const PacketCost cost = packet_cost(r.engine.cpu_ns, r.engine.rx_packets);
         const double engine_busy = r.seconds > 0 ? static_cast<double>(r.engine.cpu_ns) / 1e9 / r.seconds : 0;
+        // What bounded the point: the same rule as the other nic points (nic_bench_point.h).
+        nic_point::Point regime_point;
+        regime_point.seconds = r.seconds;
+        regime_point.engine_idle_ns = r.engine_idle_ns;
+        regime_point.client_idle_ns = r.client_idle_ns;
         if (o.json) {
           nlohmann::json j;
           j["point"] = "qp_scale";
@@ -313,16 +329,18 @@ Status run_nic_qp_scale(const NicBenchOptions& o, std::ostream& out, std::ostrea
           j["us_per_message"] = us_per_message;
           j["engine_packets"] = nic_point::engine_packets_json(cost, nic_point::kEngineThreadCpu, r.engine);
           nic_point::add_engine_fields(j, placement, "thread", engine_busy);
+          j["regime"] = nic_point::regime_json(regime_point);
+          j["bound_by"] = j["regime"]["bound_by"];
           out << j.dump() << std::endl;
         } else {
           out << fmt::format(
               "{:>6}{:>7}{:>6}{:>10.1f}{:>9.1f}{:>10.1f}{:>9.1f}{:>9}{:>9}{:>9}{:>9}{:>9}{:>10}{:>8.3f}{:>8.3f}{:>8.0f}"
-              "{:>8.0f}\n",
+              "{:>8.0f}  {}\n",
               pairs, op, op == "atomic" ? 8 : size, r.alloc_bytes_per_pair / 1024, r.rss_bytes_per_pair / 1024,
               r.create_us_per_pair, r.connect_us_per_pair, r.messages, percentile_text(r.latency, 0.5, 1, 0),
               percentile_text(r.latency, 0.95, 1, 0), percentile_text(r.latency, 0.99, 1, 0),
               percentile_text(r.latency, 0.999, 1, 0), r.latency.max(), mops, us_per_message, cost.ns_per_packet,
-              cost.cycles_per_packet);
+              cost.cycles_per_packet, nic_point::point_bound_by(regime_point));
           out.flush();
         }
       }
