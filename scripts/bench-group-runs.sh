@@ -15,20 +15,11 @@
 # Fig. 8's points, which the targets judge; "latency,throughput,group_size,cas"
 # for the whole bench, about 6.5 minutes a run on 2 CPUs).
 set -euo pipefail
-if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
-out=$1
-shift
-runs=3
-if [[ $# -gt 0 && "$1" != "--" ]]; then runs=$1; shift; fi
-[[ $# -gt 0 && "$1" == "--" ]] && shift
-ferry=${FERRY:-build/ferry}
+# shellcheck source=scripts/bench-runs-lib.sh
+. "$(dirname "$0")/bench-runs-lib.sh"
+runs_args bench-group-runs 17 "$@"
+set -- "${extra[@]}"
 experiments=${EXPERIMENTS:-latency}
-[[ -x "$ferry" ]] || { echo "bench-group-runs: $ferry is not built (make build)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "bench-group-runs: jq missing (scripts/install-deps.sh)" >&2; exit 1; }
-mkdir -p "$out"
 for ((i = 1; i <= runs; i++)); do
   echo "bench-group-runs: run $i of $runs ($(date -u +%H:%M:%S))" >&2
   "$ferry" bench group --experiments "$experiments" --json "$@" >"$out/run$i.json" 2>"$out/run$i.txt"
@@ -36,9 +27,7 @@ done
 for ((i = 1; i <= runs; i++)); do
   jq -c --argjson run "$i" '. + {run: $run}' "$out/run$i.json"
 done >"$out/group-bench.json"
-jq -r -s '
-  def spread: sort | if length == 0 then "n/a" else
-    "\(.[0] * 100 | round / 100) / \(.[(length - 1) / 2 | floor] * 100 | round / 100) / \(.[-1] * 100 | round / 100)" end;
+jq -r -s "$JQ_SPREAD"'
   group_by(.run) as $runs
   | [$runs[] | map(select(.experiment == "latency" and .system == "hyperloop" and .load == true
       and .ratios.naive_event_over_hyperloop.p99 != null) | .ratios.naive_event_over_hyperloop.p99) | min] as $ne

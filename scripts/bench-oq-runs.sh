@@ -11,20 +11,11 @@
 # Environment: FERRY (default build/ferry), EXPERIMENTS (default
 # "threads latency pmkv"; threads runs once, in run 1 only).
 set -euo pipefail
-if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
-out=$1
-shift
-runs=3
-if [[ $# -gt 0 && "$1" != "--" ]]; then runs=$1; shift; fi
-[[ $# -gt 0 && "$1" == "--" ]] && shift
-ferry=${FERRY:-build/ferry}
+# shellcheck source=scripts/bench-runs-lib.sh
+. "$(dirname "$0")/bench-runs-lib.sh"
+runs_args bench-oq-runs 12 "$@"
+set -- "${extra[@]}"
 experiments=${EXPERIMENTS:-threads latency pmkv}
-[[ -x "$ferry" ]] || { echo "bench-oq-runs: $ferry is not built (make build)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "bench-oq-runs: jq missing (scripts/install-deps.sh)" >&2; exit 1; }
-mkdir -p "$out"
 for ((i = 1; i <= runs; i++)); do
   for e in $experiments; do
     [[ "$e" == threads && $i -gt 1 ]] && continue

@@ -15,21 +15,12 @@
 # Environment: FERRY (default build/ferry), RECORDS (default 20000: the
 # Naive baselines load about 1,000 records/s on 2 CPUs), OPS (default 5000).
 set -euo pipefail
-if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
-out=$1
-shift
-runs=3
-if [[ $# -gt 0 && "$1" != "--" ]]; then runs=$1; shift; fi
-[[ $# -gt 0 && "$1" == "--" ]] && shift
-ferry=${FERRY:-build/ferry}
+# shellcheck source=scripts/bench-runs-lib.sh
+. "$(dirname "$0")/bench-runs-lib.sh"
+runs_args bench-store-runs 16 "$@"
+set -- "${extra[@]}"
 records=${RECORDS:-20000}
 ops=${OPS:-5000}
-[[ -x "$ferry" ]] || { echo "bench-store-runs: $ferry is not built (make build)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "bench-store-runs: jq missing (scripts/install-deps.sh)" >&2; exit 1; }
-mkdir -p "$out"
 common=(bench store --experiments ycsb --workloads A --records "$records" --ops "$ops" --json)
 for ((i = 1; i <= runs; i++)); do
   echo "bench-store-runs: run $i of $runs, interleaved ($(date -u +%H:%M:%S))" >&2
@@ -45,11 +36,9 @@ for f in "$out"/run*-*.json; do
   run=${run%%-*}
   jq -c --argjson run "$run" --arg form "${b#*-}" '. + {run: $run, form: $form}' "$f"
 done >"$out/store-bench.json"
-jq -r -s '
+jq -r -s "$JQ_SPREAD"'
   def pick(form; sys; reads; load; op): map(select(.form == form and .system == sys and .load == load and .op == op
     and (.reads_at // "client") == reads));
-  def spread: sort | if length == 0 then "n/a" else
-    "\(.[0] * 100 | round / 100) / \(.[(length - 1) / 2 | floor] * 100 | round / 100) / \(.[-1] * 100 | round / 100)" end;
   group_by(.run) as $runs
   | [$runs[] | pick("interleaved"; "hyperloop"; "client"; "quiet"; "update")[0].p50_us] as $hl
   | [$runs[] | pick("interleaved"; "naive-poll"; "client"; "quiet"; "update")[0].p50_us] as $np
