@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "backup_link_impl.h"
 #include "ferry/common/rng.h"
@@ -30,6 +31,13 @@ struct ReplicatedLog::Impl {
     OpenedBuffer buffer;
     uint64_t completed = 0;    // bytes [0, completed) acknowledged by this backup
     uint32_t inflight = 0;     // signaled WRs / RPCs not yet completed
+    // kRpc: bytes [0, sent) went out in replicate RPCs (at most one in
+    // flight; what is written meanwhile waits for the next one).
+    uint64_t sent = 0;
+    // Names this replica in its RPCs' callbacks: a reply that arrives after
+    // the replica was dropped (and perhaps re-created on the same backup)
+    // must not count for the new one.
+    uint64_t tag = 0;
   };
   struct Segment {
     uint64_t id = 0;
@@ -74,6 +82,10 @@ struct ReplicatedLog::Impl {
   // answers; a backup that never comes back keeps its entries.
   std::map<std::pair<size_t, uint64_t>, bool> orphans;
   std::vector<uint32_t> orphan_frees;  // per link: frees in flight (its session is polled while > 0)
+  // kRpc: segments some replica of which has bytes not yet sent or an RPC
+  // in flight; every poll sends their next RPCs (pump_locked).
+  std::set<uint64_t> pumping;
+  uint64_t next_replica_tag = 1;
   LogCounters counters;
 
   Segment* segment_of(uint64_t id) {
@@ -168,15 +180,86 @@ struct ReplicatedLog::Impl {
       }
       if ((options.replication == Replication::kRpc && !dead[b]) || orphan_frees[b] > 0) link.session().poll();
     }
+    if (!pumping.empty()) pump_all_locked();
   }
 
-  // Posts bytes [offset, offset+len) of segment s to replica r.
+  // kRpc, as RAMCloud's ReplicatedSegment replicates: one replicate RPC in
+  // flight per replica, carrying everything written since the last one (up
+  // to rpc_chunk_bytes), so appends that arrive while an RPC is out are
+  // merged into the next. Sends replica r's next RPC if it has none in
+  // flight and bytes to send.
+  void pump_locked(Segment& s, Replica& r) {
+    if (dead[r.backup] || r.inflight > 0 || r.sent >= s.written()) return;
+    BackupLink::Impl& link = links[r.backup]->impl();
+    const uint64_t at = r.sent;
+    const uint64_t n = std::min<uint64_t>(options.rpc_chunk_bytes, s.written() - at);
+    // The bytes travel in the request (copied out of the segment: that
+    // copy, and the backup's into its buffer, are the baseline's).
+    std::vector<uint8_t> payload(sizeof(detail::ReplicateHeader) + n);
+    const detail::ReplicateHeader h{options.log_id, s.id, at};
+    std::memcpy(payload.data(), &h, sizeof h);
+    std::memcpy(payload.data() + sizeof h, s.memory + at, n);
+    const uint64_t segment_id = s.id;
+    const size_t backup = r.backup;
+    const uint64_t tag = r.tag;
+    const uint64_t chunk_end = at + n;
+    const Status sent = link.session().call_async(
+        kTwReplicate, link.route, payload, false,
+        [this, segment_id, backup, tag, chunk_end](const rpc::CallResult& res) {
+          Segment* seg = segment_of(segment_id);
+          Replica* rep = seg != nullptr ? replica_on(*seg, backup) : nullptr;
+          if (rep != nullptr && rep->tag != tag) rep = nullptr;  // an older replica's reply
+          if (rep != nullptr && rep->inflight > 0) --rep->inflight;
+          if (res.status.ok() && res.app_status == static_cast<uint8_t>(Code::kPermissionDenied)) fenced = true;
+          if (!res.status.ok() || res.app_status != 0) {
+            mark_dead(backup);
+          } else if (rep != nullptr) {
+            rep->completed = std::max(rep->completed, chunk_end);
+          }
+        });
+    if (sent.code() == Code::kResourceExhausted) return;  // the session's window: the next poll sends it
+    if (!sent.ok()) {
+      mark_dead(r.backup);
+      return;
+    }
+    r.sent = chunk_end;
+    ++r.inflight;
+    ++counters.rpcs_sent;
+  }
+
+  void pump_all_locked() {
+    for (auto it = pumping.begin(); it != pumping.end();) {
+      Segment* s = segment_of(*it);
+      bool busy = false;
+      if (s != nullptr) {
+        for (Replica& r : s->replicas) {
+          pump_locked(*s, r);
+          busy = busy || (!dead[r.backup] && (r.inflight > 0 || r.sent < s->written()));
+        }
+      }
+      it = busy ? std::next(it) : pumping.erase(it);
+    }
+  }
+
+  // kRpc: replica r (of s) is behind; every poll sends it more until it has all.
+  void start_pump_locked(Segment& s, Replica& r) {
+    pumping.insert(s.id);
+    pump_locked(s, r);
+  }
+
+  // Replicates bytes [offset, offset+len) of segment s to replica r:
+  // kTailwind posts their WRITE (+ FLUSH); kRpc has them sent with what
+  // else replica r has not been sent (pump_locked).
   // kResourceExhausted: its queue is full (poll and retry).
   Status post(Segment& s, Replica& r, uint64_t offset, uint64_t len) {
+    if (options.replication == Replication::kRpc) {
+      start_pump_locked(s, r);
+      return ok_status();
+    }
     if (r.inflight >= options.max_inflight_per_backup) return resource_exhausted("backup queue full");
     BackupLink::Impl& link = links[r.backup]->impl();
     const uint64_t end = offset + len;
-    if (options.replication == Replication::kTailwind) {
+    {
       const nic::Sge sge = s.mrs[r.backup]->sge(offset, static_cast<uint32_t>(len));
       nic::SendWr wrs[2];
       wrs[0].opcode = nic::WrOpcode::kRdmaWrite;
@@ -205,41 +288,6 @@ struct ReplicatedLog::Impl {
       ++r.inflight;
       return ok_status();
     }
-    // kRpc: the bytes travel in the request (copied out of the segment:
-    // that copy, and the backup's into its buffer, are the baseline's).
-    const uint64_t chunks = (len + options.rpc_chunk_bytes - 1) / options.rpc_chunk_bytes;
-    if (r.inflight + chunks > options.max_inflight_per_backup) return resource_exhausted("backup queue full");
-    for (uint64_t at = offset; at < end; at += options.rpc_chunk_bytes) {
-      const uint64_t n = std::min<uint64_t>(options.rpc_chunk_bytes, end - at);
-      std::vector<uint8_t> payload(sizeof(detail::ReplicateHeader) + n);
-      const detail::ReplicateHeader h{options.log_id, s.id, at};
-      std::memcpy(payload.data(), &h, sizeof h);
-      std::memcpy(payload.data() + sizeof h, s.memory + at, n);
-      const uint64_t segment_id = s.id;
-      const size_t backup = r.backup;
-      const uint64_t chunk_end = at + n;
-      const Status sent = link.session().call_async(
-          kTwReplicate, link.route, payload, false,
-          [this, segment_id, backup, chunk_end](const rpc::CallResult& res) {
-            Segment* seg = segment_of(segment_id);
-            Replica* rep = seg != nullptr ? replica_on(*seg, backup) : nullptr;
-            if (rep != nullptr && rep->inflight > 0) --rep->inflight;
-            if (res.status.ok() && res.app_status == static_cast<uint8_t>(Code::kPermissionDenied)) fenced = true;
-            if (!res.status.ok() || res.app_status != 0) {
-              mark_dead(backup);
-            } else if (rep != nullptr) {
-              rep->completed = std::max(rep->completed, chunk_end);
-            }
-          });
-      if (sent.code() == Code::kResourceExhausted) return sent;  // the session's window: poll and retry
-      if (!sent.ok()) {
-        mark_dead(r.backup);
-        return ok_status();
-      }
-      ++r.inflight;
-      ++counters.rpcs_sent;
-    }
-    return ok_status();
   }
 
   // Sends a free for every dropped replica whose free is not in flight
@@ -346,6 +394,7 @@ struct ReplicatedLog::Impl {
       }
       Replica r;
       r.backup = b;
+      r.tag = next_replica_tag++;
       r.buffer = *opened;
       s.replicas.push_back(r);
       const size_t index = s.replicas.size() - 1;

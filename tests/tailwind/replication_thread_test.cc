@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tailwind/tailwind_test_util.h"
 #include "test_seed.h"
@@ -358,6 +359,45 @@ TEST(ReplicationNoBackupCpu, RpcBaselineAppendsWaitForTheBackupWorkers) {
       << "an RPC-replicated append completed with every backup worker stopped";
   cluster.pause_backups(false);
   EXPECT_TRUE(pending.get());
+}
+
+// RAMCloud's replication, which the baseline follows: one replicate RPC in
+// flight per replica; appends written while it is out go together in the
+// next one. Eight appends that queue behind a stuck RPC cost one more RPC
+// per replica, not eight, and every replica still ends byte-for-byte equal.
+TEST(ReplicationRpcBaseline, AppendsQueuedBehindTheRpcInFlightAreMergedIntoTheNext) {
+  ClusterOptions co;
+  co.pumped_workers = true;
+  Cluster cluster(co);
+  auto links = cluster.link_all(7, false);
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, log_options(Replication::kRpc, 1 << 20)).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("first"), bytes_of("opens the segment")).ok());
+  const uint64_t rpcs_before = log->counters().rpcs_sent;
+  cluster.pause_backups(true);
+  constexpr int kAppends = 8;
+  std::vector<std::future<bool>> pending;
+  for (int i = 0; i < kAppends; ++i) {
+    pending.push_back(std::async(std::launch::async, [&, i] {
+      return log->append_object(1, 2, bytes_of(key_of(i)), bytes_of(value_of(i))).ok();
+    }));
+  }
+  // Every append is in the segment (and waiting) before the backups answer.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (log->counters().appends < 1 + kAppends && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(log->counters().appends, 1u + kAppends);
+  EXPECT_EQ(log->counters().rpcs_sent - rpcs_before, 3u) << "more than one replicate RPC in flight per replica";
+  cluster.pause_backups(false);
+  for (auto& p : pending) EXPECT_TRUE(p.get());
+  EXPECT_EQ(log->counters().rpcs_sent - rpcs_before, 6u)
+      << "the appends that queued behind the first RPC were not merged into one";
+  const uint64_t seg = log->open_segment_id();
+  const auto primary = log->segment(seg);
+  for (size_t b : log->replicas_of(seg)) {
+    const auto buffer = cluster.host(b).backup->buffer(7, seg);
+    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
+  }
 }
 
 // A backup whose CPU is gone after its NIC acknowledged a replication

@@ -7,8 +7,11 @@
 //              segment (zero-copy), followed on PM backups by a FLUSH on the
 //              same QP; the append returns when every backup's completion
 //              is in. The backups' CPUs do nothing.
-//   kRpc       RAMCloud's baseline: one RPC per backup carrying the bytes;
-//              the backup's worker copies them into the buffer and replies.
+//   kRpc       RAMCloud's baseline, as its ReplicatedSegment replicates:
+//              one replicate RPC in flight per backup, carrying the bytes;
+//              appends written while it is out wait and go together in
+//              the next one (up to rpc_chunk_bytes). The backup's worker
+//              copies them into the buffer and replies.
 //
 // open and close go over the RPC layer in both modes (open carries logID,
 // segmentID and the replica version; close the last offset and checksum).
@@ -114,9 +117,10 @@ struct LogOptions {
   // returns only once the bytes are durable on PM backups. Off for backups
   // with battery-backed DRAM buffers (the WRITE's ACK is then enough).
   bool flush = true;
-  uint32_t max_inflight_per_backup = 64;  // WRITEs or RPCs posted to one backup and not yet completed
-  // kRpc: bytes per replicate RPC (an append or a re-replication larger than
-  // this is split); at most the backups' max_request_bytes - 56.
+  uint32_t max_inflight_per_backup = 64;  // kTailwind: WRITEs posted to one backup and not yet completed
+  // kRpc: bytes per replicate RPC, at most (what queued while the last one
+  // was out, merged; an append or a re-replication larger than this is
+  // split); at most the backups' max_request_bytes - 56.
   uint32_t rpc_chunk_bytes = 4096 - 64;
   uint64_t seed = 1;  // backup placement
   // When every live candidate refuses to open a buffer because it is at its
@@ -160,7 +164,7 @@ struct LogCounters {
   uint64_t replicas_recreated = 0;
   uint64_t version_changes = 0;
   uint64_t writes_posted = 0;   // RDMA WRITEs (kTailwind)
-  uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc)
+  uint64_t rpcs_sent = 0;       // replicate RPCs (kRpc): appends merge, so fewer than appends x r under load
   uint64_t opens_deferred = 0;  // times every candidate was at its unflushed limit and the primary waited
   uint64_t replication_timeouts = 0;  // backups declared failed for not acknowledging within replication_timeout_ms
   uint64_t orphans_freed = 0;   // replicas dropped from a failed backup, freed there once it answered
