@@ -376,42 +376,76 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   }
   FERRY_ASSIGN_OR_RETURN(auto segments, tailwind::recover_log(dead.log_id, raw, min_versions, &result.log, down));
   result.progress.segments_total = segments.size();
+  const uint64_t t_read = c.runtime->clock().now_ns();
+  result.read_ns = t_read - t0;
 
-  FERRY_ASSIGN_OR_RETURN(auto objects,
-                         detail::replay(segments, tablet_counts, moves, &result.progress, progress));
+  // Partitioned replay, as RAMCloud's recovery masters replay: each master
+  // replays every segment for its own tablets only, on its own thread, all
+  // in parallel. The shares are disjoint (a key is in one tablet).
+  std::map<uint32_t, std::map<std::pair<uint64_t, uint32_t>, uint32_t>> moves_of;
+  for (const auto& [tablet, owner] : moves) moves_of[owner].emplace(tablet, owner);
+  struct Share {
+    uint32_t owner = 0;
+    std::unordered_map<std::string, detail::Replayed> objects;
+    RecoveryProgress progress;
+    Status status;
+  };
+  std::vector<Share> shares;
+  for (const auto& [owner, mine] : moves_of) shares.push_back(Share{owner, {}, {}, ok_status()});
+  const int cpu = home_cpu(c.options.server);
+  {
+    std::vector<Thread> replayers;
+    for (Share& sh : shares) {
+      Server::Impl& host = c.servers[sh.owner]->impl();
+      replayers.push_back(c.runtime->spawn(
+          host.name + "/recovery-replay", host.nic->name(),
+          [&, sh = &sh] {
+            auto objects = detail::replay(segments, tablet_counts, moves_of.at(sh->owner), &sh->progress, nullptr);
+            if (objects.ok()) {
+              sh->objects = std::move(*objects);
+            } else {
+              sh->status = objects.status();
+            }
+          },
+          cpu));
+    }
+    for (auto& t : replayers) t.join();
+  }
+  for (const Share& sh : shares) FERRY_RETURN_IF_ERROR(sh.status);
+  result.progress.segments_done = segments.size();
+  for (const auto& seg : segments) result.progress.bytes += seg.bytes.size();
+  if (!shares.empty()) result.progress.objects_replayed = shares.front().progress.objects_replayed;  // each saw all
+  if (progress) progress(result.progress);
+  const uint64_t t_replay = c.runtime->clock().now_ns();
+  result.replay_ns = t_replay - t_read;
 
   // The recovery masters append the survivors to their own logs (replicated
   // before they serve them), then take the tablets.
   uint64_t max_version = 0;
-  for (const auto& [ikey, r] : objects) max_version = std::max({max_version, r.object_version, r.tombstone_version});
+  for (const Share& sh : shares) {
+    for (const auto& [ikey, r] : sh.objects)
+      max_version = std::max({max_version, r.object_version, r.tombstone_version});
+  }
   for (uint32_t j : live) c.servers[j]->impl().bump_version(max_version);
   // Each recovery master restores its share on its own thread, as
   // RAMCloud's masters do in parallel: while one waits for its replicas,
   // the others append.
-  std::map<uint32_t, std::vector<std::pair<const std::string*, const detail::Replayed*>>> shares;
-  for (const auto& [ikey, r] : objects) {
-    if (!r.live()) continue;
-    const uint64_t hash = key_hash(r.table_id, r.key);
-    shares[moves.at({r.table_id, tablet_of(hash, tablet_counts.at(r.table_id))})].emplace_back(&ikey, &r);
-  }
   std::atomic<uint64_t> restored{0};
-  std::vector<Status> outcomes(shares.size());
   std::vector<Thread> masters;
-  const int cpu = home_cpu(c.options.server);
-  size_t slot = 0;
-  for (const auto& [owner, share] : shares) {
-    Server::Impl& host = c.servers[owner]->impl();
+  for (Share& sh : shares) {
+    Server::Impl& host = c.servers[sh.owner]->impl();
     masters.push_back(c.runtime->spawn(
         host.name + "/recovery-master", host.nic->name(),
-        [&, owner = owner, share = &share, out = &outcomes[slot++]] {
-          Server::Impl& m = c.servers[owner]->impl();
-          for (const auto& [ikey, r] : *share) {
-            const uint64_t hash = key_hash(r->table_id, r->key);
+        [&, sh = &sh] {
+          Server::Impl& m = c.servers[sh->owner]->impl();
+          for (const auto& [ikey, r] : sh->objects) {
+            if (!r.live()) continue;
+            const uint64_t hash = key_hash(r.table_id, r.key);
             detail::Partition& p = m.partition(hash);
             std::lock_guard lk(p.mu);
-            auto e = m.append_and_index(p, *ikey, r->table_id, r->object_version, r->key, r->value);
+            auto e = m.append_and_index(p, ikey, r.table_id, r.object_version, r.key, r.value);
             if (!e.ok()) {
-              *out = Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
+              sh->status = Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
               return;
             }
             ++m.counters.objects_recovered;
@@ -422,8 +456,9 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
   }
   for (auto& t : masters) t.join();
   result.progress.objects_restored = restored.load();
-  for (const Status& st : outcomes) FERRY_RETURN_IF_ERROR(st);
+  for (const Share& sh : shares) FERRY_RETURN_IF_ERROR(sh.status);
   if (progress) progress(result.progress);
+  result.restore_ns = c.runtime->clock().now_ns() - t_replay;
 
   {
     std::lock_guard lk(c.coordinator.mu);

@@ -552,10 +552,12 @@ std::vector<ReplicaInfo> Backup::Impl::find_locked(uint64_t log_id) {
   Impl& m = *this;
   ++m.counters.finds;
   std::vector<ReplicaInfo> out;
+  const uint64_t scan0 = thread_cpu_time_ns();
   for (size_t i = 0; i < m.slots.size(); ++i) {
     const Impl::Slot& s = m.slots[i];
     if (!s.open || s.log_id != log_id) continue;
     const ScanResult scan = scan_buffer({m.buffer_at(i), m.options.buffer_bytes});
+    ++m.counters.open_buffers_scanned;
     ReplicaInfo r;
     r.segment_id = s.segment_id;
     r.replica_version = s.replica_version;
@@ -565,6 +567,8 @@ std::vector<ReplicaInfo> Backup::Impl::find_locked(uint64_t log_id) {
     r.zero_after_valid = scan.zero_after_valid;
     out.push_back(r);
   }
+  const uint64_t verify0 = thread_cpu_time_ns();
+  m.counters.scan_ns += verify0 - scan0;
   for (size_t i = 0; i < m.slots.size(); ++i) {  // closed, not yet flushed: served from the buffer
     const Impl::Slot& s = m.slots[i];
     if (!s.closed || s.log_id != log_id) continue;
@@ -596,6 +600,8 @@ std::vector<ReplicaInfo> Backup::Impl::find_locked(uint64_t log_id) {
     }
     out.push_back(r);
   }
+  for (const ReplicaInfo& r : out) m.counters.closed_verified += r.closed ? 1 : 0;
+  m.counters.verify_ns += thread_cpu_time_ns() - verify0;
   std::stable_sort(out.begin(), out.end(),
                    [](const ReplicaInfo& a, const ReplicaInfo& b) { return a.segment_id < b.segment_id; });
   return out;

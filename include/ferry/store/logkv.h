@@ -154,6 +154,13 @@ struct RecoveryResult {
   std::vector<std::pair<uint64_t, uint32_t>> tablets_moved;  // (table, tablet) -> new owner below
   std::vector<uint32_t> new_owners;
   uint64_t elapsed_ns = 0;
+  // Its phases (the runtime's clock): locating the replicas (every backup
+  // fences the log and runs Algorithm 1 over its open buffers) and reading
+  // them; the recovery masters' partitioned replay, in parallel; their
+  // restore (appends replicated in the cluster's mode), in parallel.
+  uint64_t read_ns = 0;
+  uint64_t replay_ns = 0;
+  uint64_t restore_ns = 0;
 };
 
 // What restart_backup found on the restarted backup.

@@ -140,6 +140,12 @@ struct BackupCounters {
   uint64_t flushes = 0;         // closed buffers written to storage
   uint64_t flush_failures = 0;  // ... that failed (the buffer stays closed in memory)
   uint64_t flush_ns = 0;        // CPU time spent writing closed buffers to storage and re-zeroing them
+  // find (a primary's recovery): Algorithm 1 over its open buffers, and the
+  // verification of its closed replicas (loaded from storage); thread CPU time.
+  uint64_t open_buffers_scanned = 0;
+  uint64_t scan_ns = 0;
+  uint64_t closed_verified = 0;
+  uint64_t verify_ns = 0;
   uint32_t open_buffers = 0;    // now
   uint32_t closed_unflushed = 0;  // now: closed, not yet on storage
   uint32_t max_open_buffers = 0;  // the unflushed limit
