@@ -51,6 +51,17 @@ Status validate(const TailwindBenchOptions& o) {
   if (o.peak_clients == 0 || o.peak_clients > kOpenInflight) {
     return invalid_argument(fmt::format("--peak-clients must be 1..{}", kOpenInflight));
   }
+  if (o.active_clients == 0 || o.active_clients > kOpenInflight) {
+    return invalid_argument(fmt::format("--active-clients must be 1..{}", kOpenInflight));
+  }
+  if (o.backup_media != "dram" && o.backup_media != "pm") {
+    return invalid_argument("unknown --backup-media '" + o.backup_media + "' (dram, pm)");
+  }
+  if (o.recovery_backups < o.replicas + 1) {
+    return invalid_argument(
+        fmt::format("--recovery-backups {}: the recovery masters need {} backups besides themselves",
+                    o.recovery_backups, o.replicas));
+  }
   for (double l : o.loads) {
     if (!(l > 0 && l <= 2)) return invalid_argument("loads are fractions of the RPC peak in (0, 2]");
   }
@@ -85,8 +96,8 @@ Status run_tailwind_bench(const TailwindBenchOptions& options, std::ostream& out
   TailwindBenchOptions o = options;
   o.client_cpu = usable_cpu(o.client_cpu);
   o.server_cpu = usable_cpu(o.server_cpu);
-  std::string base = o.dir.empty() ? std::string("/dev/shm") : o.dir;
   std::error_code ec;
+  std::string base = o.dir.empty() ? std::filesystem::current_path(ec).string() : o.dir;
   std::filesystem::create_directories(base, ec);
   std::string pattern = base + "/ferry-bench-tailwind-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
@@ -105,8 +116,9 @@ Status run_tailwind_bench(const TailwindBenchOptions& options, std::ostream& out
   em.text() << fmt::format(
       "ferry bench tailwind: Tailwind vs RPC replication on LogKv, {} servers, r = {}, {} B keys, {} B values, "
       "{} keys\n  NIC engine: manual, stepped by the client thread (cpu {}), standing for the client machine and "
-      "every host's NIC; all server workers on cpu {}; no CPU load; storage {}\n",
-      o.servers, o.replicas, o.key_bytes, o.value_bytes, o.keys, o.client_cpu, o.server_cpu, dir);
+      "every host's NIC; all server workers on cpu {}; no CPU load; {} backup buffers; storage {}\n",
+      o.servers, o.replicas, o.key_bytes, o.value_bytes, o.keys, o.client_cpu, o.server_cpu, o.backup_media,
+      em.placement()["storage"].get<std::string>());
   double rpc_peak = 0;
   const bool measured = has(o.experiments, "clients") || has(o.experiments, "latency") || has(o.experiments, "active");
   // The RPC baseline first: the latency loads are fractions of its peak.

@@ -8,12 +8,21 @@
 //   latency   Figs. 8 and 10: write-only, open-loop Poisson arrivals at
 //             fractions of the RPC baseline's measured peak: PUT p50/p99/
 //             p99.9 and the CPU the servers' workers spent per second.
-//   active    Fig. 9: write-only throughput per active primary when only the
-//             tablets of 1..N servers receive requests (the others only
-//             back up).
+//   active    Fig. 9: throughput per active primary when only the tablets
+//             of 1..N servers receive requests (the others only back up),
+//             30 closed-loop clients, YCSB-B, YCSB-A and write-only.
 //   recovery  Fig. 13: a server holding N objects (1 M; 10 M with --full)
-//             crashes; the coordinator rebuilds its tablets on the others
-//             from the backups' replicas. Wall time and rate.
+//             crashes with 10 other servers as its backups; the recovery
+//             masters rebuild its tablets from the backups' replicas. Wall
+//             time and rate, and the phases apart: locating and reading the
+//             replicas (with the backups' Algorithm 1 scan of their open
+//             buffers, its CPU time reported on its own), the masters'
+//             partitioned replay (in parallel) and their restore.
+//
+// RPC baseline as RAMCloud replicates (tailwind::Replication::kRpc): one
+// replicate RPC in flight per backup, appends written meanwhile merged into
+// the next (`appends_per_replicate_rpc`). Merging needs PUTs in flight at a
+// primary at once, so several client-request workers per server.
 //
 // Placement on a 2-CPU machine (the reasoning of oq_bench.h): the NIC engine
 // is a manual engine stepped by the client thread, pinned to client_cpu -- it
@@ -24,9 +33,10 @@
 // baseline and need not in Tailwind. Control work (segment cleaning between
 // experiments, crash recovery) runs on a thread pinned to server_cpu while
 // the client thread keeps stepping the engine. Backup buffers are DRAM
-// (battery-backed, as in RAMCloud and the paper's setup); closed segments go
-// to files in `dir` (default /dev/shm, so the backups' storage speed is not
-// what is measured) with write + fdatasync.
+// (battery-backed, as in RAMCloud and the paper's setup), or persistent
+// memory with --backup-media pm; closed segments go to files in `dir`
+// (default: the working directory, a real file system) with write +
+// fdatasync, on the backups' flusher threads after the close replied.
 //
 // CPU. Workers poll (as RAMCloud's do), so their thread CPU time is the wall
 // time; the benchmark reports each worker's busy time instead (rpc::
@@ -65,7 +75,8 @@ struct TailwindBenchOptions {
   std::vector<uint32_t> clients = {1, 2, 4, 8, 16, 32, 64};
   std::vector<double> loads = {0.1, 0.2, 0.4, 0.6, 0.8, 0.9};  // latency: fractions of the RPC peak
   std::vector<uint32_t> active = {1, 2, 3, 4};                 // active: primaries receiving requests
-  uint32_t peak_clients = 64;  // closed-loop clients of the peaks (latency) and of the active experiment
+  uint32_t peak_clients = 64;                                  // closed-loop clients of the peaks (latency)
+  uint32_t active_clients = 30;  // closed-loop clients of the active experiment (the paper's Fig. 9: 30)
   uint32_t servers = 4;        // storage servers (each primary and backup)
   uint32_t replicas = 3;
   uint32_t workers = 1;        // client-request workers per server (plus one backup worker)
@@ -80,10 +91,15 @@ struct TailwindBenchOptions {
   uint64_t target_samples = 20000;  // ... measured requests it aims for
   double warmup_seconds = 0.1;
   uint64_t recovery_objects = 1000000;  // recovery: objects on the crashed server
+  uint32_t recovery_backups = 10;       // recovery: servers besides the crashed one (the paper's Fig. 13: 10)
+  // Backup buffers: "dram" (battery-backed, the paper's; Tailwind WRITEs
+  // are durable at their ACK) or "pm" (persistent memory: Tailwind follows
+  // each WRITE with a FLUSH, the RPC baseline's backups persist their copy).
+  std::string backup_media = "dram";
   bool full = false;                    // recovery also with 10 M objects
   int client_cpu = 1;   // the client thread, which steps every NIC
   int server_cpu = 0;   // every server's workers and the control thread
-  std::string dir;      // backups' storage and PM files (default /dev/shm)
+  std::string dir;      // backups' storage and PM files (default: the working directory)
   bool json = false;
 };
 

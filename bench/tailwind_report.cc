@@ -1,6 +1,7 @@
 #include "tailwind_report.h"
 
 #include <fmt/format.h>
+#include <sys/vfs.h>
 
 #include <cmath>
 
@@ -46,11 +47,13 @@ std::string point_text(const nlohmann::json& j) {
                                                    : fmt::format("{} clients", j["clients"].get<uint32_t>());
   return fmt::format(
       "  {:<8} {:<10} {:<26} {:7.3f} Mops ({:.3f}/server) p50 {:>7} p99 {:>7} p99.9 {:>7} us  n={:<7} "
-      "workers {:.2f} backup {:.2f} cores, backup {:>6} ns/put  srv occupancy {:.2f} cli busy {:.0f}% -> {}\n",
+      "workers {:.2f} backup {:.2f} cores, backup {:>6} ns/put, {:>5} appends/rpc  srv occupancy {:.2f} cli busy "
+      "{:.0f}% -> {}\n",
       j["system"].get<std::string>(), j["workload"].get<std::string>(), what, j["mops"].get<double>(),
       j["mops_per_server"].get<double>(), num(j["p50_us"], 1), num(j["p99_us"], 1), num(j["p999_us"], 1),
       j["samples"].get<uint64_t>(), j["worker_cores"].get<double>(), j["backup_worker_cores"].get<double>(),
-      num(j["backup_cpu_ns_per_put"], 0), j["regime"]["server_handler_occupancy"].get<double>(),
+      num(j["backup_cpu_ns_per_put"], 0), num(j["appends_per_replicate_rpc"], 1),
+      j["regime"]["server_handler_occupancy"].get<double>(),
       j["regime"]["client_nic_busy_fraction"].get<double>() * 100, j["bound_by"].get<std::string>());
 }
 
@@ -113,7 +116,12 @@ nlohmann::json point_json(const Point& p, const TailwindBenchOptions& o) {
   // (open, close, free, version, find, read): replication itself.
   j["backup_replication_requests"] = backup_requests > control ? backup_requests - control : 0;
   j["backup_control_requests"] = control;
-  j["backup_objects_copied"] = replicated;
+  // Replicate RPCs the backups served (the RPC baseline; 0 for Tailwind),
+  // and how many appends each carried: RAMCloud's merging of the appends
+  // queued behind the RPC in flight.
+  j["backup_replicate_rpcs"] = replicated;
+  j["appends_per_replicate_rpc"] =
+      null_or(static_cast<double>(puts) * o.replicas / static_cast<double>(replicated), replicated > 0);
   j["segment_opens"] = opens;
   j["segment_closes"] = closes;
   j["worker_cores"] = static_cast<double>(client_busy) / (window_s * 1e9) / servers;
@@ -173,13 +181,21 @@ nlohmann::json placement(const TailwindBenchOptions& o, const std::string& dir) 
       o.client_cpu);
   j["client_thread_cpu"] = o.client_cpu;
   j["server_workers_cpu"] = o.server_cpu;
-  j["server_threads"] =
-      fmt::format("{} servers x ({} client-request workers + 1 backup worker + 1 backup flusher), all pinned to cpu {}",
-                  o.servers, o.workers, o.server_cpu);
+  j["server_threads"] = fmt::format(
+      "{} servers x ({} client-request workers + 1 backup worker + 1 backup flusher), all pinned to cpu {}; no "
+      "dispatch thread: the NIC dispatches to each worker's receive queue (RAMCloud's dispatch core is the NIC's "
+      "work here, on the client thread's cpu)",
+      o.servers, o.workers, o.server_cpu);
   j["control_thread_cpu"] = o.server_cpu;
   j["cpu_load"] = "none";
-  j["backup_buffers"] = "DRAM (stands for battery-backed buffers)";
-  j["storage"] = dir + " (write + fdatasync)";
+  j["backup_buffers"] = o.backup_media == "pm"
+                            ? "persistent memory (pm/ model): Tailwind WRITE + FLUSH, RPC backups persist their copy"
+                            : "DRAM (stands for battery-backed buffers)";
+  // tmpfs makes fdatasync free: say which kind of file system took it.
+  struct statfs fs {};
+  const bool tmpfs = ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == 0x01021994;
+  j["storage"] = dir + (tmpfs ? " (tmpfs: write + fdatasync cost no device time)"
+                              : " (a disk file system: write + fdatasync, on the backups' flushers)");
   j["timing_clock"] = timing_clock_name();
   return j;
 }

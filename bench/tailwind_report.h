@@ -43,6 +43,7 @@ class Emitter {
   // Any other object (recovery, summary): JSON only.
   void raw(const nlohmann::json& j);
   const std::vector<nlohmann::json>& points() const { return points_; }
+  const nlohmann::json& placement() const { return place_; }
   std::ostream& text() { return o_.json ? log_ : out_; }
 
  private:

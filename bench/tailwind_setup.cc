@@ -106,8 +106,11 @@ Result<std::unique_ptr<Sut>> build_sut(const std::string& system, const Tailwind
   co.server.replication = replication_of(system);
   co.server.replicas = o.replicas;
   co.server.segment_bytes = o.segment_bytes;
-  co.server.media = tailwind::BufferMedia::kDram;
-  co.server.flush = false;  // DRAM (battery-backed) buffers: nothing to flush
+  // DRAM (battery-backed) buffers: nothing to flush. PM: Tailwind FLUSHes
+  // after each WRITE; the RPC baseline's backups persist what they copy.
+  const bool pm = o.backup_media == "pm";
+  co.server.media = pm ? tailwind::BufferMedia::kPm : tailwind::BufferMedia::kDram;
+  co.server.flush = pm;
   co.server.backup_buffers = o.backup_buffers;
   co.server.max_request_bytes = std::max<uint32_t>(1024, o.key_bytes + o.value_bytes + 64);
   if (o.server_cpu >= 0) co.server.worker_cpus = {o.server_cpu};
@@ -183,6 +186,16 @@ Status LogKvTarget::step(uint64_t /*until_ns*/) {
   return ok_status();
 }
 
+namespace {}  // namespace
+
+tailwind::BackupCounters backup_counters(Sut& s, uint32_t server) {
+  // The backup's mutex may be held by a worker whose memory
+  // (de)registration waits for this thread's next step: keep stepping.
+  std::optional<tailwind::BackupCounters> b;
+  while (!(b = s.cluster->server(server).backup().try_counters())) s.engine->step();
+  return *b;
+}
+
 namespace {
 
 Snapshot snapshot(Sut& s) {
@@ -193,11 +206,7 @@ Snapshot snapshot(Sut& s) {
     for (uint32_t w = 0; w < s.workers; ++w) c += srv.rpc().counters(w);
     n.client_workers.push_back(c);
     n.backup_worker.push_back(srv.rpc().counters(s.workers));
-    // The backup's mutex may be held by a worker whose memory
-    // (de)registration waits for this thread's next step: keep stepping.
-    std::optional<tailwind::BackupCounters> b;
-    while (!(b = srv.backup().try_counters())) s.engine->step();
-    n.backups.push_back(*b);
+    n.backups.push_back(backup_counters(s, i));
   }
   n.client_cpu_ns = thread_cpu_time_ns();
   const int self = static_cast<int>(gettid());

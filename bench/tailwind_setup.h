@@ -158,6 +158,9 @@ class LogKvTarget {
   uint32_t limit_;
 };
 
+// Server `server`'s backup counters (stepping the engine while its lock is held).
+tailwind::BackupCounters backup_counters(Sut& s, uint32_t server);
+
 // Writes every key of `numbers` once (closed loop, many in flight), so GETs
 // hit; progress to `log` every 2 s.
 Status prefill(Sut& s, Requests& requests, const std::vector<uint64_t>& numbers, std::ostream& log, const char* what);

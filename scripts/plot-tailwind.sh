@@ -128,20 +128,26 @@ GP
 fi
 
 # ---- Fig. 9: throughput per active primary --------------------------------------------
+# One line per system and workload (the paper's panels a-c: YCSB-B, YCSB-A, write-only).
 plot=""
 for sys in $systems; do
-  f="$tmp/f9-$sys.tsv"
-  jq -r --arg s "$sys" 'select(.experiment == "active" and .system == $s) | [.active_primaries, .mops_per_active_primary] | @tsv' \
-    "$in" | sort -n > "$f"
-  [[ -s "$f" ]] || continue
-  plot+="'$f' using 1:2 with linespoints lc rgb '$(color "$sys")' pt 7 title '$sys', "
+  pt=7
+  for w in $(jq -r 'select(.experiment == "active") | .workload' "$in" | sort -u); do
+    f="$tmp/f9-$sys-$w.tsv"
+    jq -r --arg s "$sys" --arg w "$w" \
+      'select(.experiment == "active" and .system == $s and .workload == $w) | [.active_primaries, .mops_per_active_primary] | @tsv' \
+      "$in" | sort -n > "$f"
+    [[ -s "$f" ]] || continue
+    plot+="'$f' using 1:2 with linespoints lc rgb '$(color "$sys")' pt $pt title '$sys $w', "
+    pt=$((pt + 2))
+  done
 done
 if [[ -n "$plot" ]]; then
   clients=$(jq -rn 'first(inputs | select(.experiment == "active") | .clients)' "$in")
   gnuplot <<GP
 set terminal pngcairo size 750,520 noenhanced
 set output '$out/tailwind-fig9.png'
-set title "Fig. 9: write-only throughput per active primary ($clients closed-loop clients)\n$machine" font ',10'
+set title "Fig. 9: throughput per active primary ($clients closed-loop clients)\n$machine" font ',10'
 set grid
 set key right top font ',9'
 set xlabel 'active primaries (servers whose tablets receive requests)'
@@ -172,7 +178,7 @@ for sys in $systems; do
   i=$((i + 1))
 done
 if [[ -n "$plot" ]]; then
-  servers=$(jq -rn 'first(inputs | select(.experiment == "recovery") | .servers)' "$in")
+  backups=$(jq -rn 'first(inputs | select(.experiment == "recovery") | .backups // (.servers - 1))' "$in")
   ngroups=$(jq -r 'select(.experiment == "recovery") | .objects' "$in" | sort -u | wc -l)
   xtics=$(jq -rs '[.[] | select(.experiment == "recovery") | .objects] | unique | to_entries
     | map(.value as $o | (if $o >= 1000000 then "\($o / 1000000) M" elif $o >= 1000 then "\($o / 1000) k" else "\($o)" end)
@@ -180,7 +186,7 @@ if [[ -n "$plot" ]]; then
   gnuplot <<GP
 set terminal pngcairo size $((500 + 250 * ngroups)),520 noenhanced
 set output '$out/tailwind-fig13.png'
-set title "Fig. 13: recovery of one crashed server's tablets ($servers servers)\none control thread replays every segment (no parallel recovery)\n$machine" font ',10'
+set title "Fig. 13: recovery of one crashed server's tablets ($backups backups)\nthe recovery masters replay and restore in parallel\n$machine" font ',10'
 set xtics ($xtics)
 set grid ytics
 set key left top font ',9'

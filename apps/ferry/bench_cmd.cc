@@ -559,8 +559,13 @@ void add_tailwind_bench(CLI::App* parent, Commands& commands) {
                ->delimiter(',')
                ->capture_default_str(),
            [o = o.get()] { o->tw_opts.active = o->tw_quick.active; });
-  tw->add_option("--peak-clients", o->tw_opts.peak_clients,
-                 "closed-loop clients of the peaks and of the active experiment")
+  tw->add_option("--peak-clients", o->tw_opts.peak_clients, "closed-loop clients of the peaks (latency)")
+      ->capture_default_str();
+  tw->add_option("--active-clients", o->tw_opts.active_clients,
+                 "closed-loop clients of the active experiment (the paper's Fig. 9: 30)")
+      ->capture_default_str();
+  tw->add_option("--backup-media", o->tw_opts.backup_media,
+                 "backup buffers: dram (battery-backed, the paper's) or pm (persistent memory: Tailwind WRITE + FLUSH)")
       ->capture_default_str();
   tw->add_option("--servers", o->tw_opts.servers, "storage servers (each a primary and a backup)")
       ->capture_default_str();
@@ -590,12 +595,17 @@ void add_tailwind_bench(CLI::App* parent, Commands& commands) {
   o->quick(tw->add_option("--recovery-objects", o->tw_opts.recovery_objects, "recovery: objects on the crashed server")
                ->capture_default_str(),
            [o = o.get()] { o->tw_opts.recovery_objects = o->tw_quick.recovery_objects; });
+  tw->add_option("--recovery-backups", o->tw_opts.recovery_backups,
+                 "recovery: servers besides the crashed one, its backups and recovery masters (the paper's: 10)")
+      ->capture_default_str();
   tw->add_flag("--full", o->tw_opts.full, "recovery: also 10 M objects (about 2 GB of log; minutes)");
   tw->add_option("--client-cpu", o->tw_opts.client_cpu, "CPU of the client thread, which also steps every NIC")
       ->capture_default_str();
   tw->add_option("--server-cpu", o->tw_opts.server_cpu, "CPU of every server's worker threads and the control thread")
       ->capture_default_str();
-  tw->add_option("--dir", o->tw_opts.dir, "backups' storage directory (default /dev/shm; removed at the end)");
+  tw->add_option("--dir", o->tw_opts.dir,
+                 "backups' storage and PM files: a temporary directory under this one (default: the working "
+                 "directory, so fdatasync reaches a real file system; removed at the end)");
   o->quick.add_flag(tw, "a small configuration of every experiment (under a minute, for tests); explicit options win");
   tw->add_flag("--json", o->tw_opts.json, "print one JSON object per point");
   commands.add(tw, [o] {
