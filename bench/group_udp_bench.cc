@@ -230,21 +230,21 @@ nlohmann::json point_json(const Point& p, const Histogram* ref, uint32_t replica
         daemon_cpu >= 0 ? 1.0 : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
     const double daemons_busy = window_ns > 0 ? static_cast<double>(p.daemons.run_ns) / window_ns / daemon_cores : 0.0;
     const double replica = window_ns > 0 ? static_cast<double>(p.replica_cpu_ns) / window_ns : 0.0;
+    const double daemons_wait = window_ns > 0 ? static_cast<double>(p.daemons.wait_ns) / window_ns : 0.0;
     const std::string bound = bound_by(
         {{"nic-daemons", daemons_busy}, {"replica", p.system == "naive-poll" || p.stopped ? kNotMeasured : replica}},
         /*closed_loop=*/true);
-    j["regime"] = {
-        {"nic_daemons_cpu_fraction", daemons_busy},
-        {"nic_daemons_wait_fraction", window_ns > 0 ? static_cast<double>(p.daemons.wait_ns) / window_ns : 0.0},
-        {"replica_cpu_fraction", replica},
-        // The daemons waited for their CPU (each other, or another process) more than regime.h allows.
-        {"nic_daemons_contend", window_ns > 0 && static_cast<double>(p.daemons.wait_ns) / window_ns > kDisturbedWait},
-        {"bound_by", bound},
-        {"how",
-         "nic-daemons = the four ferry nicd processes' CPU time (schedstat, every thread) over the window, "
-         "per core they share (pinned to one: 1); their wait = time runnable but off the CPU, summed; "
-         "replica = the replica processes' CPU time over the window (naive-poll's poll: left out); at "
-         "0.9 or more a resource bounds the point, else the round trips do (other)"}};
+    j["regime"] = {{"nic_daemons_cpu_fraction", daemons_busy},
+                   {"nic_daemons_wait_fraction", daemons_wait},
+                   {"replica_cpu_fraction", replica},
+                   // The daemons waited for their CPU (each other, or another process) more than regime.h allows.
+                   {"nic_daemons_contend", daemons_wait > kDisturbedWait},
+                   {"bound_by", bound},
+                   {"how",
+                    "nic-daemons = the four ferry nicd processes' CPU time (schedstat, every thread) over the window, "
+                    "per core they share (pinned to one: 1); their wait = time runnable but off the CPU, summed; "
+                    "replica = the replica processes' CPU time over the window (naive-poll's poll: left out); at "
+                    "0.9 or more a resource bounds the point, else the round trips do (other)"}};
     j["bound_by"] = bound;
   }
   j["regions_verified"] = p.verified;

@@ -69,9 +69,10 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
         r.writes > 0 ? nlohmann::json(static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                      : nlohmann::json(nullptr);
     // Every write's chain traversals, with the reads' (none) left out.
-    j["traversals_per_write"] = r.traversals && r.writes > 0
-                                    ? nlohmann::json(static_cast<double>(*r.traversals) / static_cast<double>(r.writes))
-                                    : nlohmann::json(nullptr);
+    const bool counted = r.traversals && r.writes > 0;
+    const double traversals_per_write =
+        counted ? static_cast<double>(*r.traversals) / static_cast<double>(r.writes) : 0.0;
+    j["traversals_per_write"] = counted ? nlohmann::json(traversals_per_write) : nlohmann::json(nullptr);
     j["txn_flush"] =
         r.traversals ? nlohmann::json(o.interleaved_flush ? "interleaved" : "separate") : nlohmann::json(nullptr);
     j["capped"] = r.capped;
@@ -122,9 +123,7 @@ void emit_point(const PointContext& c, const std::string& wl, const std::string&
           static_cast<double>(r.total) / r.seconds / 1e6,
           r.writes > 0 ? fmt::format("{:.0f} ns", static_cast<double>(r.replica_cpu_ns) / static_cast<double>(r.writes))
                        : std::string("-"),
-          r.traversals && r.writes > 0 ? fmt::format("  traversals/write {:.1f}",
-                                                     static_cast<double>(*r.traversals) / static_cast<double>(r.writes))
-                                       : std::string(),
+          counted ? fmt::format("  traversals/write {:.1f}", traversals_per_write) : std::string(),
           r.read_server ? fmt::format("  tail read service: on CPU {:.0f} %, waiting {:.0f} %",
                                       100.0 * static_cast<double>(r.read_server->run_ns) / (r.seconds * 1e9),
                                       100.0 * static_cast<double>(r.read_server->wait_ns) / (r.seconds * 1e9))
