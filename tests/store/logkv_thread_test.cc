@@ -302,6 +302,16 @@ TEST_P(LogKvTest, ACrashedServersTabletsAreRebuiltFromItsBackups) {
   auto rec = cluster->recover_server(victim, [&](const RecoveryProgress& p) { seen.push_back(p); });
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
   EXPECT_EQ(rec->progress.objects_restored, victim_objects);
+  // The phases are timed apart, and the backups ran Algorithm 1 over the
+  // crashed log's open segment (one replica on each of r backups).
+  EXPECT_GT(rec->replay_ns, 0u);
+  EXPECT_GT(rec->restore_ns, 0u);
+  EXPECT_LE(rec->read_ns + rec->replay_ns + rec->restore_ns, rec->elapsed_ns);
+  uint64_t scanned = 0;
+  for (uint32_t i = 0; i < cluster->servers(); ++i) {
+    if (i != victim) scanned += cluster->server(i).backup().counters().open_buffers_scanned;
+  }
+  EXPECT_EQ(scanned, opts.server.replicas) << "Algorithm 1 did not scan each open replica once";
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.back().segments_done, seen.back().segments_total);
   for (size_t k = 1; k < seen.size(); ++k) EXPECT_GE(seen[k].segments_done, seen[k - 1].segments_done);
