@@ -438,19 +438,30 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
         host.name + "/recovery-master", host.nic->name(),
         [&, sh = &sh] {
           Server::Impl& m = c.servers[sh->owner]->impl();
+          uint64_t appended = 0;
           for (const auto& [ikey, r] : sh->objects) {
             if (!r.live()) continue;
             const uint64_t hash = key_hash(r.table_id, r.key);
             detail::Partition& p = m.partition(hash);
             std::lock_guard lk(p.mu);
-            auto e = m.append_and_index(p, ikey, r.table_id, r.object_version, r.key, r.value);
+            auto e = m.append_and_index(p, ikey, r.table_id, r.object_version, r.key, r.value,
+                                        /*tombstone_replaced=*/false, /*unsynced=*/true);
             if (!e.ok()) {
               sh->status = Status(e.status().code(), m.name + ": restoring an object: " + e.status().message());
               return;
             }
-            ++m.counters.objects_recovered;
-            restored.fetch_add(1, std::memory_order_relaxed);
+            ++appended;
           }
+          // In bulk, as RAMCloud's masters replicate their recovery
+          // segments: one wait for every object restored, before the
+          // tablets move (nothing restored is served until then).
+          const Status synced = m.log->sync();
+          if (!synced.ok()) {
+            sh->status = Status(synced.code(), m.name + ": replicating the restored objects: " + synced.message());
+            return;
+          }
+          m.counters.objects_recovered += appended;
+          restored.fetch_add(appended, std::memory_order_relaxed);
         },
         cpu));
   }

@@ -292,9 +292,13 @@ struct Server::Impl {
   // `tombstone_replaced` (a PUT) a version the index held is killed by a
   // tombstone in the same append (ReplicatedLog::append_object_replacing);
   // never for the cleaner's relocations, which keep the same version.
+  // `unsynced` (a recovery master's restore): the append does not wait for
+  // its replicas (ReplicatedLog::append_object_unsynced); the caller syncs
+  // the log before anything indexed so is served.
   Result<detail::IndexEntry> append_and_index(detail::Partition& p, const std::string& ikey, uint64_t table_id,
                                               uint64_t version, std::span<const uint8_t> key,
-                                              std::span<const uint8_t> value, bool tombstone_replaced = false);
+                                              std::span<const uint8_t> value, bool tombstone_replaced = false,
+                                              bool unsynced = false);
   // After a failed append whose entry is in the log (written.bytes != 0).
   static void note_in_doubt(detail::Partition& p, const std::string& ikey, uint64_t table_id,
                             std::span<const uint8_t> key, uint64_t version, const tailwind::LogPosition& written);

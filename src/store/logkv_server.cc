@@ -74,13 +74,14 @@ void Server::Impl::bump_version(uint64_t above) {
 Result<detail::IndexEntry> Server::Impl::append_and_index(detail::Partition& p, const std::string& ikey,
                                                           uint64_t table_id, uint64_t version,
                                                           std::span<const uint8_t> key, std::span<const uint8_t> value,
-                                                          bool tombstone_replaced) {
+                                                          bool tombstone_replaced, bool unsynced) {
   auto old = p.map.find(ikey);
   const bool replaces = tombstone_replaced && old != p.map.end();
   tailwind::LogPosition written;
-  auto appended = replaces ? log->append_object_replacing(table_id, version, key, value, old->second.version,
-                                                          old->second.segment_id, &written)
-                           : log->append_object(table_id, version, key, value, &written);
+  auto appended = unsynced   ? log->append_object_unsynced(table_id, version, key, value)
+                  : replaces ? log->append_object_replacing(table_id, version, key, value, old->second.version,
+                                                            old->second.segment_id, &written)
+                             : log->append_object(table_id, version, key, value, &written);
   if (!appended.ok()) {
     note_in_doubt(p, ikey, table_id, key, version, written);
     return appended.status();

@@ -580,7 +580,9 @@ struct ReplicatedLog::Impl {
 
   using AppendFn = std::function<Result<SegmentWriter::Appended>(SegmentWriter&)>;
 
-  Result<LogPosition> append(const AppendFn& write_entry, LogPosition* written) {
+  // With `wait` false the append returns once its bytes are posted (or
+  // queued) to every replica, not replicated: sync_locked() waits.
+  Result<LogPosition> append(const AppendFn& write_entry, LogPosition* written, bool wait = true) {
     std::unique_lock lock(mu);
     wait_roll_locked(lock);
     if (fenced) return fenced_error();
@@ -605,6 +607,7 @@ struct ReplicatedLog::Impl {
     counters.bytes += appended->bytes;
     const LogPosition position{s.id, appended->offset, appended->bytes};
     if (written != nullptr) *written = position;
+    if (!wait) return position;
     while (true) {
       wait_replicated_locked(s, end, lock);
       if (fenced) return fenced_error();
@@ -616,6 +619,24 @@ struct ReplicatedLog::Impl {
     // behind at the old version that lacks it.
     FERRY_RETURN_IF_ERROR(report_version_locked(s));
     return position;
+  }
+
+  // Every append so far is on every replica (a closed segment's were at its
+  // close): the open segment's bytes, repairs and version reports as an
+  // append's own wait does them.
+  Status sync_locked(std::unique_lock<Mutex>& lock) {
+    wait_roll_locked(lock);
+    if (fenced) return fenced_error();
+    FERRY_RETURN_IF_ERROR(repair_locked());
+    if (open == nullptr) return ok_status();
+    Segment& s = *open;
+    while (true) {
+      wait_replicated_locked(s, s.written(), lock);
+      if (fenced) return fenced_error();
+      if (!needs_repair()) break;
+      FERRY_RETURN_IF_ERROR(repair_locked());
+    }
+    return report_version_locked(s);
   }
 };
 
@@ -669,6 +690,18 @@ Result<std::unique_ptr<ReplicatedLog>> ReplicatedLog::create(nic::Nic& nic, std:
 Result<LogPosition> ReplicatedLog::append_object(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
                                                  std::span<const uint8_t> value, LogPosition* written) {
   return impl_->append([&](SegmentWriter& w) { return w.append_object(table_id, version, key, value); }, written);
+}
+
+Result<LogPosition> ReplicatedLog::append_object_unsynced(uint64_t table_id, uint64_t version,
+                                                          std::span<const uint8_t> key,
+                                                          std::span<const uint8_t> value) {
+  return impl_->append([&](SegmentWriter& w) { return w.append_object(table_id, version, key, value); }, nullptr,
+                       /*wait=*/false);
+}
+
+Status ReplicatedLog::sync() {
+  std::unique_lock lock(impl_->mu);
+  return impl_->sync_locked(lock);
 }
 
 Result<LogPosition> ReplicatedLog::append_object_replacing(uint64_t table_id, uint64_t version,

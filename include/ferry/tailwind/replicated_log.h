@@ -210,6 +210,18 @@ class ReplicatedLog {
                                               std::span<const uint8_t> value, uint64_t replaced_version,
                                               uint64_t replaced_segment, LogPosition* written = nullptr);
 
+  // Bulk appends (a recovery master restoring objects, as RAMCloud's
+  // replicate their recovery segments): appends the object and returns once
+  // its bytes are posted to every replica, without waiting for them; sync()
+  // then waits until every append so far is on every replica (repairing,
+  // and reporting the version, as append_object does). Nothing appended
+  // this way may be acknowledged or served before sync() returns OK; after
+  // an error every unsynced append is in doubt (in the log, perhaps
+  // replicated, not acknowledged).
+  Result<LogPosition> append_object_unsynced(uint64_t table_id, uint64_t version, std::span<const uint8_t> key,
+                                             std::span<const uint8_t> value);
+  Status sync();
+
   // Closes the open segment on its backups (the next append opens another).
   Status close_open_segment();
   // The coordinator says backup `index` (of the create() list) failed:
