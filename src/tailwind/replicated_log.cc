@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "backup_link_impl.h"
 #include "ferry/common/rng.h"
@@ -518,24 +519,42 @@ struct ReplicatedLog::Impl {
     return ok_status();
   }
 
+  // Waits until every replica holds [0, end). A backup that acknowledged
+  // nothing new for replication_timeout_ms is silent, and a silent backup
+  // is a failed one (the repair replaces it); one still working through a
+  // long queue (a roll after bulk appends, RPC mode) is not.
   void wait_replicated_locked(Segment& s, uint64_t end, std::unique_lock<Mutex>& lock) {
-    const uint64_t deadline = after_ms(options.replication_timeout_ms);
+    const uint64_t timeout_ns = uint64_t{options.replication_timeout_ms} * 1'000'000;
+    std::vector<uint64_t> progress, deadlines;
+    for (const Replica& r : s.replicas) {
+      progress.push_back(r.completed);
+      deadlines.push_back(now_ns() + timeout_ns);
+    }
     while (true) {
       poll_locked();
       if (fenced || needs_repair()) return;
       if (replicated(s, end)) return;
-      if (now_ns() >= deadline) {
-        // Silent backups are failed backups: the repair replaces them.
-        for (const Replica& r : s.replicas) {
-          if (!dead[r.backup] && r.completed < end) {
-            ++counters.replication_timeouts;
-            mark_dead(r.backup);
-          }
+      const uint64_t now = now_ns();
+      uint64_t next = UINT64_MAX;
+      bool silent = false;
+      for (size_t i = 0; i < s.replicas.size() && i < progress.size(); ++i) {
+        const Replica& r = s.replicas[i];
+        if (r.completed > progress[i]) {
+          progress[i] = r.completed;
+          deadlines[i] = now + timeout_ns;
         }
-        return;
+        if (dead[r.backup] || r.completed >= end) continue;
+        if (now >= deadlines[i]) {
+          ++counters.replication_timeouts;
+          mark_dead(r.backup);
+          silent = true;
+        } else {
+          next = std::min(next, deadlines[i]);
+        }
       }
+      if (silent) return;
       lock.unlock();
-      rt->idle_until(deadline);
+      rt->idle_until(next == UINT64_MAX ? 0 : next);
       lock.lock();
     }
   }
