@@ -404,10 +404,16 @@ struct ReplicatedLog::Impl {
         post_blocking(s, s.replicas[index], off, std::min<uint64_t>(kCopyChunkBytes, n - off));
       }
       // The copy has an append's deadline: a backup that answered the
-      // open and then went silent is failed, not waited for with the lock.
-      const uint64_t deadline = after_ms(options.replication_timeout_ms);
+      // open and then acknowledged nothing new for replication_timeout_ms
+      // is failed, not waited for with the lock.
+      uint64_t deadline = after_ms(options.replication_timeout_ms);
+      uint64_t progress = s.replicas[index].completed;
       while (!dead[b] && !fenced && s.replicas[index].completed < n) {
         poll_locked();
+        if (s.replicas[index].completed > progress) {
+          progress = s.replicas[index].completed;
+          deadline = after_ms(options.replication_timeout_ms);
+        }
         if (now_ns() >= deadline) {
           ++counters.replication_timeouts;
           mark_dead(b);

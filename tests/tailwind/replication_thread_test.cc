@@ -400,6 +400,45 @@ TEST(ReplicationRpcBaseline, AppendsQueuedBehindTheRpcInFlightAreMergedIntoTheNe
   }
 }
 
+// Bulk appends (a recovery master's restore) leave a long queue of RPCs for
+// sync() to wait out, one in flight per replica. Backups that keep
+// answering are not silent, however long the whole queue takes: only a
+// backup that acknowledged nothing new for replication_timeout_ms is. Here
+// the backups' CPUs serve at most one request per 2 ms pass and the queue is
+// 240 RPCs of 64 bytes: at least 480 ms, against a 100 ms timeout, which a
+// deadline on the whole wait would hit and declare every backup failed.
+TEST(ReplicationTimeout, BackupsWorkingThroughALongQueueAreNotDeclaredFailed) {
+  ClusterOptions co;
+  co.pumped_workers = true;
+  co.pump_pass_sleep_us = 2000;
+  Cluster cluster(co);
+  auto links = cluster.link_all(7, false);
+  LogOptions lo = log_options(Replication::kRpc, 1 << 20);
+  lo.replication_timeout_ms = 100;
+  lo.rpc_chunk_bytes = 64;
+  auto log = ReplicatedLog::create(cluster.primary_nic(), links, lo).value();
+  ASSERT_TRUE(log->append_object(1, 1, bytes_of("first"), bytes_of("opens the segment")).ok());
+  const uint64_t rpcs_before = log->counters().rpcs_sent;
+  const uint64_t seg = log->open_segment_id();
+  const uint64_t start = log->segment(seg).size();
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(
+        log->append_object_unsynced(1, static_cast<uint64_t>(i + 2), bytes_of(key_of(i)), bytes_of(value_of(i))).ok());
+  }
+  const uint64_t queued = log->segment(seg).size() - start;
+  ASSERT_GE(queued, 80u * 64u) << "the queue is shorter than the test assumes";
+  const Status synced = log->sync();
+  ASSERT_TRUE(synced.ok()) << synced.to_string();
+  EXPECT_EQ(log->counters().replication_timeouts, 0u) << "a backup that kept answering was declared silent";
+  EXPECT_EQ(log->counters().backup_failures, 0u);
+  EXPECT_GE(log->counters().rpcs_sent - rpcs_before, 3 * ((queued + 63) / 64)) << "the RPCs were not 64 bytes";
+  const auto primary = log->segment(seg);
+  for (size_t b : log->replicas_of(seg)) {
+    const auto buffer = cluster.host(b).backup->buffer(7, seg);
+    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
+  }
+}
+
 // A backup whose CPU is gone after its NIC acknowledged a replication
 // request (RPC mode: its process died between the ACK and the reply) leaves
 // nothing outstanding on the wire, so no QP error ever tells the primary.

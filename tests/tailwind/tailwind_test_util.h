@@ -43,6 +43,9 @@ struct ClusterOptions {
   // RPC workers driven by the test's pump thread (pause_backups()) instead
   // of their own threads.
   bool pumped_workers = false;
+  // Pumped workers: the pump sleeps this long after each pass (slow backup
+  // CPUs that keep answering).
+  uint32_t pump_pass_sleep_us = 0;
   // Packet faults on the fabric every host shares (drop, duplicate, delay).
   nic::FaultModel faults;
   // The backups' storage speed (their unflushed limit) and flushing.
@@ -110,6 +113,9 @@ class Cluster {
             }
           }
           passes_.fetch_add(1);
+          if (options_.pump_pass_sleep_us > 0) {
+            std::this_thread::sleep_for(std::chrono::microseconds(options_.pump_pass_sleep_us));
+          }
         }
       });
     }
