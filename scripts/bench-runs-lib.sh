@@ -25,6 +25,18 @@ runs_args() {
   mkdir -p "$out"
 }
 
+# merge_runs KEY: prints every $out/run<i>-<tag>.json's objects, each with
+# "run": i and KEY: "<tag>" (the form, the media: what the run varied).
+merge_runs() {
+  local key=$1 f b run
+  for f in "$out"/run*-*.json; do
+    b=$(basename "$f" .json)
+    run=${b#run}
+    run=${run%%-*}
+    jq -c --argjson run "$run" --arg tag "${b#*-}" --arg key "$key" '. + {run: $run, ($key): $tag}' "$f"
+  done
+}
+
 # A jq definition: an array of numbers as "min / median / max" (two
 # decimals), "n/a" when empty. Prepend it to a jq program.
 # shellcheck disable=SC2034

@@ -30,12 +30,7 @@ for ((i = 1; i <= runs; i++)); do
   "$ferry" "${common[@]}" --systems hyperloop --reads-at client --txn-flush separate "$@" \
     >"$out/run$i-separate.json" 2>"$out/run$i-separate.txt"
 done
-for f in "$out"/run*-*.json; do
-  b=$(basename "$f" .json)
-  run=${b#run}
-  run=${run%%-*}
-  jq -c --argjson run "$run" --arg form "${b#*-}" '. + {run: $run, form: $form}' "$f"
-done >"$out/store-bench.json"
+merge_runs form >"$out/store-bench.json"
 jq -r -s "$JQ_SPREAD"'
   def pick(form; sys; reads; load; op): map(select(.form == form and .system == sys and .load == load and .op == op
     and (.reads_at // "client") == reads));

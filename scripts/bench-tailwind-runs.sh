@@ -26,12 +26,7 @@ for ((i = 1; i <= runs; i++)); do
   "$ferry" bench tailwind --json --backup-media pm --experiments latency "$@" \
     >"$out/run$i-pm.json" 2>"$out/run$i-pm.txt"
 done
-for f in "$out"/run*-*.json; do
-  b=$(basename "$f" .json)
-  run=${b#run}
-  run=${run%%-*}
-  jq -c --argjson run "$run" --arg media "${b#*-}" '. + {run: $run, media: $media}' "$f"
-done >"$out/tailwind-bench.json"
+merge_runs media >"$out/tailwind-bench.json"
 jq -r -s "$JQ_SPREAD"'
   group_by(.run) as $runs
   | def summary(m): [$runs[] | map(select(.media == m and .experiment == "summary"))[0]];

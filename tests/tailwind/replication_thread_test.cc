@@ -59,6 +59,15 @@ LogOptions log_options(Replication mode, size_t segment_bytes = 64 << 10) {
   return o;
 }
 
+// Every replica of open segment `seg` holds the primary's bytes.
+void expect_replicas_hold(Cluster& cluster, ReplicatedLog& log, uint64_t seg) {
+  const auto primary = log.segment(seg);
+  for (size_t b : log.replicas_of(seg)) {
+    const auto buffer = cluster.host(b).backup->buffer(7, seg);
+    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
+  }
+}
+
 class ReplicationTest : public ::testing::TestWithParam<Replication> {};
 
 TEST_P(ReplicationTest, EveryReplicaHoldsThePrimarySegmentByteForByte) {
@@ -393,11 +402,7 @@ TEST(ReplicationRpcBaseline, AppendsQueuedBehindTheRpcInFlightAreMergedIntoTheNe
   EXPECT_EQ(log->counters().rpcs_sent - rpcs_before, 6u)
       << "the appends that queued behind the first RPC were not merged into one";
   const uint64_t seg = log->open_segment_id();
-  const auto primary = log->segment(seg);
-  for (size_t b : log->replicas_of(seg)) {
-    const auto buffer = cluster.host(b).backup->buffer(7, seg);
-    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
-  }
+  expect_replicas_hold(cluster, *log, seg);
 }
 
 // Bulk appends (a recovery master's restore) leave a long queue of RPCs for
@@ -432,11 +437,7 @@ TEST(ReplicationTimeout, BackupsWorkingThroughALongQueueAreNotDeclaredFailed) {
   EXPECT_EQ(log->counters().replication_timeouts, 0u) << "a backup that kept answering was declared silent";
   EXPECT_EQ(log->counters().backup_failures, 0u);
   EXPECT_GE(log->counters().rpcs_sent - rpcs_before, 3 * ((queued + 63) / 64)) << "the RPCs were not 64 bytes";
-  const auto primary = log->segment(seg);
-  for (size_t b : log->replicas_of(seg)) {
-    const auto buffer = cluster.host(b).backup->buffer(7, seg);
-    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
-  }
+  expect_replicas_hold(cluster, *log, seg);
 }
 
 // A backup whose CPU is gone after its NIC acknowledged a replication
@@ -466,11 +467,7 @@ TEST(ReplicationTimeout, ABackupThatAcknowledgesButNeverRepliesIsReplaced) {
   const auto now = log->replicas_of(seg);
   EXPECT_EQ(now.size(), 3u);
   EXPECT_EQ(std::count(now.begin(), now.end(), silent), 0) << "the silent backup still holds a replica";
-  const auto primary = log->segment(seg);
-  for (size_t b : now) {
-    const auto buffer = cluster.host(b).backup->buffer(7, seg);
-    EXPECT_TRUE(std::equal(primary.begin(), primary.end(), buffer.begin())) << "backup " << b;
-  }
+  expect_replicas_hold(cluster, *log, seg);
 }
 
 }  // namespace

@@ -127,11 +127,10 @@ struct LogOptions {
   // unflushed limit (its flushes lag), the primary waits for one to flush
   // and retries for up to this long before the append fails kUnavailable.
   uint32_t open_wait_ms = 10000;
-  // An append whose replicas have not all acknowledged it this long after
-  // it was sent declares the silent backups failed and replaces them
-  // (§3.3.3). What catches a backup whose process died after its NIC
-  // acknowledged a replication request (RPC mode): nothing is outstanding
-  // on the wire, so its QP never errors.
+  // A backup that an append (or sync, or a new replica's copy) waits for
+  // and that acknowledged nothing new for this long is declared failed and
+  // replaced (§3.3.3); one still working through a long queue is not. What catches a backup whose process died after
+  // its NIC acknowledged a replication request (RPC mode): nothing is outstanding on the wire, so its QP never errors.
   uint32_t replication_timeout_ms = 3000;
   // Tells the coordinator (under the log's lock) that a segment exists at a
   // replica version: when the segment is opened (its replicas hold its
