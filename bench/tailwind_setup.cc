@@ -186,8 +186,6 @@ Status LogKvTarget::step(uint64_t /*until_ns*/) {
   return ok_status();
 }
 
-namespace {}  // namespace
-
 tailwind::BackupCounters backup_counters(Sut& s, uint32_t server) {
   // The backup's mutex may be held by a worker whose memory
   // (de)registration waits for this thread's next step: keep stepping.
