@@ -28,6 +28,8 @@ packages=(
   librocksdb-dev                    # RocksDB whose write-ahead log is replicated with HyperLoop Append (src/rocksdb/)
   redis-server                      # the real peer of `ferry bench store`: a primary and two replicas, SET + WAIT 2 0
   libhiredis-dev                    # Redis's own C client, for that peer (no hand-written RESP)
+  libibverbs-dev                    # verbs.h's structure layouts for Ferry's libibverbs.so.1 (src/verbs/)
+  ibverbs-utils                     # unmodified verbs programs run on it in the tests (ibv_devinfo, ibv_rc_pingpong)
 )
 
 missing=()

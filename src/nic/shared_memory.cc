@@ -110,7 +110,51 @@ Result<SharedMemory> SharedMemory::map_file(const std::string& path, size_t byte
   return m;
 }
 
-SharedMemory::SharedMemory(SharedMemory&& o) noexcept : data_(o.data_), size_(o.size_), fd_(o.fd_), id_(o.id_) {
+Result<SharedMemory> SharedMemory::adopt(void* addr, size_t bytes, int prot) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (bytes == 0 || reinterpret_cast<uintptr_t>(addr) % page != 0 || bytes % page != 0) {
+    return invalid_argument("SharedMemory::adopt: the range must be whole pages");
+  }
+  const int fd = memfd_create("ferry-adopted", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return unavailable("SharedMemory::adopt: memfd_create: " + errno_text());
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return resource_exhausted("SharedMemory::adopt: ftruncate: " + errno_text());
+  }
+  (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  // The contents go into the file through a mapping of its own, then the
+  // file replaces the pages at their address in one mmap.
+  void* staging = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (staging == MAP_FAILED) {
+    const std::string why = errno_text();
+    close(fd);
+    return resource_exhausted("SharedMemory::adopt: mmap: " + why);
+  }
+  std::memcpy(staging, addr, bytes);
+  munmap(staging, bytes);
+  void* p = mmap(addr, bytes, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    // MAP_FIXED fails before it unmaps anything (bad arguments, limits):
+    // the program's pages are still there.
+    const std::string why = errno_text();
+    close(fd);
+    return resource_exhausted("SharedMemory::adopt: mmap over the range: " + why);
+  }
+  SharedMemory m;
+  m.id_ = next_mapping_id.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    registry()[reinterpret_cast<uintptr_t>(p)] = detail::SharedMapping{m.id_, static_cast<uint8_t*>(p), bytes, fd};
+  }
+  m.data_ = static_cast<uint8_t*>(p);
+  m.size_ = bytes;
+  m.fd_ = fd;
+  m.adopted_ = true;
+  return m;
+}
+
+SharedMemory::SharedMemory(SharedMemory&& o) noexcept
+    : data_(o.data_), size_(o.size_), fd_(o.fd_), id_(o.id_), adopted_(o.adopted_) {
   o.data_ = nullptr;
   o.size_ = 0;
   o.fd_ = -1;
@@ -124,6 +168,7 @@ SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
     size_ = o.size_;
     fd_ = o.fd_;
     id_ = o.id_;
+    adopted_ = o.adopted_;
     o.data_ = nullptr;
     o.size_ = 0;
     o.fd_ = -1;
@@ -140,12 +185,13 @@ void SharedMemory::reset() {
       std::lock_guard<std::mutex> lock(registry_mu);
       registry().erase(reinterpret_cast<uintptr_t>(data_));
     }
-    munmap(data_, size_);
+    if (!adopted_) munmap(data_, size_);
   }
   if (fd_ >= 0) close(fd_);
   data_ = nullptr;
   fd_ = -1;
   size_ = 0;
+  adopted_ = false;
 }
 
 }  // namespace ferry::nic

@@ -43,16 +43,24 @@ Result<uint32_t> path_mtu_for_interface(uint32_t interface_mtu) {
 Result<uint32_t> interface_mtu(uint32_t ipv4, std::string* name) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return unavailable(std::string("getifaddrs: ") + std::strerror(errno));
-  std::string found;
+  std::string found, loopback;
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-    if (ntohl(sin->sin_addr.s_addr) == ipv4) {
+    const uint32_t addr = ntohl(reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    if (addr == ipv4) {
       found = i->ifa_name;
       break;
     }
+    // Linux answers for every address of a loopback interface's network
+    // (all of 127.0.0.0/8 on lo): several daemons on one host can each
+    // have an address of their own there, on the RoCE port.
+    if ((i->ifa_flags & IFF_LOOPBACK) != 0 && i->ifa_netmask != nullptr && loopback.empty()) {
+      const uint32_t mask = ntohl(reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+      if ((addr & mask) == (ipv4 & mask)) loopback = i->ifa_name;
+    }
   }
   freeifaddrs(list);
+  if (found.empty()) found = loopback;
   if (found.empty()) return not_found("no local interface holds " + UdpEndpoint{ipv4, 0}.to_string());
   if (found.size() >= IFNAMSIZ) return internal_error("interface name too long: " + found);
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -209,6 +209,12 @@ TEST(UdpPathMtuTest, LoopbackMtuIsReadFromTheInterface) {
   EXPECT_EQ(mtu.value(), expected);
   // 192.0.2.1 (TEST-NET-1) is on no interface.
   EXPECT_EQ(udp::interface_mtu(0xC0000201).status().code(), Code::kNotFound);
+  // Every address of the loopback network is the loopback interface's.
+  std::string other;
+  auto mtu2 = udp::interface_mtu(0x7F420002, &other);  // 127.66.0.2
+  ASSERT_TRUE(mtu2.ok()) << mtu2.status().to_string();
+  EXPECT_EQ(other, name);
+  EXPECT_EQ(mtu2.value(), expected);
 }
 
 // ---- two engines over UDP ----------------------------------------------------------------

@@ -29,6 +29,17 @@ class SharedMemory {
   // kNotFound when it cannot be opened, kResourceExhausted when it cannot be
   // sized or mapped. The file is trusted not to be truncated while mapped.
   static Result<SharedMemory> map_file(const std::string& path, size_t bytes);
+  // Moves the pages of [addr, addr + bytes) -- page-aligned, mapped
+  // private and readable -- into a new memory file, in place: the same
+  // addresses and contents, now shared with whoever maps the file. For
+  // memory a program already owns (the libibverbs layer registers a
+  // program's malloc'd buffers this way, docs/verbs-compat.md). A write to
+  // those pages by another thread during the call may be lost, and a child
+  // forked later shares them instead of copying them. Destroying the
+  // SharedMemory leaves the pages mapped (they are the program's).
+  // kInvalidArgument for an unaligned or empty range, kUnavailable or
+  // kResourceExhausted when the file cannot be made or mapped.
+  static Result<SharedMemory> adopt(void* addr, size_t bytes, int prot);
   SharedMemory() = default;
   SharedMemory(SharedMemory&& o) noexcept;
   SharedMemory& operator=(SharedMemory&& o) noexcept;
@@ -45,6 +56,7 @@ class SharedMemory {
   size_t size_ = 0;
   int fd_ = -1;
   uint64_t id_ = 0;  // in this process's registry of mappings (shared_memory.cc)
+  bool adopted_ = false;  // made by adopt(): not unmapped on destruction
 };
 
 }  // namespace ferry::nic
