@@ -29,7 +29,7 @@ packages=(
   redis-server                      # the real peer of `ferry bench store`: a primary and two replicas, SET + WAIT 2 0
   libhiredis-dev                    # Redis's own C client, for that peer (no hand-written RESP)
   libibverbs-dev                    # verbs.h's structure layouts for Ferry's libibverbs.so.1 (src/verbs/)
-  ibverbs-utils                     # unmodified verbs programs run on it in the tests (ibv_devinfo, ibv_rc_pingpong)
+  ibverbs-utils perftest            # unmodified verbs programs run on it in the tests (ibv_devinfo, ibv_rc_pingpong, ib_write_lat, ...)
 )
 
 missing=()

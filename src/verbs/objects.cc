@@ -605,6 +605,7 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return nullptr; }
 
 // Address handles are for UD, which the NIC does not do.
 ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return fail<ibv_ah>(EOPNOTSUPP); }
+ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return fail<ibv_ah>(EOPNOTSUPP); }
 int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
 
 }  // extern "C"

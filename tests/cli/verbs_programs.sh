@@ -6,8 +6,10 @@
 # with --netns each is in a network namespace of its own on a bridge.
 #   verbs_programs.sh FERRY LIBDIR [--netns]
 # Checks: ibv_devices and ibv_devinfo describe the daemons; ibv_rc_pingpong
-# (polling and events, several sizes, with its buffer check) and
-# ibv_srq_pingpong finish; an unsupported QP type (ibv_ud_pingpong) fails
+# (polling and events, several sizes, with its buffer check),
+# ibv_srq_pingpong and perftest's ib_{write,read,send}_{lat,bw} and
+# ib_atomic_lat (default sizes; on loopback -a too) finish and report
+# results; an unsupported QP type (ibv_ud_pingpong) fails
 # with the program's own error, not a crash; without a daemon there is no
 # device. Exit 77 (skipped, with the reason) when a program or the
 # namespaces are missing.
@@ -28,7 +30,7 @@ cleanup_extra() {
     ip link del "${tag}br" 2>/dev/null
   fi
 }
-for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong; do
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong ss; do
   command -v $p >/dev/null || skip "$p is not installed (ibverbs-utils; scripts/install-deps.sh)"
 done
 
@@ -87,28 +89,35 @@ echo "$out"
 # (ibv_devinfo returns -1 then: status 255, not a signal.)
 [[ $status == 255 ]] && grep -qi "no IB devices found" <<<"$out" || die "no daemon: expected 'No IB devices found'"
 
-# pingpong NAME PROGRAM ARGS...: server on host 0, client on host 1; both
-# must exit 0 and report their rate.
+# pair NAME PROGRAM ARGS...: the server on host 0, the client on host 1
+# once the server listens on its TCP port; both must exit 0.
 port=$(( 20000 + $$ % 20000 ))
-pingpong() {
+pair() {
   local name=$1; shift
   port=$(( port + 1 ))
-  run 0 "$@" -g 0 -p $port >"$dir/$name-server.out" 2>&1 &
+  run 0 "$@" -p $port >"$dir/$name-server.out" 2>&1 &
   local server=$!
   pids+=($server)
-  local client_status=1
-  for _ in $(seq 50); do  # until the server listens
-    run 1 "$@" -g 0 -p $port "${ip_of[0]}" >"$dir/$name-client.out" 2>&1
-    client_status=$?
-    grep -q "Couldn't connect" "$dir/$name-client.out" || break
-    sleep 0.1
+  for _ in $(seq 200); do
+    ${run_in[0]} ss -ltn 2>/dev/null | grep -q ":$port " && break
+    sleep 0.05
   done
+  run 1 "$@" -p $port "${ip_of[0]}" >"$dir/$name-client.out" 2>&1
+  local client_status=$?
   wait $server
   local server_status=$?
   echo "--- $name: server $server_status, client $client_status"
   cat "$dir/$name-server.out" "$dir/$name-client.out"
   [[ $server_status == 0 && $client_status == 0 ]] || die "$name failed"
-  grep -q "iters in" "$dir/$name-client.out" || die "$name: no rate reported"
+}
+pingpong() {  # and the rate it reports
+  pair "$@" -g 0
+  grep -q "iters in" "$dir/$1-client.out" || die "$1: no rate reported"
+}
+perftest() {  # and at least one result row per size it ran
+  local name=$1
+  pair "$@" -x 0
+  grep -qE "^ +[0-9]+ +[0-9]+ +[0-9.]+" "$dir/$name-client.out" || die "$name: no result row"
 }
 pingpong rc_default ibv_rc_pingpong --chk
 pingpong rc_1byte ibv_rc_pingpong -s 1 -n 2000 --chk
@@ -121,12 +130,12 @@ else
   port=$(( port + 1 ))
   run 0 ibv_rc_pingpong -g 0 -m 4096 -p $port >"$dir/mtu-server.out" 2>&1 &
   server=$!
-  for _ in $(seq 50); do
-    run 1 ibv_rc_pingpong -g 0 -m 4096 -p $port "${ip_of[0]}" >"$dir/mtu-client.out" 2>&1
-    client_status=$?
-    grep -q "Couldn't connect" "$dir/mtu-client.out" || break
-    sleep 0.1
+  for _ in $(seq 200); do
+    ${run_in[0]} ss -ltn 2>/dev/null | grep -q ":$port " && break
+    sleep 0.05
   done
+  run 1 ibv_rc_pingpong -g 0 -m 4096 -p $port "${ip_of[0]}" >"$dir/mtu-client.out" 2>&1
+  client_status=$?
   wait $server
   server_status=$?
   cat "$dir/mtu-server.out" "$dir/mtu-client.out"
@@ -136,6 +145,23 @@ else
 fi
 pingpong rc_events ibv_rc_pingpong -e -n 500 --chk
 pingpong srq ibv_srq_pingpong -n 200
+
+# ---- perftest, default sizes and (loopback) every size ----
+if command -v ib_write_lat >/dev/null; then
+  for t in ib_write_lat ib_write_bw ib_read_lat ib_read_bw ib_send_lat ib_send_bw ib_atomic_lat; do
+    perftest $t $t
+  done
+  if [[ $netns == 0 ]]; then
+    # -a: 2 B to 8 MiB; fewer iterations than the default 1000 per size
+    # (the largest sizes take seconds each through the emulated NIC).
+    for t in ib_write_lat ib_read_lat ib_send_lat ib_write_bw; do
+      perftest $t-all $t -a -n 20
+      [[ $(grep -cE "^ +8388608 " "$dir/$t-all-client.out") -ge 1 ]] || die "$t -a did not reach 8 MiB"
+    done
+  fi
+else
+  echo "perftest is not installed: its programs were not run"
+fi
 
 # ---- what the NIC lacks: the program's own error, no crash ----
 port=$(( port + 1 ))
