@@ -405,7 +405,7 @@ const char* ibv_wc_status_str(ibv_wc_status status) {
                                       "response timeout error",
                                       "general error",
                                       "TM error",
-                                      "TM Rendezvous error"};
+                                      "TM software rendezvous"};
   const auto i = static_cast<size_t>(status);
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "unknown";
 }

@@ -86,6 +86,28 @@ void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
   dst->preference = src->preference;
 }
 
+void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src) {
+  std::memcpy(dst->dgid, src->dgid.raw, sizeof(dst->dgid));
+  std::memcpy(dst->sgid, src->sgid.raw, sizeof(dst->sgid));
+  dst->dlid = src->dlid;
+  dst->slid = src->slid;
+  dst->raw_traffic = static_cast<__u32>(src->raw_traffic);
+  dst->flow_label = src->flow_label;
+  dst->reversible = static_cast<__u32>(src->reversible);
+  dst->mtu = src->mtu;
+  dst->pkey = src->pkey;
+  dst->hop_limit = src->hop_limit;
+  dst->traffic_class = src->traffic_class;
+  dst->numb_path = src->numb_path;
+  dst->sl = src->sl;
+  dst->mtu_selector = src->mtu_selector;
+  dst->rate_selector = src->rate_selector;
+  dst->rate = src->rate;
+  dst->packet_life_time_selector = src->packet_life_time_selector;
+  dst->packet_life_time = src->packet_life_time;
+  dst->preference = src->preference;
+}
+
 // Multicast is for UD, and ECE for a connection manager that negotiates
 // vendor options: neither is offered, as by providers without them.
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }

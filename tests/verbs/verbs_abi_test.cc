@@ -7,6 +7,7 @@
 // the program allocated with malloc; completions' fields; the errors of
 // what is unsupported or out of order; a daemon's death.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -548,6 +549,60 @@ TEST_F(VerbsAbiTest, ADaemonThatDiesIsADeviceFatalErrorNotAHang) {
   wr.opcode = IBV_WR_SEND;
   EXPECT_NE(ibv_post_send(a, &wr, &bad), 0);
   // Everything can still be destroyed (TearDown).
+}
+
+}  // namespace
+
+namespace {
+
+// The calls that only compute, against rdma-core's own library (Debian's
+// libibverbs1, loaded beside Ferry's by its path): the same answer for
+// every input, including the ones neither names.
+TEST(VerbsAbiConformance, PureCallsAnswerAsRdmaCoresLibrary) {
+  void* real = nullptr;
+  for (const char* path :
+       {"/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib64/libibverbs.so.1", "/usr/lib/libibverbs.so.1"}) {
+    real = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (real != nullptr) break;
+  }
+  if (real == nullptr) GTEST_SKIP() << "rdma-core's libibverbs.so.1 is not installed (libibverbs1)";
+  auto sym = [&](const char* name) {
+    void* f = dlsym(real, name);
+    EXPECT_NE(f, nullptr) << name;
+    return f;
+  };
+  auto rate_to_mult = reinterpret_cast<int (*)(ibv_rate)>(sym("ibv_rate_to_mult"));
+  auto rate_to_mbps = reinterpret_cast<int (*)(ibv_rate)>(sym("ibv_rate_to_mbps"));
+  auto from_mult = reinterpret_cast<ibv_rate (*)(int)>(sym("mult_to_ibv_rate"));
+  auto from_mbps = reinterpret_cast<ibv_rate (*)(int)>(sym("mbps_to_ibv_rate"));
+  auto wc_str = reinterpret_cast<const char* (*)(ibv_wc_status)>(sym("ibv_wc_status_str"));
+  auto event_str = reinterpret_cast<const char* (*)(ibv_event_type)>(sym("ibv_event_type_str"));
+  auto node_str = reinterpret_cast<const char* (*)(ibv_node_type)>(sym("ibv_node_type_str"));
+  auto port_str = reinterpret_cast<const char* (*)(ibv_port_state)>(sym("ibv_port_state_str"));
+  ASSERT_FALSE(HasFailure());
+  ASSERT_NE(rate_to_mult, &ibv_rate_to_mult) << "the path loaded Ferry's library, not rdma-core's";
+  std::vector<int> mbps_inputs = {-1, 0, 1, 2499, 2501, 1000000};
+  for (int r = -1; r <= 32; ++r) {
+    const auto rate = static_cast<ibv_rate>(r);
+    EXPECT_EQ(ibv_rate_to_mult(rate), rate_to_mult(rate)) << "rate " << r;
+    EXPECT_EQ(ibv_rate_to_mbps(rate), rate_to_mbps(rate)) << "rate " << r;
+    mbps_inputs.push_back(rate_to_mbps(rate));
+  }
+  for (int m = -2; m <= 600; ++m) EXPECT_EQ(mult_to_ibv_rate(m), from_mult(m)) << "mult " << m;
+  for (int mbps : mbps_inputs) EXPECT_EQ(mbps_to_ibv_rate(mbps), from_mbps(mbps)) << "mbps " << mbps;
+  for (int s = 0; s <= 40; ++s) {
+    EXPECT_STREQ(ibv_wc_status_str(static_cast<ibv_wc_status>(s)), wc_str(static_cast<ibv_wc_status>(s))) << s;
+  }
+  for (int e = 0; e <= 30; ++e) {
+    EXPECT_STREQ(ibv_event_type_str(static_cast<ibv_event_type>(e)), event_str(static_cast<ibv_event_type>(e))) << e;
+  }
+  for (int n = -1; n <= 10; ++n) {
+    EXPECT_STREQ(ibv_node_type_str(static_cast<ibv_node_type>(n)), node_str(static_cast<ibv_node_type>(n))) << n;
+  }
+  for (int p = 0; p <= 10; ++p) {
+    EXPECT_STREQ(ibv_port_state_str(static_cast<ibv_port_state>(p)), port_str(static_cast<ibv_port_state>(p))) << p;
+  }
+  dlclose(real);
 }
 
 }  // namespace
