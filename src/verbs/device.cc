@@ -65,13 +65,14 @@ std::vector<std::string> socket_paths() {
 }
 
 // The devices, made once (as libibverbs scans sysfs once): ibv_device
-// pointers stay valid for the life of the process.
+// pointers stay valid for the life of the process, exit included (never
+// destroyed).
 std::vector<FerryDevice*>& all_devices() {
-  static std::vector<FerryDevice*> devices = [] {
-    std::vector<FerryDevice*> v;
+  static std::vector<FerryDevice*>& devices = *[] {
+    auto* v = new std::vector<FerryDevice*>;
     for (const std::string& path : socket_paths()) {
       auto* d = new FerryDevice{};
-      const int i = static_cast<int>(v.size());
+      const int i = static_cast<int>(v->size());
       d->index = i;
       d->socket_path = path;
       d->dev.node_type = IBV_NODE_CA;
@@ -85,7 +86,7 @@ std::vector<FerryDevice*>& all_devices() {
       uint64_t h = 1469598103934665603ull;
       for (char c : path) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
       d->guid = htobe64((h & ~(0xFFull << 56)) | (0x02ull << 56));
-      v.push_back(d);
+      v->push_back(d);
     }
     return v;
   }();

@@ -287,8 +287,13 @@ TEST_F(VerbsAbiTest, WriteReadSendAndAtomicsMoveTheProgramsOwnMemory) {
   // Atomics on an 8-byte-aligned word of b.
   auto* word = reinterpret_cast<uint64_t*>(lb.data() + 8 + 3000);
   *word = 40;
-  uint64_t* result = reinterpret_cast<uint64_t*>(la.data() + 104);
-  sge = ibv_sge{reinterpret_cast<uintptr_t>(result), 8, ma->lkey};
+  uint8_t* result_bytes = la.data() + 104;  // the fetched value lands here (any alignment)
+  auto result = [&] {
+    uint64_t v;
+    std::memcpy(&v, result_bytes, 8);
+    return v;
+  };
+  sge = ibv_sge{reinterpret_cast<uintptr_t>(result_bytes), 8, ma->lkey};
   wr.wr_id = 4;
   wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
   wr.wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(word);
@@ -298,7 +303,7 @@ TEST_F(VerbsAbiTest, WriteReadSendAndAtomicsMoveTheProgramsOwnMemory) {
   wc = wait_wc(0);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(wc.opcode, IBV_WC_FETCH_ADD);
-  EXPECT_EQ(*result, 40u);
+  EXPECT_EQ(result(), 40u);
   EXPECT_EQ(*word, 42u);
   wr.wr_id = 5;
   wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -307,7 +312,7 @@ TEST_F(VerbsAbiTest, WriteReadSendAndAtomicsMoveTheProgramsOwnMemory) {
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   wc = wait_wc(0);
   EXPECT_EQ(wc.opcode, IBV_WC_COMP_SWAP);
-  EXPECT_EQ(*result, 42u);
+  EXPECT_EQ(result(), 42u);
   EXPECT_EQ(*word, 7u);
 
   // A WRITE outside b's MR: the responder's access error, then a flush.
@@ -404,7 +409,7 @@ TEST_F(VerbsAbiTest, RegisteringKeepsContentsAndOverlapsAreResolved) {
   EXPECT_NE(inner->lkey, whole->lkey);
   // Crossing its end: refused, nothing moved.
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd_[0], raw + 3 * page, 2 * page, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(pd_[0], raw + 3 * page, 2 * page, static_cast<int>(IBV_ACCESS_LOCAL_WRITE)), nullptr);
   EXPECT_EQ(errno, EINVAL);
   // The contents survived the move into the memory file.
   for (size_t i = 0; i < 8 * page; ++i) ASSERT_EQ(raw[i], static_cast<uint8_t>(i ^ (i >> 8))) << i;
@@ -582,7 +587,7 @@ TEST(VerbsAbiConformance, PureCallsAnswerAsRdmaCoresLibrary) {
   ASSERT_FALSE(HasFailure());
   ASSERT_NE(rate_to_mult, &ibv_rate_to_mult) << "the path loaded Ferry's library, not rdma-core's";
   std::vector<int> mbps_inputs = {-1, 0, 1, 2499, 2501, 1000000};
-  for (int r = -1; r <= 32; ++r) {
+  for (int r = 0; r <= 31; ++r) {  // (an enum holds only the values its bits do)
     const auto rate = static_cast<ibv_rate>(r);
     EXPECT_EQ(ibv_rate_to_mult(rate), rate_to_mult(rate)) << "rate " << r;
     EXPECT_EQ(ibv_rate_to_mbps(rate), rate_to_mbps(rate)) << "rate " << r;
@@ -590,16 +595,16 @@ TEST(VerbsAbiConformance, PureCallsAnswerAsRdmaCoresLibrary) {
   }
   for (int m = -2; m <= 600; ++m) EXPECT_EQ(mult_to_ibv_rate(m), from_mult(m)) << "mult " << m;
   for (int mbps : mbps_inputs) EXPECT_EQ(mbps_to_ibv_rate(mbps), from_mbps(mbps)) << "mbps " << mbps;
-  for (int s = 0; s <= 40; ++s) {
+  for (int s = 0; s <= 31; ++s) {
     EXPECT_STREQ(ibv_wc_status_str(static_cast<ibv_wc_status>(s)), wc_str(static_cast<ibv_wc_status>(s))) << s;
   }
-  for (int e = 0; e <= 30; ++e) {
+  for (int e = 0; e <= 31; ++e) {
     EXPECT_STREQ(ibv_event_type_str(static_cast<ibv_event_type>(e)), event_str(static_cast<ibv_event_type>(e))) << e;
   }
-  for (int n = -1; n <= 10; ++n) {
+  for (int n = -1; n <= 7; ++n) {
     EXPECT_STREQ(ibv_node_type_str(static_cast<ibv_node_type>(n)), node_str(static_cast<ibv_node_type>(n))) << n;
   }
-  for (int p = 0; p <= 10; ++p) {
+  for (int p = 0; p <= 7; ++p) {
     EXPECT_STREQ(ibv_port_state_str(static_cast<ibv_port_state>(p)), port_str(static_cast<ibv_port_state>(p))) << p;
   }
   dlclose(real);
