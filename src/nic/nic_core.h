@@ -563,6 +563,8 @@ class NicCore {
   // below `freed_to` become reusable (at once for a count-only CQ, else once
   // the application has polled that CQE).
   void complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed_to);
+  // Whether complete() would write a CQE to cq now (not in error, room).
+  bool cq_accepts(CqCore* cq);
   void arm_retry_timer(QpCore* qp, uint64_t now);
   void arm_timer_at(QpCore* qp, uint64_t deadline);
   bool run_timers(uint64_t now);

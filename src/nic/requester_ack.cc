@@ -259,24 +259,42 @@ void NicCore::fail_wqe_at_psn(QpCore* qp, uint32_t psn, WcStatus status) {
 
 void NicCore::complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed_to) {
   CqCore* cq = qp->send_cq;
-  const uint64_t position = cq->produced;
-  complete(cq, wc);
+  // The slots are marked free before the completion is visible: a program
+  // that polls it and posts at once must find them free (verbs: a polled
+  // completion frees its WQE's slot and those before it). Marked after, an
+  // engine preempted between the two made that post fail "send queue full"
+  // (perftest's ib_write_bw under load).
   if (cq->count_only) {
     qp->rec->sq_freed.store(freed_to, std::memory_order_release);
+    complete(cq, wc);
     return;
   }
-  if (cq->produced == position) return;  // the CQ is in error: no CQE, nothing to poll
+  if (!cq_accepts(cq)) {
+    complete(cq, wc);  // the CQ is in error or overruns: no CQE, nothing to poll, no mark
+    return;
+  }
   const uint64_t size = qp->free_marks_size;
   uint64_t tail = qp->rec->free_marks_tail.load(std::memory_order_relaxed);  // the engine is its only writer
-  if (tail - qp->free_marks_head_cache >= size) {
+  bool room = tail - qp->free_marks_head_cache < size;
+  if (!room) {
     qp->free_marks_head_cache = qp->rec->free_marks_head.load(std::memory_order_acquire);
     // Marks name distinct posted slots not yet seen free, at most sq_depth of
     // them; more means the NIC ran a managed queue past its posts (enables
     // re-running published slots), which post_send reports on its own.
-    if (tail - qp->free_marks_head_cache >= size) return;
+    room = tail - qp->free_marks_head_cache < size;
   }
-  qp->free_marks[tail % size] = FreeMark{position, freed_to};
-  qp->rec->free_marks_tail.store(tail + 1, std::memory_order_release);
+  if (room) {
+    qp->free_marks[tail % size] = FreeMark{cq->produced, freed_to};
+    qp->rec->free_marks_tail.store(tail + 1, std::memory_order_release);
+  }
+  complete(cq, wc);
+}
+
+bool NicCore::cq_accepts(CqCore* cq) {
+  if (cq->rec->error.load(std::memory_order_relaxed)) return false;
+  if (cq->count_only || cq->produced - cq->consumer_cache < cq->depth) return true;
+  cq->consumer_cache = cq->rec->consumer.load(std::memory_order_acquire);
+  return cq->produced - cq->consumer_cache < cq->depth;
 }
 
 void NicCore::advance_send_completions(QpCore* qp) {
