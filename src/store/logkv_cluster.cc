@@ -389,6 +389,7 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
     std::unordered_map<std::string, detail::Replayed> objects;
     RecoveryProgress progress;
     Status status;
+    uint64_t max_version = 0;  // of the whole log (each share reads every segment)
   };
   std::vector<Share> shares;
   for (const auto& [owner, mine] : moves_of) shares.push_back(Share{owner, {}, {}, ok_status()});
@@ -400,7 +401,8 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
       replayers.push_back(c.runtime->spawn(
           host.name + "/recovery-replay", host.nic->name(),
           [&, sh = &sh] {
-            auto objects = detail::replay(segments, tablet_counts, moves_of.at(sh->owner), &sh->progress, nullptr);
+            auto objects = detail::replay(segments, tablet_counts, moves_of.at(sh->owner), &sh->progress, nullptr,
+                                          &sh->max_version);
             if (objects.ok()) {
               sh->objects = std::move(*objects);
             } else {
@@ -421,11 +423,10 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
 
   // The recovery masters append the survivors to their own logs (replicated
   // before they serve them), then take the tablets.
+  // Above every version the dead server's log names, of any tablet, its
+  // version floors included (detail::kVersionFloorTable).
   uint64_t max_version = 0;
-  for (const Share& sh : shares) {
-    for (const auto& [ikey, r] : sh.objects)
-      max_version = std::max({max_version, r.object_version, r.tombstone_version});
-  }
+  for (const Share& sh : shares) max_version = std::max(max_version, sh.max_version);
   for (uint32_t j : live) c.servers[j]->impl().bump_version(max_version);
   // Each recovery master restores its share on its own thread, as
   // RAMCloud's masters do in parallel: while one waits for its replicas,
@@ -458,6 +459,12 @@ Result<RecoveryResult> Cluster::recover_server(uint32_t i,
           const Status synced = m.log->sync();
           if (!synced.ok()) {
             sh->status = Status(synced.code(), m.name + ": replicating the restored objects: " + synced.message());
+            return;
+          }
+          // The deleted keys' versions come along as a floor: this master
+          // may crash before it assigns anything above them.
+          if (const Status floor = m.persist_version_floor(max_version); !floor.ok()) {
+            sh->status = Status(floor.code(), m.name + ": recording the version floor: " + floor.message());
             return;
           }
           m.counters.objects_recovered += appended;

@@ -165,11 +165,13 @@ Result<Assignment> parse_assignment(std::span<const uint8_t> payload) {
 Result<std::unordered_map<std::string, Replayed>> replay(
     const std::vector<tailwind::RecoveredSegment>& segments, const std::map<uint64_t, uint32_t>& tablet_counts,
     const std::map<std::pair<uint64_t, uint32_t>, uint32_t>& moves, RecoveryProgress* progress,
-    const std::function<void(const RecoveryProgress&)>& on_progress) {
+    const std::function<void(const RecoveryProgress&)>& on_progress, uint64_t* max_version) {
   std::unordered_map<std::string, Replayed> objects;
   for (const auto& seg : segments) {
     Status st = tailwind::for_each_entry(seg.bytes, [&](const tailwind::Entry& e) {
       if (e.type != tailwind::EntryType::kObject && e.type != tailwind::EntryType::kTombstone) return;
+      if (max_version != nullptr) *max_version = std::max(*max_version, e.version);
+      if (e.table_id == kVersionFloorTable) return;
       ++progress->objects_replayed;
       auto tc = tablet_counts.find(e.table_id);
       if (tc == tablet_counts.end()) return;
@@ -239,6 +241,9 @@ Status Server::Impl::register_control_handlers() {
         if (!batch.ok()) return reply_error(out, batch.status());
         if (!s->log) return reply_error(out, unavailable(s->name + " has no log yet"));
         s->bump_version(batch->max_version);
+        if (const Status floor = s->persist_version_floor(batch->max_version); !floor.ok()) {
+          return reply_error(out, floor);
+        }
         for (const auto& o : batch->objects) {
           const uint64_t hash = key_hash(o.table_id, o.key);
           detail::Partition& p = s->partition(hash);

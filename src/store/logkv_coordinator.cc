@@ -296,16 +296,19 @@ Status CoordinatorService::Impl::recover(uint32_t dead) {
   progress.crashed_server = dead;
   progress.segments_total = segments.size();
   auto last_report = Clock::now();
-  FERRY_ASSIGN_OR_RETURN(auto objects, detail::replay(segments, tablet_counts, moves, &progress,
-                                                      [&](const RecoveryProgress& p) {
-                                                        if (Clock::now() - last_report < std::chrono::seconds(1)) return;
-                                                        last_report = Clock::now();
-                                                        event("event=recovery_progress server=" + std::to_string(dead) +
-                                                              " segments=" + std::to_string(p.segments_done) + "/" +
-                                                              std::to_string(p.segments_total));
-                                                      }));
+  // Above every version the dead server's log names, of any tablet, its
+  // version floors included (detail::kVersionFloorTable).
   uint64_t max_version = 0;
-  for (const auto& [ikey, r] : objects) max_version = std::max({max_version, r.object_version, r.tombstone_version});
+  FERRY_ASSIGN_OR_RETURN(auto objects, detail::replay(
+                                           segments, tablet_counts, moves, &progress,
+                                           [&](const RecoveryProgress& p) {
+                                             if (Clock::now() - last_report < std::chrono::seconds(1)) return;
+                                             last_report = Clock::now();
+                                             event("event=recovery_progress server=" + std::to_string(dead) +
+                                                   " segments=" + std::to_string(p.segments_done) + "/" +
+                                                   std::to_string(p.segments_total));
+                                           },
+                                           &max_version));
   std::map<uint32_t, std::vector<const detail::Replayed*>> shares;
   for (auto& m : live) shares[m];
   for (const auto& [ikey, r] : objects) {

@@ -214,10 +214,23 @@ struct Replayed {
 };
 // Replays `segments` keeping the entries of tablets in `moves` (tablet_counts
 // gives each table's tablet count); calls `progress` after each segment.
+// `max_version`, if given, gets the highest version any object, tombstone
+// or version floor of the segments names, of every tablet.
 Result<std::unordered_map<std::string, Replayed>> replay(
     const std::vector<tailwind::RecoveredSegment>& segments, const std::map<uint64_t, uint32_t>& tablet_counts,
     const std::map<std::pair<uint64_t, uint32_t>, uint32_t>& moves, RecoveryProgress* progress,
-    const std::function<void(const RecoveryProgress&)>& on_progress);
+    const std::function<void(const RecoveryProgress&)>& on_progress, uint64_t* max_version = nullptr);
+
+// A server's version floor (RAMCloud's safeVersion): a record in its log at
+// or above every version the server has assigned whose object or tombstone
+// is no longer in the log -- dropped by the cleaner (a deleted key's last
+// object and tombstone), or left behind by a recovery (restores bring only
+// live objects). A recovery assigns above every version its log names, the
+// floors included, so a key deleted and written again never gets a version
+// it had before (versions-grow; found by the simulator, seed 8243). It is a
+// tombstone in a table no one can create, which nothing indexes.
+inline constexpr uint64_t kVersionFloorTable = UINT64_MAX;
+inline constexpr std::string_view kVersionFloorKey = "version-floor";
 
 }  // namespace detail
 
@@ -310,6 +323,10 @@ struct Server::Impl {
   Status settle_all();
   Result<CleanResult> clean();
   void bump_version(uint64_t above);
+  // Appends a version floor at `floor` to the log (replicated before it
+  // returns). Callers: the cleaner before it frees a segment it dropped
+  // entries of, a recovery master after it restores.
+  Status persist_version_floor(uint64_t floor);
 };
 
 // The coordinator's state (in the cluster).

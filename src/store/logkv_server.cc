@@ -71,6 +71,15 @@ void Server::Impl::bump_version(uint64_t above) {
   }
 }
 
+Status Server::Impl::persist_version_floor(uint64_t floor) {
+  if (floor == 0) return ok_status();
+  const std::string_view k = detail::kVersionFloorKey;
+  const std::vector<uint8_t> key(k.begin(), k.end());
+  // Object segment 0 (none): the cleaner drops it with any segment it
+  // cleans, and writes the floor again.
+  return log->append_tombstone(detail::kVersionFloorTable, floor, 0, key).status();
+}
+
 Result<detail::IndexEntry> Server::Impl::append_and_index(detail::Partition& p, const std::string& ikey,
                                                           uint64_t table_id, uint64_t version,
                                                           std::span<const uint8_t> key, std::span<const uint8_t> value,
@@ -303,11 +312,13 @@ Result<CleanResult> Server::Impl::clean() {
       }
     }));
     const std::vector<uint64_t> in_log = log->segment_ids();
+    uint64_t dropped_max = 0;  // the highest version that leaves the log with this segment
     for (const Survivor& v : entries) {
       if (v.tombstone) {
         // Needed while the object it kills may still be replayed.
         if (!std::binary_search(in_log.begin(), in_log.end(), v.object_segment) || v.object_segment == id) {
           ++result.tombstones_dropped;
+          dropped_max = std::max(dropped_max, v.version);
           continue;
         }
         FERRY_ASSIGN_OR_RETURN(auto pos, log->append_tombstone(v.table_id, v.version, v.object_segment, v.key));
@@ -320,10 +331,16 @@ Result<CleanResult> Server::Impl::clean() {
       const std::string ikey = detail::index_key(v.table_id, v.key);
       std::lock_guard lk(p.mu);
       auto it = p.map.find(ikey);
-      if (it == p.map.end() || it->second.segment_id != id || it->second.offset != v.offset) continue;  // dead
+      if (it == p.map.end() || it->second.segment_id != id || it->second.offset != v.offset) {  // dead
+        dropped_max = std::max(dropped_max, v.version);
+        continue;
+      }
       FERRY_RETURN_IF_ERROR(append_and_index(p, ikey, v.table_id, v.version, v.key, v.value).status());
       ++result.objects_relocated;
     }
+    // What leaves the log leaves its version behind as a floor, replicated
+    // before the segment goes (a deleted key's last object and tombstone).
+    FERRY_RETURN_IF_ERROR(persist_version_floor(dropped_max));
     result.bytes_freed += seg.size();
     // The coordinator records the segment as freed before any copy goes:
     // a copy left on a backup the log no longer reaches (declared failed,
