@@ -11,7 +11,8 @@
 # ib_atomic_lat (default sizes; on loopback -a too) finish and report
 # results; an unsupported QP type (ibv_ud_pingpong) fails
 # with the program's own error, not a crash; without a daemon there is no
-# device. Exit 77 (skipped, with the reason) when a program or the
+# device; a daemon killed under a running ib_write_bw makes it fail (its
+# CQ poll errs), not hang. Exit 77 (skipped, with the reason) when a program or the
 # namespaces are missing.
 set -uo pipefail
 ferry=$1
@@ -171,4 +172,30 @@ cat "$dir/ud.out"
 [[ $status != 0 && $status -lt 128 ]] || die "ibv_ud_pingpong: expected a clean failure, got status $status"
 grep -q "Couldn't create QP" "$dir/ud.out" || die "ibv_ud_pingpong: unexpected error"
 grep -q "only RC queue pairs" "$dir/ud.out" || die "ibv_ud_pingpong: the library did not say why"
+# ---- a daemon that dies under a running program: an error, not a hang ----
+if command -v ib_write_bw >/dev/null; then
+  port=$(( port + 1 ))
+  run 0 ib_write_bw -x 0 -D 30 -p $port >"$dir/death-server.out" 2>&1 &
+  server=$!
+  pids+=($server)
+  for _ in $(seq 200); do
+    ${run_in[0]} ss -ltn 2>/dev/null | grep -q ":$port " && break
+    sleep 0.05
+  done
+  run 1 stdbuf -oL ib_write_bw -x 0 -D 30 -p $port "${ip_of[0]}" >"$dir/death-client.out" 2>&1 &  # (line-buffered: its progress shows)
+  client=$!
+  pids+=($client)
+  wait_for "$dir/death-client.out" "MsgRate" 10 || die "ib_write_bw did not start its run"
+  sleep 1
+  kill -KILL "${pids[1]}"  # host 1's daemon, under the client
+  wait_exit $client 20
+  client_status=$?
+  wait_exit $server 20
+  server_status=$?
+  echo "--- daemon killed under ib_write_bw: client $client_status, server $server_status"
+  cat "$dir/death-client.out"
+  [[ $client_status -ge 1 && $client_status -lt 124 ]] || die "client: expected an error exit, got $client_status"
+  [[ $server_status -ge 1 && $server_status -lt 124 ]] || die "server: expected an error exit, got $server_status"
+  grep -q "poll CQ failed" "$dir/death-client.out" || die "client: no completion error reported"
+fi
 echo "PASS"
