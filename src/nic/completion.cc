@@ -17,13 +17,9 @@ namespace detail {
 void NicCore::complete(CqCore* cq, const WorkCompletion& wc) {
   if (cq->rec->error.load(std::memory_order_relaxed)) return;  // an overrun CQ drops completions
   if (!cq->count_only) {
-    if (cq->produced - cq->consumer_cache >= cq->depth) {
-      // Looks full with the cached index; only now read the application's.
-      cq->consumer_cache = cq->rec->consumer.load(std::memory_order_acquire);
-      if (cq->produced - cq->consumer_cache >= cq->depth) {
-        cq_overrun(cq);
-        return;
-      }
+    if (cq_full(cq)) {
+      cq_overrun(cq);
+      return;
     }
     Cqe* cqe = &cq->ring[cq->produced & (cq->depth - 1)];
     cqe->wr_id = wc.wr_id;

@@ -563,8 +563,17 @@ class NicCore {
   // below `freed_to` become reusable (at once for a count-only CQ, else once
   // the application has polled that CQE).
   void complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed_to);
+  // Whether a CQE ring has no free slot; reads the application's consumer
+  // index only when the cached one says full.
+  bool cq_full(CqCore* cq) {
+    if (cq->produced - cq->consumer_cache < cq->depth) return false;
+    cq->consumer_cache = cq->rec->consumer.load(std::memory_order_acquire);
+    return cq->produced - cq->consumer_cache >= cq->depth;
+  }
   // Whether complete() would write a CQE to cq now (not in error, room).
-  bool cq_accepts(CqCore* cq);
+  bool cq_accepts(CqCore* cq) {
+    return !cq->rec->error.load(std::memory_order_relaxed) && (cq->count_only || !cq_full(cq));
+  }
   void arm_retry_timer(QpCore* qp, uint64_t now);
   void arm_timer_at(QpCore* qp, uint64_t deadline);
   bool run_timers(uint64_t now);

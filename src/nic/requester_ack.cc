@@ -290,13 +290,6 @@ void NicCore::complete_send(QpCore* qp, const WorkCompletion& wc, uint64_t freed
   complete(cq, wc);
 }
 
-bool NicCore::cq_accepts(CqCore* cq) {
-  if (cq->rec->error.load(std::memory_order_relaxed)) return false;
-  if (cq->count_only || cq->produced - cq->consumer_cache < cq->depth) return true;
-  cq->consumer_cache = cq->rec->consumer.load(std::memory_order_acquire);
-  return cq->produced - cq->consumer_cache < cq->depth;
-}
-
 void NicCore::advance_send_completions(QpCore* qp) {
   while (qp->sq_done < qp->sq_next) {
     const SendSlot& s = qp->slot(qp->sq_done);

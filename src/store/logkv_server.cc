@@ -294,6 +294,7 @@ Result<CleanResult> Server::Impl::clean() {
       }
     }
   }
+  uint64_t floor_written = 0;  // this pass's floor, in the open segment (never a victim)
   for (uint64_t id : victims) {
     const std::span<const uint8_t> seg = log->segment(id);
     struct Survivor {
@@ -340,7 +341,10 @@ Result<CleanResult> Server::Impl::clean() {
     }
     // What leaves the log leaves its version behind as a floor, replicated
     // before the segment goes (a deleted key's last object and tombstone).
-    FERRY_RETURN_IF_ERROR(persist_version_floor(dropped_max));
+    if (dropped_max > floor_written) {
+      FERRY_RETURN_IF_ERROR(persist_version_floor(dropped_max));
+      floor_written = dropped_max;
+    }
     result.bytes_freed += seg.size();
     // The coordinator records the segment as freed before any copy goes:
     // a copy left on a backup the log no longer reaches (declared failed,

@@ -130,17 +130,21 @@ Wr* nth(Wr* wr, size_t n) {
   return wr;
 }
 
-template <typename Post>
-int post_recv_list(ibv_recv_wr* wr, ibv_recv_wr** bad_wr, Post&& post) {
+// Posts a WR list in chunks: `translate(wr, n)` translates up to n WRs
+// into scratch and returns how many it could, `post(k)` posts the first k.
+// As verbs: bad_wr is the first WR not posted (the NIC takes a chunk all or
+// nothing), EINVAL for one the NIC cannot do.
+template <typename Wr, typename Translate, typename Post>
+int post_list(Wr* wr, Wr** bad_wr, const char* what, Translate&& translate, Post&& post) {
   while (wr != nullptr) {
     size_t sges = 0;
     const size_t n = count_chunk(wr, &sges);
     ensure(n, sges);
-    const size_t ok = translate_recv_chunk(wr, n);
+    const size_t ok = translate(wr, n);
     if (ok > 0) {
-      const Status s = post(std::span<const nic::RecvWr>(scratch.recv.data(), ok));
+      const Status s = post(ok);
       if (!s.ok()) {
-        debug_log("post_recv: " + s.to_string());
+        debug_log(std::string(what) + ": " + s.to_string());
         *bad_wr = wr;
         return errno_for(s);
       }
@@ -205,39 +209,26 @@ ibv_wc_opcode wc_opcode(nic::WcOpcode op) {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   auto* q = reinterpret_cast<FerryQp*>(qp);
-  while (wr != nullptr) {
-    size_t sges = 0;
-    const size_t n = count_chunk(wr, &sges);
-    ensure(n, sges);
-    size_t ok = 0, used = 0;
-    for (ibv_send_wr* w = wr; ok < n; w = w->next, ++ok) {
-      if (!translate_send(*w, &scratch.send[ok], &used)) break;
-    }
-    if (ok > 0) {
-      const Status s = q->qp_->post_send(std::span<const nic::SendWr>(scratch.send.data(), ok));
-      if (!s.ok()) {
-        debug_log("post_send: " + s.to_string());
-        *bad_wr = wr;
-        return errno_for(s);
-      }
-    }
-    if (ok < n) {
-      *bad_wr = nth(wr, ok);
-      return EINVAL;
-    }
-    wr = nth(wr, n);
-  }
-  return 0;
+  return post_list(
+      wr, bad_wr, "post_send",
+      [](ibv_send_wr* w, size_t n) {
+        size_t ok = 0, used = 0;
+        for (; ok < n && translate_send(*w, &scratch.send[ok], &used); w = w->next) ++ok;
+        return ok;
+      },
+      [&](size_t k) { return q->qp_->post_send(std::span<const nic::SendWr>(scratch.send.data(), k)); });
 }
 
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   auto* q = reinterpret_cast<FerryQp*>(qp);
-  return post_recv_list(wr, bad_wr, [&](std::span<const nic::RecvWr> wrs) { return q->qp_->post_recv(wrs); });
+  return post_list(wr, bad_wr, "post_recv", translate_recv_chunk,
+                   [&](size_t k) { return q->qp_->post_recv(std::span<const nic::RecvWr>(scratch.recv.data(), k)); });
 }
 
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   auto* s = reinterpret_cast<FerrySrq*>(srq);
-  return post_recv_list(wr, bad_wr, [&](std::span<const nic::RecvWr> wrs) { return s->srq_->post_recv(wrs); });
+  return post_list(wr, bad_wr, "post_srq_recv", translate_recv_chunk,
+                   [&](size_t k) { return s->srq_->post_recv(std::span<const nic::RecvWr>(scratch.recv.data(), k)); });
 }
 
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "ferry/common/checksum.h"
+#include "ferry/nic/wqe.h"
 #include "verbs_internal.h"
 
 namespace ferry::verbs {
@@ -81,10 +83,9 @@ std::vector<FerryDevice*>& all_devices() {
       std::snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", i);
       std::snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/uverbs%d", i);
       std::snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "/sys/class/infiniband/ferry%d", i);
-      // A GUID from the socket path (FNV-1a), stable across runs, with
-      // the locally administered bit set.
-      uint64_t h = 1469598103934665603ull;
-      for (char c : path) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+      // A GUID from the socket path, stable across runs, with the locally
+      // administered bit set.
+      const uint64_t h = checksum64({reinterpret_cast<const uint8_t*>(path.data()), path.size()});
       d->guid = htobe64((h & ~(0xFFull << 56)) | (0x02ull << 56));
       v->push_back(d);
     }
@@ -140,7 +141,6 @@ ibv_context* ibv_open_device(ibv_device* device) {
   auto* c = new FerryContext{};
   c->device = std::move(*opened);
   c->nic = &c->device->nic();
-  c->gid = c->nic->gid();
   if (const auto ep = c->nic->udp_endpoint(); ep && ep->port != 0) c->udp_port = ep->port;
   ibv_context& ctx = c->ctx;
   ctx.device = device;
@@ -174,7 +174,6 @@ int ibv_close_device(ibv_context* context) {
 }
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
-  FerryContext* c = ctx_of(context);
   *attr = ibv_device_attr{};
   std::snprintf(attr->fw_ver, sizeof(attr->fw_ver), "ferry-nicd");
   attr->node_guid = reinterpret_cast<FerryDevice*>(context->device)->guid;
@@ -186,8 +185,8 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   attr->max_qp = static_cast<int>(limits.max_qps);
   attr->max_qp_wr = 1 << 16;
   attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
-  attr->max_sge = 30;  // send WQEs (wqe.h kMaxSendSge); receives take 31
-  attr->max_sge_rd = 30;
+  attr->max_sge = static_cast<int>(nic::kMaxSendSge);  // receives take kMaxRecvSge
+  attr->max_sge_rd = static_cast<int>(nic::kMaxSendSge);
   attr->max_cq = static_cast<int>(limits.max_cqs);
   attr->max_cqe = 1 << 22;
   attr->max_mr = static_cast<int>(limits.max_mrs);
@@ -198,11 +197,10 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   attr->atomic_cap = IBV_ATOMIC_HCA;
   attr->max_srq = static_cast<int>(limits.max_srqs);
   attr->max_srq_wr = 1 << 16;
-  attr->max_srq_sge = 31;
+  attr->max_srq_sge = static_cast<int>(nic::kMaxRecvSge);
   attr->max_pkeys = 1;
   attr->local_ca_ack_delay = 0;
   attr->phys_port_cnt = 1;
-  (void)c;
   return 0;
 }
 
@@ -231,7 +229,8 @@ int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gi
     errno = EINVAL;
     return -1;
   }
-  std::memcpy(gid->raw, ctx_of(context)->gid.raw.data(), 16);
+  const nic::Gid g = ctx_of(context)->nic->gid();
+  std::memcpy(gid->raw, g.raw.data(), sizeof(gid->raw));
   return 0;
 }
 
@@ -250,12 +249,7 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
   if (flags != 0) return EINVAL;
   if (port_num != 1 || gid_index != 0) return ENODATA;
   if (entry_size < sizeof(ibv_gid_entry)) return EINVAL;
-  *entry = ibv_gid_entry{};
-  std::memcpy(entry->gid.raw, ctx_of(context)->gid.raw.data(), 16);
-  entry->gid_index = 0;
-  entry->port_num = 1;
-  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
-  entry->ndev_ifindex = 0;
+  fill_gid_entry(context, entry);
   return 0;
 }
 

@@ -79,10 +79,7 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
                              size_t entry_size) {
   if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   if (max_entries < 1) return -EINVAL;
-  entries[0] = ibv_gid_entry{};
-  std::memcpy(entries[0].gid.raw, ctx_of(context)->gid.raw.data(), 16);
-  entries[0].port_num = 1;
-  entries[0].gid_type = IBV_GID_TYPE_ROCE_V2;
+  fill_gid_entry(context, &entries[0]);
   return 1;
 }
 

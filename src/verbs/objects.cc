@@ -11,7 +11,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -69,16 +68,17 @@ int private_protection(uintptr_t start, uintptr_t end) {
   return covered >= end ? prot : -1;
 }
 
-// Makes [addr, addr + length) reachable by the daemon: inside a
-// SharedMemory already (the program's own, or pages an earlier MR
-// adopted), or by adopting its pages now. Returns the adoption the MR
-// holds, nullptr when none was needed.
-// Never destroyed: a program that exits with MRs registered must not run
-// their destructors after the mapping registry's (shared_memory.cc).
+// The adopted ranges. Never destroyed: a program that exits with MRs
+// registered must not run their destructors after the mapping registry's
+// (shared_memory.cc).
 std::mutex& adopted_mu = *new std::mutex;
 std::map<uintptr_t, std::unique_ptr<Adopted>>& adopted_ranges =
     *new std::map<uintptr_t, std::unique_ptr<Adopted>>;  // by base address
 
+// Makes [addr, addr + length) reachable by the daemon: inside a
+// SharedMemory already (the program's own, or pages an earlier MR
+// adopted), or by adopting its pages now. Returns the adoption the MR
+// holds, nullptr when none was needed.
 Result<Adopted*> make_shared(void* addr, size_t length) {
   const auto a = reinterpret_cast<uintptr_t>(addr);
   std::lock_guard<std::mutex> lock(adopted_mu);
@@ -117,6 +117,19 @@ void release_adopted(Adopted* a) {
   if (a == nullptr) return;
   std::lock_guard<std::mutex> lock(adopted_mu);
   if (--a->mrs == 0) adopted_ranges.erase(reinterpret_cast<uintptr_t>(a->memory.data()));
+}
+
+// What the program sees of a QP's queues: the NIC's rounded-up sizes, no
+// receive queue of its own on an SRQ.
+ibv_qp_cap cap_of(const FerryQp& f) {
+  const nic::QpCapabilities& cap = f.qp_->cap();
+  ibv_qp_cap out{};
+  out.max_send_wr = cap.max_send_wr;
+  out.max_recv_wr = f.qp.srq != nullptr ? 0 : cap.max_recv_wr;
+  out.max_send_sge = cap.max_send_sge;
+  out.max_recv_sge = cap.max_recv_sge;
+  out.max_inline_data = cap.max_inline_data;
+  return out;
 }
 
 ibv_qp_state state_to_ibv(nic::QpState s) {
@@ -269,7 +282,6 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   }
   auto* f = new FerryCq{};
   f->cq_ = std::move(*cq);
-  f->channel = ch;
   f->cq.context = context;
   f->cq.channel = channel;
   f->cq.cq_context = cq_context;
@@ -289,7 +301,7 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
 int ibv_destroy_cq(ibv_cq* cq) {
   auto* f = reinterpret_cast<FerryCq*>(cq);
   if (f->users.load() != 0) return EBUSY;
-  if (FerryChannel* ch = f->channel) {
+  if (auto* ch = reinterpret_cast<FerryChannel*>(cq->channel)) {
     std::lock_guard<std::mutex> lock(ch->mu);
     ch->cqs.erase(f->cq_.get());
     --ch->ch.refcnt;
@@ -321,7 +333,6 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     errno = EIO;
     return -1;
   }
-  ++f->events_delivered;
   *cq = &f->cq;
   *cq_context = f->cq.cq_context;
   return 0;
@@ -348,6 +359,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   }
   auto* f = new FerrySrq{};
   f->srq_ = std::move(*srq);
+  f->max_sge = attr.max_sge;
   f->srq.context = pd->context;
   f->srq.srq_context = init->srq_context;
   f->srq.pd = pd;
@@ -374,7 +386,7 @@ int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   auto* f = reinterpret_cast<FerrySrq*>(srq);
   *attr = ibv_srq_attr{};
   attr->max_wr = f->srq_->depth();
-  attr->max_sge = 31;
+  attr->max_sge = f->max_sge;
   return 0;
 }
 
@@ -417,14 +429,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   }
   auto* f = new FerryQp{};
   f->qp_ = std::move(*qp);
-  const nic::QpCapabilities& cap = f->qp_->cap();
-  f->cap.max_send_wr = cap.max_send_wr;
-  f->cap.max_recv_wr = srq != nullptr ? 0 : cap.max_recv_wr;
-  f->cap.max_send_sge = cap.max_send_sge;
-  f->cap.max_recv_sge = cap.max_recv_sge;
-  f->cap.max_inline_data = cap.max_inline_data;
   f->sq_sig_all = attr.sq_sig_all;
-  init->cap = f->cap;
   ibv_qp& q = f->qp;
   q.context = pd->context;
   q.qp_context = init->qp_context;
@@ -438,6 +443,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q.qp_type = IBV_QPT_RC;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
+  init->cap = cap_of(*f);
   ++p->users;
   ++scq->users;
   ++rcq->users;
@@ -564,7 +570,7 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   attr->rq_psn = a.rq_psn;
   attr->sq_psn = a.sq_psn;
   attr->dest_qp_num = a.dest_qp_num;
-  attr->cap = f->cap;
+  attr->cap = cap_of(*f);
   attr->ah_attr = f->ah;
   attr->max_rd_atomic = a.max_rd_atomic;
   attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -579,7 +585,7 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
     init->send_cq = qp->send_cq;
     init->recv_cq = qp->recv_cq;
     init->srq = qp->srq;
-    init->cap = f->cap;
+    init->cap = attr->cap;
     init->qp_type = IBV_QPT_RC;
     init->sq_sig_all = f->sq_sig_all ? 1 : 0;
   }

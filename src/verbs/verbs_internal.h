@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -52,7 +53,6 @@ struct FerryContext {
   ibv_context ctx;  // first
   std::unique_ptr<nicd::Device> device;
   nic::Nic* nic = nullptr;
-  nic::Gid gid;
   uint16_t udp_port = nic::kRoceV2UdpPort;  // the port peers are assumed to use too
   std::atomic<int> objects{0};              // live PDs, CQs, channels, QPs, SRQs, MRs
 };
@@ -80,21 +80,19 @@ struct FerryChannel {
 struct FerryCq {
   ibv_cq cq;  // first
   std::unique_ptr<nic::CompletionQueue> cq_;
-  FerryChannel* channel = nullptr;
   std::atomic<int> users{0};  // QPs using it
-  std::atomic<uint32_t> events_delivered{0};
 };
 
 struct FerrySrq {
   ibv_srq srq;  // first
   std::unique_ptr<nic::SharedReceiveQueue> srq_;
+  uint32_t max_sge = 0;       // as created
   std::atomic<int> users{0};  // QPs on it
 };
 
 struct FerryQp {
   ibv_qp qp;  // first
   std::unique_ptr<nic::QueuePair> qp_;
-  ibv_qp_cap cap{};
   bool sq_sig_all = false;
   ibv_ah_attr ah{};  // as last set by modify_qp
 };
@@ -108,6 +106,15 @@ inline ibv_mtu mtu_enum(uint32_t bytes) {
   if (bytes >= 1024) return IBV_MTU_1024;
   if (bytes >= 512) return IBV_MTU_512;
   return IBV_MTU_256;
+}
+
+// The one GID of a device's port, as a GID-table entry.
+inline void fill_gid_entry(ibv_context* context, ibv_gid_entry* entry) {
+  *entry = ibv_gid_entry{};
+  const nic::Gid gid = ctx_of(context)->nic->gid();
+  std::memcpy(entry->gid.raw, gid.raw.data(), sizeof(entry->gid.raw));
+  entry->port_num = 1;
+  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
 }
 
 // Maps a Ferry status to the errno a provider returns for it.
